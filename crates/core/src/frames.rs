@@ -1,0 +1,165 @@
+//! Which page sits in which frame of a fixed-size pool, and which frame to give up when a new
+//! page needs one (the clock algorithm). Both the server's buffer pool and the client cache use
+//! this one table; they differ only in where the frame bytes live and in what may be evicted.
+
+use crate::ids::PageId;
+use std::collections::HashMap;
+
+/// A frame index.
+pub type FrameId = usize;
+
+/// Page table plus clock replacement over `capacity` frames.
+#[derive(Debug)]
+pub struct FrameTable {
+    page_of_frame: Vec<Option<PageId>>,
+    frame_of_page: HashMap<PageId, FrameId>,
+    referenced: Vec<bool>,
+    free: Vec<FrameId>,
+    hand: FrameId,
+}
+
+/// The outcome of asking for a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Assigned {
+    pub frame: FrameId,
+    /// The page that had the frame before, which the caller must write back or drop.
+    pub evicted: Option<PageId>,
+}
+
+impl FrameTable {
+    pub fn new(capacity: usize) -> FrameTable {
+        assert!(capacity > 0, "a pool needs at least one frame");
+        FrameTable {
+            page_of_frame: vec![None; capacity],
+            frame_of_page: HashMap::with_capacity(capacity),
+            referenced: vec![false; capacity],
+            free: (0..capacity).rev().collect(),
+            hand: 0,
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.page_of_frame.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.frame_of_page.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frame_of_page.is_empty()
+    }
+
+    /// The frame holding `page`, marking it recently used.
+    #[inline]
+    pub fn lookup(&mut self, page: PageId) -> Option<FrameId> {
+        let frame = *self.frame_of_page.get(&page)?;
+        self.referenced[frame] = true;
+        Some(frame)
+    }
+
+    /// The frame holding `page`, without touching its reference bit.
+    pub fn peek(&self, page: PageId) -> Option<FrameId> {
+        self.frame_of_page.get(&page).copied()
+    }
+
+    pub fn page(&self, frame: FrameId) -> Option<PageId> {
+        self.page_of_frame[frame]
+    }
+
+    /// Gives `page` (not yet present) a frame: a free one, or the clock's victim among the
+    /// frames `evictable` accepts. `None` when every frame is in use and none may be evicted.
+    pub fn assign(
+        &mut self,
+        page: PageId,
+        mut evictable: impl FnMut(FrameId, PageId) -> bool,
+    ) -> Option<Assigned> {
+        debug_assert!(!self.frame_of_page.contains_key(&page));
+        let (frame, evicted) = match self.free.pop() {
+            Some(frame) => (frame, None),
+            None => {
+                let frame = self.victim(&mut evictable)?;
+                let old = self.page_of_frame[frame].take();
+                if let Some(old) = old {
+                    self.frame_of_page.remove(&old);
+                }
+                (frame, old)
+            }
+        };
+        self.page_of_frame[frame] = Some(page);
+        self.frame_of_page.insert(page, frame);
+        self.referenced[frame] = true;
+        Some(Assigned { frame, evicted })
+    }
+
+    /// Two sweeps of the clock at most: the first clears reference bits, the second must find
+    /// an unreferenced evictable frame if any evictable frame exists.
+    fn victim(&mut self, evictable: &mut impl FnMut(FrameId, PageId) -> bool) -> Option<FrameId> {
+        let capacity = self.capacity();
+        for _ in 0..2 * capacity + 1 {
+            let frame = self.hand;
+            self.hand = (self.hand + 1) % capacity;
+            let Some(page) = self.page_of_frame[frame] else {
+                continue;
+            };
+            if !evictable(frame, page) {
+                continue;
+            }
+            if self.referenced[frame] {
+                self.referenced[frame] = false;
+            } else {
+                return Some(frame);
+            }
+        }
+        None
+    }
+
+    /// Drops `page` from the table, freeing its frame.
+    pub fn remove(&mut self, page: PageId) -> Option<FrameId> {
+        let frame = self.frame_of_page.remove(&page)?;
+        self.page_of_frame[frame] = None;
+        self.referenced[frame] = false;
+        self.free.push(frame);
+        Some(frame)
+    }
+
+    /// Pages currently held, in no particular order.
+    pub fn pages(&self) -> impl Iterator<Item = (PageId, FrameId)> + '_ {
+        self.frame_of_page.iter().map(|(&p, &f)| (p, f))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fills_then_evicts_unreferenced_first() {
+        let mut table = FrameTable::new(3);
+        for p in 0..3 {
+            assert_eq!(table.assign(PageId(p), |_, _| true).unwrap().evicted, None);
+        }
+        // Every frame is referenced; touching page 0 again keeps it warm after one sweep.
+        let a = table.assign(PageId(10), |_, _| true).unwrap();
+        assert!(a.evicted.is_some());
+        assert_eq!(table.len(), 3);
+        assert!(table.peek(PageId(10)).is_some());
+    }
+
+    #[test]
+    fn respects_evictable_and_reports_full() {
+        let mut table = FrameTable::new(2);
+        table.assign(PageId(1), |_, _| true).unwrap();
+        table.assign(PageId(2), |_, _| true).unwrap();
+        assert_eq!(table.assign(PageId(3), |_, _| false), None);
+        let a = table.assign(PageId(3), |_, p| p == PageId(2)).unwrap();
+        assert_eq!(a.evicted, Some(PageId(2)));
+        assert_eq!(
+            table.remove(PageId(1)),
+            Some(0),
+            "page 1 had the first free frame"
+        );
+        assert!(table.peek(PageId(1)).is_none());
+        assert!(table.assign(PageId(4), |_, _| false).is_some());
+    }
+}

@@ -1,0 +1,66 @@
+//! The client/server boundary. Everything a client asks of a server goes through this trait:
+//! pages in (fetch), pages and log records out (ship), locks, space, and the end of a
+//! transaction. The page shipping follows QuickStore section 3.1: clients cache whole pages
+//! across transactions and validate them by LSN when they lock them again.
+
+use lodestore_core::{Lsn, Oid, PageId, Result, TxnId, VolumeId};
+use lodestore_storage::large::Extent;
+
+/// Page lock modes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LockMode {
+    Shared = 0,
+    Exclusive = 1,
+}
+
+/// What a client asks of a server.
+pub trait PageServer: Send + Sync {
+    /// Page size of the volume, in bytes.
+    fn page_size(&self) -> usize;
+
+    /// The volume this server owns.
+    fn volume_id(&self) -> VolumeId;
+
+    /// The OID of the named-roots directory object.
+    fn root_directory(&self) -> Oid;
+
+    /// Starts a transaction.
+    fn begin(&self) -> Result<TxnId>;
+
+    /// Locks `page` for `txn` (strict two-phase: held until commit or abort) and returns the
+    /// LSN of its committed version, so a client can tell whether its cached copy is current.
+    fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn>;
+
+    /// Copies the version of `page` that `txn` sees (the committed one, or the one `txn` itself
+    /// shipped earlier) into `buf`. The caller holds a lock on the page.
+    fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()>;
+
+    /// Finds a slotted page with at least `bytes` free bytes according to the free-space hints,
+    /// skipping `skip`, and locks it exclusively for `txn`. Returns the page and the LSN of its
+    /// committed version, or `None` when no known page has room.
+    fn find_space(
+        &self,
+        txn: TxnId,
+        bytes: usize,
+        skip: &[PageId],
+    ) -> Result<Option<(PageId, Lsn)>>;
+
+    /// Allocates `count` free pages for `txn`, as few runs of consecutive pages as it can, locked
+    /// exclusively. The caller formats them; until `txn` commits they stay free on disk.
+    fn allocate_pages(&self, txn: TxnId, count: u32) -> Result<Vec<Extent>>;
+
+    /// Frees pages at commit of `txn` (the caller holds exclusive locks on them).
+    fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()>;
+
+    /// Ships a batch of log records for `txn`. Always before the pages they describe.
+    fn ship_log_records(&self, txn: TxnId, records: &[u8]) -> Result<()>;
+
+    /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit).
+    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<()>;
+
+    /// Commits `txn`; returns the LSN stamped on every page it changed.
+    fn commit(&self, txn: TxnId) -> Result<Lsn>;
+
+    /// Aborts `txn`, discarding everything it shipped and releasing its locks.
+    fn abort(&self, txn: TxnId) -> Result<()>;
+}

@@ -1,0 +1,189 @@
+//! Free-space management: the server's in-memory copy of the space-map hints (one byte per
+//! page), searches over it, and the write-back of changed map pages.
+//!
+//! The map is derived state. A map page that fails its checksum is rebuilt from the pages it
+//! describes; a hint that turns out wrong is corrected when it is found out. Nothing is ever
+//! decided on a hint alone: callers look at the page before they use it.
+
+use lodestore_core::{Lsn, PageId, Result};
+use lodestore_storage::page::{self, PageKind};
+use lodestore_storage::spacemap::{self, ENTRY_FREE, ENTRY_UNAVAILABLE, FIRST_MAP_PAGE};
+use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, Volume};
+use std::collections::BTreeSet;
+
+pub struct SpaceManager {
+    page_size: usize,
+    /// Hint per page of the file, indexed by page number.
+    entries: Vec<u8>,
+    /// Map pages whose on-disk copy is older than `entries`.
+    dirty_maps: BTreeSet<PageId>,
+    /// No free page lies below this one.
+    free_from: u32,
+    /// Where the last search for a slotted page with room succeeded.
+    slotted_cursor: u32,
+}
+
+/// The hint that describes a page image.
+pub fn entry_for_image(id: PageId, image: &[u8]) -> u8 {
+    match page::kind(image) {
+        Some(PageKind::Free) => ENTRY_FREE,
+        Some(PageKind::Slotted) if id != DIRECTORY_PAGE => {
+            spacemap::entry_for_free_bytes(slotted::free_bytes(image), image.len())
+        }
+        _ => ENTRY_UNAVAILABLE,
+    }
+}
+
+impl SpaceManager {
+    /// Reads every map page of `volume`; a damaged one is rebuilt from its pages (and written
+    /// back at the next commit).
+    pub fn load(volume: &Volume) -> Result<SpaceManager> {
+        let page_size = volume.page_size();
+        let page_count = volume.page_count();
+        let mut manager = SpaceManager {
+            page_size,
+            entries: vec![ENTRY_UNAVAILABLE; page_count as usize],
+            dirty_maps: BTreeSet::new(),
+            free_from: FIRST_MAP_PAGE.0 + 1,
+            slotted_cursor: 0,
+        };
+        let per_map = spacemap::entries_per_map(page_size);
+        let mut buf = vec![0u8; page_size];
+        let mut map = FIRST_MAP_PAGE.0;
+        while map < page_count {
+            let covered_end = (map + 1 + per_map).min(page_count);
+            let loaded = volume
+                .read_page(PageId(map), &mut buf)
+                .ok()
+                .filter(|kind| *kind == PageKind::SpaceMap)
+                .and_then(|_| spacemap::validate(&buf, PageId(map)).ok());
+            if loaded.is_some() {
+                let entries = spacemap::entries(&buf);
+                for p in map + 1..covered_end {
+                    manager.entries[p as usize] = entries[(p - map - 1) as usize];
+                }
+            } else {
+                tracing::warn!(map_page = map, "space map page unreadable; rebuilding it");
+                for p in map + 1..covered_end {
+                    let entry = match volume.read_page(PageId(p), &mut buf) {
+                        Ok(_) => entry_for_image(PageId(p), &buf),
+                        Err(_) => ENTRY_UNAVAILABLE,
+                    };
+                    manager.entries[p as usize] = entry;
+                }
+                manager.dirty_maps.insert(PageId(map));
+            }
+            map += per_map + 1;
+        }
+        Ok(manager)
+    }
+
+    /// Takes in pages the file grew by. New pages are free; map pages are never available.
+    pub fn grow(&mut self, page_count: u32) {
+        let old = self.entries.len() as u32;
+        for p in old..page_count {
+            let entry = if spacemap::is_map_page(PageId(p), self.page_size) {
+                ENTRY_UNAVAILABLE
+            } else {
+                ENTRY_FREE
+            };
+            self.entries.push(entry);
+        }
+        self.free_from = self.free_from.min(old);
+    }
+
+    pub fn entry(&self, page: PageId) -> u8 {
+        self.entries
+            .get(page.0 as usize)
+            .copied()
+            .unwrap_or(ENTRY_FREE)
+    }
+
+    /// Records a new hint for `page` (a data page inside the file).
+    pub fn set(&mut self, page: PageId, entry: u8) {
+        let index = page.0 as usize;
+        assert!(
+            index < self.entries.len(),
+            "hint for page {page} past the end"
+        );
+        assert!(!spacemap::is_map_page(page, self.page_size) && page.0 > FIRST_MAP_PAGE.0);
+        if self.entries[index] != entry {
+            self.entries[index] = entry;
+            self.dirty_maps
+                .insert(spacemap::locate(page, self.page_size).0);
+            if entry == ENTRY_FREE {
+                self.free_from = self.free_from.min(page.0);
+            }
+        }
+    }
+
+    /// Candidate slotted pages with at least `bytes` free, by the hints, starting where the last
+    /// search succeeded. At most `limit` candidates.
+    pub fn slotted_candidates(&self, bytes: usize, limit: usize) -> Vec<PageId> {
+        let count = self.entries.len() as u32;
+        let mut found = Vec::new();
+        if count == 0 {
+            return found;
+        }
+        let start = self.slotted_cursor.min(count - 1);
+        for i in 0..count {
+            let p = (start + i) % count;
+            let entry = self.entries[p as usize];
+            if entry != ENTRY_FREE
+                && entry != ENTRY_UNAVAILABLE
+                && spacemap::free_bytes_at_least(entry, self.page_size) >= bytes
+            {
+                found.push(PageId(p));
+                if found.len() >= limit {
+                    break;
+                }
+            }
+        }
+        found
+    }
+
+    pub fn note_slotted_success(&mut self, page: PageId) {
+        self.slotted_cursor = page.0;
+    }
+
+    /// The lowest page the hints call free, if any.
+    pub fn next_free(&mut self) -> Option<PageId> {
+        let from = self.free_from as usize;
+        match self.entries[from.min(self.entries.len())..]
+            .iter()
+            .position(|&e| e == ENTRY_FREE)
+        {
+            Some(i) => {
+                self.free_from = (from + i) as u32;
+                Some(PageId((from + i) as u32))
+            }
+            None => {
+                self.free_from = self.entries.len() as u32;
+                None
+            }
+        }
+    }
+
+    /// Writes every map page whose hints changed. The caller syncs.
+    pub fn write_dirty_maps(&mut self, volume: &Volume, lsn: Lsn) -> Result<usize> {
+        let per_map = spacemap::entries_per_map(self.page_size) as usize;
+        let mut buf = vec![0u8; self.page_size];
+        let written = self.dirty_maps.len();
+        for map in std::mem::take(&mut self.dirty_maps) {
+            spacemap::init(&mut buf, map, volume.volume_id());
+            let first = map.0 as usize + 1;
+            let end = (first + per_map).min(self.entries.len());
+            if first < end {
+                spacemap::entries_mut(&mut buf)[..end - first]
+                    .copy_from_slice(&self.entries[first..end]);
+            }
+            page::set_lsn(&mut buf, lsn);
+            volume.write_page(map, &mut buf)?;
+        }
+        Ok(written)
+    }
+
+    pub fn has_dirty_maps(&self) -> bool {
+        !self.dirty_maps.is_empty()
+    }
+}

@@ -1,0 +1,17 @@
+//! Counters a server keeps, for `info` and the benchmark reports.
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ServerStats {
+    pub pages_read: u64,
+    pub pages_written: u64,
+    pub syncs: u64,
+    pub pages_fetched_by_clients: u64,
+    pub dirty_pages_shipped: u64,
+    pub pool_hits: u64,
+    pub pool_evictions: u64,
+    pub commits: u64,
+    pub aborts: u64,
+    pub lock_conflicts: u64,
+}

@@ -1,0 +1,196 @@
+//! The file I/O boundary. Lodestore never touches `std::fs` outside this module: the engine talks
+//! to [`Storage`] (one open file) obtained from a [`FileSystem`]. The real implementation maps
+//! them onto the operating system; a simulated one (crash, tear, corrupt) plugs in for tests.
+//!
+//! Assumptions about real storage, stated once: a write that returned is in the OS cache, not
+//! durable; after `sync` returns, everything written before it is durable; a write that was in
+//! flight at a crash may be torn at sector granularity; nothing else is atomic.
+
+use lodestore_core::{Error, Result};
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// One open file, accessed by position.
+pub trait Storage: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `offset`; reading past the end is an error.
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+    /// Writes all of `data` at `offset`, extending the file if needed.
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()>;
+    /// Makes every completed write durable (fdatasync).
+    fn sync(&self) -> Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> Result<u64>;
+    /// Is the file empty?
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+    /// Sets the length, truncating or zero-extending.
+    fn set_len(&self, len: u64) -> Result<()>;
+    /// The path, for error messages.
+    fn path(&self) -> &Path;
+}
+
+/// How to open a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The file must not exist yet; it is created empty.
+    CreateNew,
+    /// The file must exist.
+    Existing,
+    /// The file must exist; it is only read (no lock is taken that would exclude writers).
+    ReadOnly,
+}
+
+/// Opens files and answers questions about paths.
+pub trait FileSystem: Send + Sync {
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>>;
+    fn exists(&self, path: &Path) -> bool;
+    fn create_dir_all(&self, path: &Path) -> Result<()>;
+    fn is_dir(&self, path: &Path) -> bool;
+}
+
+/// The operating system's file system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RealFileSystem;
+
+impl FileSystem for RealFileSystem {
+    fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
+        let mut options = OpenOptions::new();
+        options.read(true);
+        match mode {
+            OpenMode::CreateNew => options.write(true).create_new(true),
+            OpenMode::Existing => options.write(true),
+            OpenMode::ReadOnly => &mut options,
+        };
+        let file = options
+            .open(path)
+            .map_err(|source| Error::io(path, "open", source))?;
+        // An exclusive advisory lock keeps a second writer (another process or another Store in
+        // this one) from opening the same data file; readers take a shared lock.
+        let locked = match mode {
+            OpenMode::ReadOnly => file.try_lock_shared(),
+            _ => file.try_lock(),
+        };
+        match locked {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(Error::StoreLocked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(source)) => {
+                return Err(Error::io(path, "lock", source))
+            }
+        }
+        if mode == OpenMode::CreateNew {
+            // Make the new file's directory entry durable, so a synced file cannot vanish.
+            if let Some(parent) = path.parent() {
+                sync_directory(parent)?;
+            }
+        }
+        Ok(Arc::new(FileStorage {
+            file,
+            path: path.to_path_buf(),
+        }))
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn create_dir_all(&self, path: &Path) -> Result<()> {
+        std::fs::create_dir_all(path).map_err(|source| Error::io(path, "create directory", source))
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
+}
+
+fn sync_directory(dir: &Path) -> Result<()> {
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| Error::io(dir, "sync directory", source))
+}
+
+/// A file of the real file system.
+pub struct FileStorage {
+    file: File,
+    path: PathBuf,
+}
+
+impl Storage for FileStorage {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|source| Error::io(&self.path, "read", source))
+    }
+
+    fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.file
+            .write_all_at(data, offset)
+            .map_err(|source| Error::io(&self.path, "write", source))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|source| Error::io(&self.path, "sync", source))
+    }
+
+    fn len(&self) -> Result<u64> {
+        self.file
+            .metadata()
+            .map(|m| m.len())
+            .map_err(|source| Error::io(&self.path, "stat", source))
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.file
+            .set_len(len)
+            .map_err(|source| Error::io(&self.path, "set length", source))
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_write_read_and_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let fs = RealFileSystem;
+        let file = fs.open(&path, OpenMode::CreateNew).unwrap();
+        file.write_at(10, b"hello").unwrap();
+        file.sync().unwrap();
+        assert_eq!(file.len().unwrap(), 15);
+        let mut buf = [0u8; 5];
+        file.read_at(10, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello");
+        // Reading past the end fails instead of returning short data.
+        assert!(file.read_at(12, &mut buf).is_err());
+        // A second writer is refused while the first holds the file.
+        assert!(matches!(
+            fs.open(&path, OpenMode::Existing),
+            Err(Error::StoreLocked { .. })
+        ));
+        assert!(matches!(
+            fs.open(&path, OpenMode::CreateNew),
+            Err(Error::Io { .. })
+        ));
+        drop(file);
+        fs.open(&path, OpenMode::Existing).unwrap();
+    }
+}

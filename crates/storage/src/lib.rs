@@ -1,0 +1,22 @@
+//! The storage layer: every byte Lodestore keeps on disk passes through here.
+//!
+//! - [`fs`]: the [`Storage`] trait (positional read/write, sync, length) and the [`FileSystem`]
+//!   that opens files. All file I/O goes through these two traits so that tests can substitute a
+//!   file system that crashes, tears and corrupts writes.
+//! - [`page`]: the header every page carries (checksum, format version, kind, LSN, number).
+//! - [`superblock`], [`slotted`], [`large`], [`spacemap`]: the layouts of each page kind.
+//! - [`volume`]: one data file of fixed-size pages, read and written whole and checksummed.
+
+pub mod bytes;
+pub mod directory;
+pub mod fs;
+pub mod large;
+pub mod page;
+pub mod slotted;
+pub mod spacemap;
+pub mod superblock;
+pub mod volume;
+
+pub use fs::{FileSystem, OpenMode, RealFileSystem, Storage};
+pub use page::PageKind;
+pub use volume::Volume;

@@ -1,0 +1,471 @@
+//! Slotted pages: small objects behind a table of slots, so objects can move inside their page
+//! (compaction, growth) while their OID (page, slot) stays the same.
+//!
+//! ```text
+//! offset size field                       (after the common 32-byte page header)
+//!     32    2 slot count      slots in the table, the last one always live
+//!     34    2 reserved, 0
+//!     36    4 data start      lowest byte used by records; records fill [data start, page end)
+//!     40    4 free bytes      page size - end of slot table - bytes of live records
+//!     44    4 reserved, 0
+//!     48  2*n slot table      per slot: u16 record offset, 0 = free slot
+//!    ...      gap
+//!             records, each 8-aligned: u32 type id, u32 length | LARGE flag, payload, padding
+//! ```
+//!
+//! A record with the LARGE flag holds a large-object descriptor (see `large`) instead of the
+//! object's bytes. Record payloads start 8-aligned, so typed views of up to 8-byte alignment work.
+
+use crate::bytes::{get_u16, get_u32, put_u16, put_u32};
+use crate::page::{self, PageKind};
+use lodestore_core::{PageId, SlotId, TypeId, VolumeId};
+use std::ops::Range;
+
+const SLOT_COUNT_AT: usize = 32;
+const RESERVED_16_AT: usize = 34;
+const DATA_START_AT: usize = 36;
+const FREE_BYTES_AT: usize = 40;
+const RESERVED_32_AT: usize = 44;
+/// Where the slot table starts.
+pub const SLOT_TABLE_AT: usize = 48;
+/// Bytes of one slot table entry.
+pub const SLOT_BYTES: usize = 2;
+/// Bytes of a record header (type id, length and flags).
+pub const RECORD_HEADER_BYTES: usize = 8;
+/// Set in a record's length word when the payload is a large-object descriptor.
+pub const LARGE_FLAG: u32 = 1 << 31;
+const RECORD_ALIGN: usize = 8;
+
+/// A decoded record header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub type_id: TypeId,
+    /// Payload bytes (for a large object: bytes of its descriptor).
+    pub payload_len: usize,
+    pub large: bool,
+    /// Byte offset of the record header in the page.
+    pub offset: usize,
+}
+
+impl Record {
+    pub fn payload(&self) -> Range<usize> {
+        let start = self.offset + RECORD_HEADER_BYTES;
+        start..start + self.payload_len
+    }
+}
+
+/// Bytes a record with `payload_len` payload bytes occupies.
+pub fn record_bytes(payload_len: usize) -> usize {
+    (RECORD_HEADER_BYTES + payload_len).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+}
+
+/// The largest payload a slotted page of `page_size` can hold (alone, in slot 0).
+pub fn payload_max(page_size: usize) -> usize {
+    let room = page_size - SLOT_TABLE_AT - SLOT_BYTES;
+    room / RECORD_ALIGN * RECORD_ALIGN - RECORD_HEADER_BYTES
+}
+
+/// Formats `page` as an empty slotted page.
+pub fn init(page: &mut [u8], number: PageId, volume: VolumeId) {
+    page::format(page, PageKind::Slotted, number, volume);
+    put_u16(page, SLOT_COUNT_AT, 0);
+    put_u32(page, DATA_START_AT, page.len() as u32);
+    put_u32(page, FREE_BYTES_AT, (page.len() - SLOT_TABLE_AT) as u32);
+}
+
+pub fn slot_count(page: &[u8]) -> usize {
+    get_u16(page, SLOT_COUNT_AT) as usize
+}
+
+pub fn free_bytes(page: &[u8]) -> usize {
+    get_u32(page, FREE_BYTES_AT) as usize
+}
+
+fn data_start(page: &[u8]) -> usize {
+    get_u32(page, DATA_START_AT) as usize
+}
+
+fn slot_offset(page: &[u8], slot: usize) -> usize {
+    get_u16(page, SLOT_TABLE_AT + SLOT_BYTES * slot) as usize
+}
+
+fn set_slot_offset(page: &mut [u8], slot: usize, offset: usize) {
+    debug_assert!(offset <= u16::MAX as usize);
+    put_u16(page, SLOT_TABLE_AT + SLOT_BYTES * slot, offset as u16);
+}
+
+fn slot_table_end(page: &[u8]) -> usize {
+    SLOT_TABLE_AT + SLOT_BYTES * slot_count(page)
+}
+
+/// Reads the record in `slot`, checking it lies inside the page. `None` for a free or
+/// nonexistent slot; `Err` when the slot points somewhere impossible.
+pub fn record(page: &[u8], slot: SlotId) -> Result<Option<Record>, String> {
+    let slot = slot as usize;
+    if slot >= slot_count(page) {
+        return Ok(None);
+    }
+    let offset = slot_offset(page, slot);
+    if offset == 0 {
+        return Ok(None);
+    }
+    if !offset.is_multiple_of(RECORD_ALIGN)
+        || offset < slot_table_end(page)
+        || offset + RECORD_HEADER_BYTES > page.len()
+    {
+        return Err(format!(
+            "slot {slot} points to offset {offset}, outside the record area"
+        ));
+    }
+    let type_id = TypeId(get_u32(page, offset));
+    let length_word = get_u32(page, offset + 4);
+    let payload_len = (length_word & !LARGE_FLAG) as usize;
+    if offset + record_bytes(payload_len) > page.len() {
+        return Err(format!(
+            "slot {slot}: record at offset {offset} with {payload_len} payload bytes runs past the page end"
+        ));
+    }
+    Ok(Some(Record {
+        type_id,
+        payload_len,
+        large: length_word & LARGE_FLAG != 0,
+        offset,
+    }))
+}
+
+/// Can a record of `payload_len` bytes be inserted (after compaction if need be)?
+pub fn can_insert(page: &[u8], payload_len: usize) -> bool {
+    let extra_slot = if first_free_slot(page).is_some() {
+        0
+    } else {
+        SLOT_BYTES
+    };
+    slot_count(page) < u16::MAX as usize
+        && record_bytes(payload_len) + extra_slot <= free_bytes(page)
+}
+
+fn first_free_slot(page: &[u8]) -> Option<usize> {
+    (0..slot_count(page)).find(|&s| slot_offset(page, s) == 0)
+}
+
+/// Inserts a zero-filled record and returns its slot, or `None` when it does not fit.
+pub fn insert(page: &mut [u8], type_id: TypeId, payload_len: usize, large: bool) -> Option<SlotId> {
+    if !can_insert(page, payload_len) {
+        return None;
+    }
+    let reused = first_free_slot(page);
+    let extra_slot = if reused.is_some() { 0 } else { SLOT_BYTES };
+    if data_start(page) < slot_table_end(page) + extra_slot + record_bytes(payload_len) {
+        // Compact before the table grows, so the new slot entry never lands on a record.
+        compact(page);
+    }
+    let slot = match reused {
+        Some(slot) => slot,
+        None => {
+            let slot = slot_count(page);
+            put_u16(page, SLOT_COUNT_AT, (slot + 1) as u16);
+            set_slot_offset(page, slot, 0);
+            let free = free_bytes(page) - SLOT_BYTES;
+            put_u32(page, FREE_BYTES_AT, free as u32);
+            slot
+        }
+    };
+    place(page, slot, type_id, payload_len, large);
+    Some(slot as SlotId)
+}
+
+/// Writes a fresh zeroed record for the (currently free) `slot`, compacting if the gap is short.
+/// The caller has checked that the free bytes suffice.
+fn place(page: &mut [u8], slot: usize, type_id: TypeId, payload_len: usize, large: bool) {
+    let size = record_bytes(payload_len);
+    debug_assert!(size <= free_bytes(page));
+    debug_assert_eq!(slot_offset(page, slot), 0);
+    if data_start(page) < slot_table_end(page) + size {
+        compact(page);
+    }
+    let offset = data_start(page) - size;
+    debug_assert!(offset >= slot_table_end(page));
+    page[offset..offset + size].fill(0);
+    put_u32(page, offset, type_id.0);
+    let flag = if large { LARGE_FLAG } else { 0 };
+    put_u32(page, offset + 4, payload_len as u32 | flag);
+    put_u32(page, DATA_START_AT, offset as u32);
+    set_slot_offset(page, slot, offset);
+    put_u32(page, FREE_BYTES_AT, (free_bytes(page) - size) as u32);
+}
+
+/// Frees `slot`. Returns false if it held no record. Trailing free slots are dropped from the
+/// table so the table never ends in a free slot.
+pub fn remove(page: &mut [u8], slot: SlotId) -> bool {
+    let Ok(Some(rec)) = record(page, slot) else {
+        return false;
+    };
+    let size = record_bytes(rec.payload_len);
+    page[rec.offset..rec.offset + size].fill(0);
+    set_slot_offset(page, slot as usize, 0);
+    let mut free = free_bytes(page) + size;
+    let mut count = slot_count(page);
+    while count > 0 && slot_offset(page, count - 1) == 0 {
+        count -= 1;
+        free += SLOT_BYTES;
+    }
+    put_u16(page, SLOT_COUNT_AT, count as u16);
+    put_u32(page, FREE_BYTES_AT, free as u32);
+    if data_start(page) == rec.offset {
+        // The record was the lowest one: the gap grows back over it.
+        put_u32(page, DATA_START_AT, lowest_record_offset(page) as u32);
+    }
+    true
+}
+
+fn lowest_record_offset(page: &[u8]) -> usize {
+    (0..slot_count(page))
+        .map(|s| slot_offset(page, s))
+        .filter(|&o| o != 0)
+        .min()
+        .unwrap_or(page.len())
+}
+
+/// Changes the payload length of the record in `slot`, keeping its slot, type, flag and the
+/// first `min(old, new)` payload bytes; new bytes are zero. Returns false if it does not fit.
+pub fn resize(page: &mut [u8], slot: SlotId, new_len: usize) -> bool {
+    let Ok(Some(rec)) = record(page, slot) else {
+        return false;
+    };
+    let old_size = record_bytes(rec.payload_len);
+    let new_size = record_bytes(new_len);
+    if new_size > old_size && new_size - old_size > free_bytes(page) {
+        return false;
+    }
+    let kept: Vec<u8> = page[rec.payload()][..rec.payload_len.min(new_len)].to_vec();
+    // Release the old record (without trimming the slot table), then place the new one.
+    page[rec.offset..rec.offset + old_size].fill(0);
+    set_slot_offset(page, slot as usize, 0);
+    put_u32(page, FREE_BYTES_AT, (free_bytes(page) + old_size) as u32);
+    if data_start(page) == rec.offset {
+        put_u32(page, DATA_START_AT, lowest_record_offset(page) as u32);
+    }
+    place(page, slot as usize, rec.type_id, new_len, rec.large);
+    let placed = record(page, slot)
+        .ok()
+        .flatten()
+        .expect("record just placed");
+    page[placed.offset + RECORD_HEADER_BYTES..][..kept.len()].copy_from_slice(&kept);
+    true
+}
+
+/// Packs all records against the end of the page so the gap holds every free byte.
+pub fn compact(page: &mut [u8]) {
+    let mut live: Vec<(usize, usize, usize)> = (0..slot_count(page))
+        .filter_map(|s| {
+            let offset = slot_offset(page, s);
+            (offset != 0).then(|| {
+                let len = (get_u32(page, offset + 4) & !LARGE_FLAG) as usize;
+                (offset, record_bytes(len), s)
+            })
+        })
+        .collect();
+    // Moving the highest record first means every move goes toward the end, never over a
+    // record that has not moved yet.
+    live.sort_unstable_by_key(|&(offset, _, _)| std::cmp::Reverse(offset));
+    let mut end = page.len();
+    for (offset, size, slot) in live {
+        let target = end - size;
+        if target != offset {
+            page.copy_within(offset..offset + size, target);
+        }
+        set_slot_offset(page, slot, target);
+        end = target;
+    }
+    let table_end = slot_table_end(page);
+    page[table_end..end].fill(0);
+    put_u32(page, DATA_START_AT, end as u32);
+    debug_assert_eq!(end - table_end, free_bytes(page));
+}
+
+/// Slots holding records, in slot order.
+pub fn live_slots(page: &[u8]) -> impl Iterator<Item = SlotId> + '_ {
+    (0..slot_count(page))
+        .filter(move |&s| slot_offset(page, s) != 0)
+        .map(|s| s as SlotId)
+}
+
+/// Full structural check of a slotted page whose header already verified: slot table inside
+/// the page, every record aligned and inside the record area, no two records overlapping, the
+/// free-byte count consistent, no trailing free slot.
+pub fn validate(page: &[u8]) -> Result<(), String> {
+    let page_size = page.len();
+    let count = slot_count(page);
+    let table_end = SLOT_TABLE_AT + SLOT_BYTES * count;
+    let start = data_start(page);
+    if get_u16(page, RESERVED_16_AT) != 0 || get_u32(page, RESERVED_32_AT) != 0 {
+        return Err("reserved slotted-header bytes are not zero".into());
+    }
+    if table_end > page_size {
+        return Err(format!(
+            "slot table of {count} slots runs past the page end"
+        ));
+    }
+    if start < table_end || start > page_size || !start.is_multiple_of(RECORD_ALIGN) {
+        return Err(format!(
+            "data start {start} is outside {table_end}..={page_size} or unaligned"
+        ));
+    }
+    if count > 0 && slot_offset(page, count - 1) == 0 {
+        return Err(format!("last slot {} is free", count - 1));
+    }
+    let mut extents = Vec::with_capacity(count);
+    for slot in 0..count {
+        match record(page, slot as SlotId)? {
+            None => {}
+            Some(rec) => {
+                if rec.offset < start {
+                    return Err(format!(
+                        "slot {slot} points to offset {}, below data start {start}",
+                        rec.offset
+                    ));
+                }
+                if rec.type_id == TypeId::ROOT_DIRECTORY && rec.large {
+                    return Err(format!("slot {slot}: root directory marked large"));
+                }
+                extents.push((rec.offset, rec.offset + record_bytes(rec.payload_len), slot));
+            }
+        }
+    }
+    extents.sort_unstable();
+    for pair in extents.windows(2) {
+        if pair[0].1 > pair[1].0 {
+            return Err(format!(
+                "records of slots {} and {} overlap",
+                pair[0].2, pair[1].2
+            ));
+        }
+    }
+    let used: usize = extents.iter().map(|e| e.1 - e.0).sum();
+    let expected_free = page_size - table_end - used;
+    if free_bytes(page) != expected_free {
+        return Err(format!(
+            "free-byte count says {}, records leave {expected_free}",
+            free_bytes(page)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn new_page(size: usize) -> Vec<u8> {
+        let mut page = vec![0u8; size];
+        init(&mut page, PageId(9), 0);
+        page
+    }
+
+    #[test]
+    fn insert_read_remove() {
+        let mut page = new_page(4096);
+        let a = insert(&mut page, TypeId(5), 3, false).unwrap();
+        let b = insert(&mut page, TypeId(6), 100, false).unwrap();
+        assert_eq!((a, b), (0, 1));
+        let rec = record(&page, b).unwrap().unwrap();
+        assert_eq!(rec.type_id, TypeId(6));
+        assert_eq!(rec.payload_len, 100);
+        assert_eq!(rec.payload().start % 8, 0);
+        validate(&page).unwrap();
+        assert!(remove(&mut page, a));
+        assert!(!remove(&mut page, a));
+        assert_eq!(record(&page, a).unwrap(), None);
+        validate(&page).unwrap();
+        assert!(remove(&mut page, b));
+        assert_eq!(slot_count(&page), 0);
+        assert_eq!(free_bytes(&page), 4096 - SLOT_TABLE_AT);
+        validate(&page).unwrap();
+    }
+
+    #[test]
+    fn largest_payload_fits_exactly() {
+        for size in lodestore_core::limits::PAGE_SIZES_SUPPORTED {
+            let mut page = new_page(size);
+            let max = payload_max(size);
+            assert!(!can_insert(&page, max + 1), "page {size}");
+            insert(&mut page, TypeId(1), max, false).unwrap();
+            validate(&page).unwrap();
+        }
+    }
+
+    #[test]
+    fn slot_pointing_outside_is_reported() {
+        let mut page = new_page(4096);
+        insert(&mut page, TypeId(1), 10, false).unwrap();
+        set_slot_offset(&mut page, 0, 4090);
+        assert!(record(&page, 0).is_err());
+        assert!(validate(&page).is_err());
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(usize),
+        Remove(usize),
+        Resize(usize, usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1usize..600).prop_map(Op::Insert),
+            (0usize..64).prop_map(Op::Remove),
+            (0usize..64, 0usize..900).prop_map(|(s, l)| Op::Resize(s, l)),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of inserts, removes and resizes keeps the page valid and every object's
+        /// bytes intact, as a map from slot to bytes says they should be.
+        #[test]
+        fn matches_model(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut page = new_page(4096);
+            let mut model: BTreeMap<SlotId, Vec<u8>> = BTreeMap::new();
+            let mut stamp = 0u8;
+            for op in ops {
+                match op {
+                    Op::Insert(len) => {
+                        if let Some(slot) = insert(&mut page, TypeId(1), len, false) {
+                            prop_assert!(!model.contains_key(&slot));
+                            stamp = stamp.wrapping_add(1);
+                            let rec = record(&page, slot).unwrap().unwrap();
+                            page[rec.payload()].fill(stamp);
+                            model.insert(slot, vec![stamp; len]);
+                        } else {
+                            let extra = if live_slots(&page).count() < slot_count(&page) { 0 } else { SLOT_BYTES };
+                            prop_assert!(record_bytes(len) + extra > free_bytes(&page));
+                        }
+                    }
+                    Op::Remove(i) => {
+                        if let Some(&slot) = model.keys().nth(i % model.len().max(1)) {
+                            prop_assert!(remove(&mut page, slot));
+                            model.remove(&slot);
+                        }
+                    }
+                    Op::Resize(i, len) => {
+                        if let Some(&slot) = model.keys().nth(i % model.len().max(1)) {
+                            if resize(&mut page, slot, len) {
+                                let bytes = model.get_mut(&slot).unwrap();
+                                bytes.resize(len, 0);
+                            }
+                        }
+                    }
+                }
+                validate(&page).map_err(TestCaseError::fail)?;
+                let used: usize = model.values().map(|v| record_bytes(v.len())).sum();
+                prop_assert_eq!(free_bytes(&page), 4096 - SLOT_TABLE_AT - SLOT_BYTES * slot_count(&page) - used);
+                for (slot, bytes) in &model {
+                    let rec = record(&page, *slot).unwrap().unwrap();
+                    prop_assert_eq!(&page[rec.payload()], &bytes[..]);
+                }
+                prop_assert_eq!(live_slots(&page).count(), model.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,397 @@
+//! A volume's data file: fixed-size pages, each written whole and sealed with its checksum,
+//! each verified when read back. Pages 0 and 1 are the superblock copies, page 2 the first space
+//! map, page 3 the named-roots directory; everything after is data.
+
+use crate::directory::{self, DIRECTORY_PAGE};
+use crate::fs::{FileSystem, OpenMode, Storage};
+use crate::page::{self, PageKind};
+use crate::slotted;
+use crate::spacemap::{self, FIRST_MAP_PAGE};
+use crate::superblock::{self, CopyProblem, Superblock, SUPERBLOCK_PAGES};
+use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED, PAGE_SIZE_MIN};
+use lodestore_core::{Error, Lsn, Oid, PageId, Result, TypeId, VolumeId};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Name of the data file of volume 0 inside a store's folder.
+pub const DATA_FILE_NAME: &str = "volume-0.data";
+
+/// Pages every store has from creation on: two superblocks, a space map, the directory.
+pub const INITIAL_PAGE_COUNT: u32 = 4;
+
+/// The most pages one extension of the file adds (bounds the buffer it writes from).
+pub const EXTEND_PAGES_MAX: u32 = 4096;
+
+/// The path of the data file of the store in `dir`.
+pub fn data_file_path(dir: &Path) -> PathBuf {
+    dir.join(DATA_FILE_NAME)
+}
+
+/// One open data file.
+pub struct Volume {
+    storage: Arc<dyn Storage>,
+    page_size: usize,
+    volume_id: VolumeId,
+    /// Pages in the file, committed or not.
+    page_count: AtomicU32,
+    superblock: Mutex<Superblock>,
+    /// Serialises file extension.
+    extend_lock: Mutex<()>,
+    read_only: bool,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("path", &self.path())
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+/// The result of reading both superblock copies, for `check`.
+pub struct SuperblockCopies {
+    pub copies: [Result<Superblock, CopyProblem>; 2],
+}
+
+impl Volume {
+    /// Creates a new store with `page_size` pages in folder `dir`.
+    pub fn create(fs: &dyn FileSystem, dir: &Path, page_size: usize) -> Result<Volume> {
+        if !page_size_is_supported(page_size) {
+            return Err(Error::InvalidArgument(format!(
+                "page size {page_size} is not one of {PAGE_SIZES_SUPPORTED:?}"
+            )));
+        }
+        let path = data_file_path(dir);
+        if fs.exists(&path) {
+            return Err(Error::AlreadyExists {
+                path: dir.to_path_buf(),
+            });
+        }
+        fs.create_dir_all(dir)?;
+        let storage = fs.open(&path, OpenMode::CreateNew)?;
+        let volume_id = 0;
+
+        // Data pages first, then the superblocks: a crash in between leaves a file with no
+        // valid superblock, which open reports, rather than a superblock pointing at nothing.
+        let mut map = vec![0u8; page_size];
+        spacemap::init(&mut map, FIRST_MAP_PAGE, volume_id);
+        let (_, index) = spacemap::locate(DIRECTORY_PAGE, page_size);
+        spacemap::entries_mut(&mut map)[index] = spacemap::ENTRY_UNAVAILABLE;
+        page::seal(&mut map);
+        storage.write_at(FIRST_MAP_PAGE.offset(page_size), &map)?;
+
+        let mut dir_page = vec![0u8; page_size];
+        slotted::init(&mut dir_page, DIRECTORY_PAGE, volume_id);
+        let empty = BTreeMap::new();
+        let len = directory::encoded_len(&empty);
+        let slot = slotted::insert(&mut dir_page, TypeId::ROOT_DIRECTORY, len, false)
+            .expect("an empty page holds an empty directory");
+        let record = slotted::record(&dir_page, slot)
+            .ok()
+            .flatten()
+            .expect("record just inserted");
+        directory::encode(&empty, &mut dir_page[record.payload()]);
+        page::seal(&mut dir_page);
+        storage.write_at(DIRECTORY_PAGE.offset(page_size), &dir_page)?;
+        storage.sync()?;
+
+        let sb = Superblock {
+            page_size,
+            generation: 0,
+            last_lsn: Lsn::ZERO,
+            root_directory: Oid::new(volume_id, DIRECTORY_PAGE, slot),
+            created_unix_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            volume_id,
+            page_count: INITIAL_PAGE_COUNT,
+        };
+        let mut buf = vec![0u8; page_size];
+        for (copy, page) in SUPERBLOCK_PAGES.iter().enumerate() {
+            let mut copy_sb = sb.clone();
+            copy_sb.generation = copy as u64;
+            copy_sb.encode(&mut buf, copy);
+            storage.write_at(page.offset(page_size), &buf)?;
+        }
+        storage.sync()?;
+        let mut current = sb;
+        current.generation = 1;
+        tracing::info!(path = %path.display(), page_size, "created store");
+        Ok(Volume {
+            storage,
+            page_size,
+            volume_id,
+            page_count: AtomicU32::new(INITIAL_PAGE_COUNT),
+            superblock: Mutex::new(current),
+            extend_lock: Mutex::new(()),
+            read_only: false,
+        })
+    }
+
+    /// Opens the store in folder `dir`. `requested_page_size`, when given, must match the
+    /// store's. A writable open drops pages past the last commit (left by a crash).
+    pub fn open(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        requested_page_size: Option<usize>,
+        mode: OpenMode,
+    ) -> Result<Volume> {
+        assert!(mode != OpenMode::CreateNew, "use Volume::create");
+        let path = data_file_path(dir);
+        if !fs.is_dir(dir) || !fs.exists(&path) {
+            return Err(Error::NotAStore {
+                path: dir.to_path_buf(),
+                reason: format!("no data file {DATA_FILE_NAME}"),
+            });
+        }
+        let storage = fs.open(&path, mode)?;
+        let sb = read_superblock(storage.as_ref())?;
+        if let Some(requested) = requested_page_size {
+            if requested != sb.page_size {
+                return Err(Error::PageSizeMismatch {
+                    path: path.clone(),
+                    stored: sb.page_size,
+                    requested,
+                });
+            }
+        }
+        let page_size = sb.page_size;
+        let length = storage.len()?;
+        let committed = u64::from(sb.page_count) * page_size as u64;
+        if sb.page_count < INITIAL_PAGE_COUNT {
+            return Err(Error::CorruptSuperblock {
+                path,
+                reason: format!("page count {} is below the minimum", sb.page_count),
+            });
+        }
+        if length < committed {
+            return Err(Error::CorruptFile {
+                path,
+                reason: format!(
+                    "file has {length} bytes but the superblock records {} pages ({committed} bytes)",
+                    sb.page_count
+                ),
+            });
+        }
+        if length > committed && mode == OpenMode::Existing {
+            tracing::warn!(
+                path = %path.display(),
+                extra_bytes = length - committed,
+                "dropping pages past the last commit"
+            );
+            storage.set_len(committed)?;
+            storage.sync()?;
+        }
+        Ok(Volume {
+            storage,
+            page_size,
+            volume_id: sb.volume_id,
+            page_count: AtomicU32::new(sb.page_count),
+            superblock: Mutex::new(sb),
+            extend_lock: Mutex::new(()),
+            read_only: mode == OpenMode::ReadOnly,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        self.storage.path()
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    pub fn volume_id(&self) -> VolumeId {
+        self.volume_id
+    }
+
+    /// Pages in the file now (including pages not yet committed).
+    pub fn page_count(&self) -> u32 {
+        self.page_count.load(Ordering::Acquire)
+    }
+
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Reads page `id` into `buf` and verifies it; a failure names the file and the page.
+    pub fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<PageKind> {
+        self.read_page_unverified(id, buf)?;
+        page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))
+    }
+
+    /// Reads page `id` without verifying it (for `check`, which reports every problem).
+    pub fn read_page_unverified(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
+        assert_eq!(buf.len(), self.page_size);
+        if id.0 >= self.page_count() {
+            return Err(Error::InvalidArgument(format!(
+                "page {id} is past the end of {} ({} pages)",
+                self.path().display(),
+                self.page_count()
+            )));
+        }
+        self.storage.read_at(id.offset(self.page_size), buf)
+    }
+
+    /// Seals and writes page `id`. The page's header must name `id`.
+    pub fn write_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
+        assert!(!self.read_only, "write to a read-only volume");
+        assert_eq!(buf.len(), self.page_size);
+        assert_eq!(page::number(buf), id, "page header names another page");
+        assert!(id.0 >= INITIAL_PAGE_COUNT || id == FIRST_MAP_PAGE || id == DIRECTORY_PAGE);
+        assert!(id.0 < self.page_count(), "write past the end of the file");
+        page::seal(buf);
+        self.storage.write_at(id.offset(self.page_size), buf)
+    }
+
+    /// Appends `count` pages, formatted free (or as space-map pages where the layout puts one),
+    /// and returns the first new page. Not durable until the next sync.
+    pub fn extend(&self, count: u32) -> Result<PageId> {
+        assert!(!self.read_only, "extend a read-only volume");
+        assert!(count > 0 && count <= EXTEND_PAGES_MAX);
+        let _guard = self.extend_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let first = self.page_count();
+        let end = first.checked_add(count).ok_or_else(|| {
+            Error::InvalidArgument(format!("volume cannot grow past {} pages", u32::MAX))
+        })?;
+        let mut buf = vec![0u8; count as usize * self.page_size];
+        for (i, page) in buf.chunks_exact_mut(self.page_size).enumerate() {
+            let id = PageId(first + i as u32);
+            if spacemap::is_map_page(id, self.page_size) {
+                spacemap::init(page, id, self.volume_id);
+            } else {
+                page::format(page, PageKind::Free, id, self.volume_id);
+            }
+            page::seal(page);
+        }
+        self.storage
+            .write_at(PageId(first).offset(self.page_size), &buf)?;
+        self.page_count.store(end, Ordering::Release);
+        Ok(PageId(first))
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.storage.sync()
+    }
+
+    /// The current superblock.
+    pub fn superblock(&self) -> Superblock {
+        self.superblock
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Applies `change` to the superblock and writes it durably to the copy the new generation
+    /// selects. The other copy keeps the previous state until the next update.
+    pub fn update_superblock(&self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
+        assert!(!self.read_only, "superblock update on a read-only volume");
+        let mut sb = self.superblock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = sb.clone();
+        change(&mut next);
+        next.generation = sb.generation + 1;
+        assert_eq!(next.page_size, self.page_size);
+        let copy = Superblock::copy_for_generation(next.generation);
+        let mut buf = vec![0u8; self.page_size];
+        next.encode(&mut buf, copy);
+        self.storage
+            .write_at(SUPERBLOCK_PAGES[copy].offset(self.page_size), &buf)?;
+        self.storage.sync()?;
+        *sb = next;
+        Ok(())
+    }
+
+    /// Both superblock copies as found on disk, for `check`.
+    pub fn superblock_copies(&self) -> Result<SuperblockCopies> {
+        let mut buf = vec![0u8; self.page_size];
+        let mut read = |copy: usize| -> Result<Result<Superblock, CopyProblem>> {
+            self.storage
+                .read_at(SUPERBLOCK_PAGES[copy].offset(self.page_size), &mut buf)?;
+            Ok(superblock::decode(&buf, copy))
+        };
+        Ok(SuperblockCopies {
+            copies: [read(0)?, read(1)?],
+        })
+    }
+
+    /// Length of the file beyond the committed pages.
+    pub fn uncommitted_tail_bytes(&self) -> Result<u64> {
+        let committed = u64::from(self.superblock().page_count) * self.page_size as u64;
+        Ok(self.storage.len()?.saturating_sub(committed))
+    }
+
+    /// The error for a page that failed verification.
+    pub fn corrupt(&self, id: PageId, reason: impl Into<String>) -> Error {
+        Error::CorruptPage {
+            path: self.path().to_path_buf(),
+            page: id,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Finds the current superblock. The page size is not known before the superblock is read, so
+/// every supported size is tried: copy 0 at offset 0, copy 1 at offset `page_size`. A damaged
+/// page-size field in one copy therefore cannot hide the other copy.
+fn read_superblock(storage: &dyn Storage) -> Result<Superblock> {
+    let path = storage.path().to_path_buf();
+    let length = storage.len()?;
+    if length < PAGE_SIZE_MIN as u64 {
+        return Err(Error::NotAStore {
+            path,
+            reason: format!("data file of {length} bytes is shorter than one page"),
+        });
+    }
+    let mut best: Option<Superblock> = None;
+    let mut saw_magic = false;
+    let mut problems = Vec::new();
+    let mut buf = vec![0u8; *PAGE_SIZES_SUPPORTED.last().unwrap_or(&PAGE_SIZE_MIN)];
+    for page_size in PAGE_SIZES_SUPPORTED {
+        for (copy, superblock_page) in SUPERBLOCK_PAGES.iter().enumerate() {
+            let offset = superblock_page.offset(page_size);
+            if offset + page_size as u64 > length {
+                continue;
+            }
+            let page = &mut buf[..page_size];
+            storage.read_at(offset, page)?;
+            match superblock::decode(page, copy) {
+                Ok(sb) => {
+                    saw_magic = true;
+                    if best.as_ref().is_none_or(|b| sb.generation > b.generation) {
+                        best = Some(sb);
+                    }
+                }
+                Err(CopyProblem::NoMagic) => {}
+                Err(CopyProblem::NewerFormat(found)) => {
+                    return Err(Error::UnsupportedFormat {
+                        path,
+                        structure: "superblock",
+                        found,
+                        supported: superblock::STORE_FORMAT_VERSION,
+                    })
+                }
+                Err(CopyProblem::Invalid(reason)) => {
+                    saw_magic = true;
+                    problems.push(format!(
+                        "page {copy} (copy {copy}) read as a {page_size}-byte page: {reason}"
+                    ));
+                }
+            }
+        }
+    }
+    match best {
+        Some(sb) => Ok(sb),
+        None if !saw_magic => Err(Error::NotAStore {
+            path,
+            reason: "no superblock with the Lodestore magic number".into(),
+        }),
+        None => Err(Error::CorruptSuperblock {
+            path,
+            reason: problems.join("; "),
+        }),
+    }
+}

@@ -201,7 +201,9 @@ impl Checker<'_> {
             let Ok(Some(record)) = slotted::record(buf, slot) else {
                 continue; // validate() accepted every live slot
             };
-            self.report.objects += 1;
+            if !record.type_id.is_reserved() {
+                self.report.objects += 1;
+            }
             let payload = &buf[record.payload()];
             if oid == root_directory {
                 if record.type_id != TypeId::ROOT_DIRECTORY {

@@ -13,5 +13,5 @@ pub mod stats;
 mod txn_table;
 
 pub use interface::{LockMode, PageServer};
-pub use server::{Server, ServerOptions};
+pub use server::{pool_pages, Server, ServerOptions};
 pub use stats::ServerStats;

@@ -28,11 +28,14 @@ const EXTEND_PAGES_MIN: u32 = 64;
 /// How many hinted pages `find_space` tries before it gives up.
 const FIND_SPACE_CANDIDATES_MAX: usize = 16;
 
+/// The fewest frames a buffer pool may have.
+pub const POOL_PAGES_MIN: usize = 4;
+
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Frames of the server buffer pool.
-    pub pool_pages: usize,
+    /// Memory of the server buffer pool, in bytes (whole pages of it are used).
+    pub pool_bytes: usize,
     /// Most bytes of shipped, uncommitted pages the server holds for all transactions.
     pub pending_bytes_max: usize,
 }
@@ -40,7 +43,7 @@ pub struct ServerOptions {
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            pool_pages: 4096,
+            pool_bytes: 64 << 20,
             pending_bytes_max: 256 << 20,
         }
     }
@@ -87,14 +90,10 @@ impl Server {
     }
 
     fn serve(volume: Volume, options: ServerOptions) -> Result<Server> {
-        if options.pool_pages == 0 {
-            return Err(Error::InvalidArgument(
-                "server pool needs at least one page".into(),
-            ));
-        }
+        let pool_pages = pool_pages("server pool", options.pool_bytes, volume.page_size())?;
         let space = SpaceManager::load(&volume)?;
         let next_lsn = volume.superblock().last_lsn.0 + 1;
-        let pool = BufferPool::new(volume.page_size(), options.pool_pages);
+        let pool = BufferPool::new(volume.page_size(), pool_pages);
         Ok(Server {
             volume,
             state: Mutex::new(State {
@@ -445,6 +444,18 @@ impl Server {
         state.stats.syncs += 2;
         Ok(())
     }
+}
+
+/// Pages of `bytes` of pool memory, refusing pools too small to work with.
+pub fn pool_pages(what: &str, bytes: usize, page_size: usize) -> Result<usize> {
+    let pages = bytes / page_size;
+    if pages < POOL_PAGES_MIN {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {bytes} bytes holds {pages} pages of {page_size} bytes; \
+             it needs at least {POOL_PAGES_MIN}"
+        )));
+    }
+    Ok(pages)
 }
 
 /// Structural checks on a page a client shipped.

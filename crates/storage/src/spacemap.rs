@@ -6,7 +6,8 @@
 //! map page: common header, kind area = u32 first covered page, u32 covered count
 //!           byte i of the body: hint for page (first covered + i)
 //!   0        free page (kind free, or not yet in the file)
-//!   1..=254  slotted page with at least (entry - 1) * granule free bytes
+//!   1..=253  slotted page with at least (entry - 1) * granule free bytes
+//!   254      empty slotted page: room for the largest small object
 //!   255      not available for small objects (large data, directory, full page)
 //! ```
 //!
@@ -18,8 +19,9 @@ use lodestore_core::{PageId, VolumeId};
 
 pub const FIRST_MAP_PAGE: PageId = PageId(2);
 pub const ENTRY_FREE: u8 = 0;
+pub const ENTRY_EMPTY_SLOTTED: u8 = 254;
 pub const ENTRY_UNAVAILABLE: u8 = 255;
-const SLOTTED_CLASSES: usize = 253;
+const SLOTTED_CLASSES: usize = 252;
 
 /// Pages one map page describes.
 pub fn entries_per_map(page_size: usize) -> u32 {
@@ -48,15 +50,26 @@ pub fn granule(page_size: usize) -> usize {
 }
 
 /// The entry for a slotted page with `free` free bytes. Rounds down, so the hint never promises
-/// more room than there is.
+/// more room than there is; an empty page gets its own entry so that it is offered even for
+/// the largest small object.
 pub fn entry_for_free_bytes(free: usize, page_size: usize) -> u8 {
+    if free >= empty_slotted_free_bytes(page_size) {
+        return ENTRY_EMPTY_SLOTTED;
+    }
     (1 + (free / granule(page_size)).min(SLOTTED_CLASSES)) as u8
 }
 
 /// The free bytes a slotted-page entry promises at least.
 pub fn free_bytes_at_least(entry: u8, page_size: usize) -> usize {
     debug_assert!(entry != ENTRY_FREE && entry != ENTRY_UNAVAILABLE);
+    if entry == ENTRY_EMPTY_SLOTTED {
+        return empty_slotted_free_bytes(page_size);
+    }
     (entry as usize - 1) * granule(page_size)
+}
+
+fn empty_slotted_free_bytes(page_size: usize) -> usize {
+    page_size - crate::slotted::SLOT_TABLE_AT
 }
 
 /// Formats an empty map page at `number`.
@@ -110,9 +123,14 @@ mod tests {
         for ps in lodestore_core::limits::PAGE_SIZES_SUPPORTED {
             for free in (0..ps).step_by(7) {
                 let entry = entry_for_free_bytes(free, ps);
-                assert!((1..=254).contains(&entry));
+                assert!((1..=ENTRY_EMPTY_SLOTTED).contains(&entry));
                 assert!(free_bytes_at_least(entry, ps) <= free);
             }
+            let empty = ps - crate::slotted::SLOT_TABLE_AT;
+            assert_eq!(entry_for_free_bytes(empty, ps), ENTRY_EMPTY_SLOTTED);
+            assert!(
+                free_bytes_at_least(ENTRY_EMPTY_SLOTTED, ps) >= crate::slotted::payload_max(ps)
+            );
         }
     }
 }

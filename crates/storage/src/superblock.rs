@@ -1,6 +1,6 @@
 //! The superblock: what a store is, kept twice (pages 0 and 1) so that a torn write of one copy
-//! leaves the other intact. Writers alternate copies and bump `generation`; readers take the
-//! valid copy with the highest generation.
+//! leaves the other intact. Every update bumps `generation` and writes copy 0, then copy 1,
+//! each synced; readers take the valid copy with the highest generation.
 //!
 //! ```text
 //! offset size field                       (after the common 32-byte page header)
@@ -74,11 +74,6 @@ impl Superblock {
         put_u32(page, PAGE_COUNT_AT, self.page_count);
         page::set_lsn(page, self.last_lsn);
         page::seal(page);
-    }
-
-    /// The copy a write of this generation goes to: writers alternate.
-    pub fn copy_for_generation(generation: u64) -> usize {
-        (generation % 2) as usize
     }
 }
 

@@ -100,7 +100,7 @@ impl Volume {
 
         let sb = Superblock {
             page_size,
-            generation: 0,
+            generation: 1,
             last_lsn: Lsn::ZERO,
             root_directory: Oid::new(volume_id, DIRECTORY_PAGE, slot),
             created_unix_seconds: std::time::SystemTime::now()
@@ -110,16 +110,8 @@ impl Volume {
             volume_id,
             page_count: INITIAL_PAGE_COUNT,
         };
-        let mut buf = vec![0u8; page_size];
-        for (copy, page) in SUPERBLOCK_PAGES.iter().enumerate() {
-            let mut copy_sb = sb.clone();
-            copy_sb.generation = copy as u64;
-            copy_sb.encode(&mut buf, copy);
-            storage.write_at(page.offset(page_size), &buf)?;
-        }
-        storage.sync()?;
-        let mut current = sb;
-        current.generation = 1;
+        write_superblock_copies(storage.as_ref(), &sb)?;
+        let current = sb;
         tracing::info!(path = %path.display(), page_size, "created store");
         Ok(Volume {
             storage,
@@ -218,10 +210,19 @@ impl Volume {
         &self.storage
     }
 
-    /// Reads page `id` into `buf` and verifies it; a failure names the file and the page.
+    /// Reads page `id` into `buf` and verifies it: checksum and header, then the structure of
+    /// its kind. A failure names the file and the page.
     pub fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<PageKind> {
         self.read_page_unverified(id, buf)?;
-        page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))
+        let kind =
+            page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))?;
+        let structure = match kind {
+            PageKind::Slotted => slotted::validate(buf),
+            PageKind::SpaceMap => spacemap::validate(buf, id),
+            PageKind::Free | PageKind::LargeData | PageKind::Superblock => Ok(()),
+        };
+        structure.map_err(|reason| self.corrupt(id, reason))?;
+        Ok(kind)
     }
 
     /// Reads page `id` without verifying it (for `check`, which reports every problem).
@@ -286,8 +287,10 @@ impl Volume {
             .clone()
     }
 
-    /// Applies `change` to the superblock and writes it durably to the copy the new generation
-    /// selects. The other copy keeps the previous state until the next update.
+    /// Applies `change` to the superblock and writes it durably to both copies, one after the
+    /// other, each synced before the next is written. A crash tears at most one copy, and the
+    /// other then holds either the new state or the one before this update; damage to one copy
+    /// later never rolls the store back, because the other holds the same generation.
     pub fn update_superblock(&self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
         assert!(!self.read_only, "superblock update on a read-only volume");
         let mut sb = self.superblock.lock().unwrap_or_else(|e| e.into_inner());
@@ -295,12 +298,7 @@ impl Volume {
         change(&mut next);
         next.generation = sb.generation + 1;
         assert_eq!(next.page_size, self.page_size);
-        let copy = Superblock::copy_for_generation(next.generation);
-        let mut buf = vec![0u8; self.page_size];
-        next.encode(&mut buf, copy);
-        self.storage
-            .write_at(SUPERBLOCK_PAGES[copy].offset(self.page_size), &buf)?;
-        self.storage.sync()?;
+        write_superblock_copies(self.storage.as_ref(), &next)?;
         *sb = next;
         Ok(())
     }
@@ -334,6 +332,17 @@ impl Volume {
     }
 }
 
+/// Writes `sb` to copy 0, syncs, then to copy 1, and syncs.
+fn write_superblock_copies(storage: &dyn Storage, sb: &Superblock) -> Result<()> {
+    let mut buf = vec![0u8; sb.page_size];
+    for (copy, page) in SUPERBLOCK_PAGES.iter().enumerate() {
+        sb.encode(&mut buf, copy);
+        storage.write_at(page.offset(sb.page_size), &buf)?;
+        storage.sync()?;
+    }
+    Ok(())
+}
+
 /// Finds the current superblock. The page size is not known before the superblock is read, so
 /// every supported size is tried: copy 0 at offset 0, copy 1 at offset `page_size`. A damaged
 /// page-size field in one copy therefore cannot hide the other copy.
@@ -348,6 +357,7 @@ fn read_superblock(storage: &dyn Storage) -> Result<Superblock> {
     }
     let mut best: Option<Superblock> = None;
     let mut saw_magic = false;
+    let mut newer_format: Option<u32> = None;
     let mut problems = Vec::new();
     let mut buf = vec![0u8; *PAGE_SIZES_SUPPORTED.last().unwrap_or(&PAGE_SIZE_MIN)];
     for page_size in PAGE_SIZES_SUPPORTED {
@@ -367,12 +377,11 @@ fn read_superblock(storage: &dyn Storage) -> Result<Superblock> {
                 }
                 Err(CopyProblem::NoMagic) => {}
                 Err(CopyProblem::NewerFormat(found)) => {
-                    return Err(Error::UnsupportedFormat {
-                        path,
-                        structure: "superblock",
-                        found,
-                        supported: superblock::STORE_FORMAT_VERSION,
-                    })
+                    // Only final if no copy is readable: one damaged version field must not
+                    // make a sound store unopenable.
+                    saw_magic = true;
+                    newer_format = Some(found);
+                    problems.push(format!("page {copy} (copy {copy}): format version {found}"));
                 }
                 Err(CopyProblem::Invalid(reason)) => {
                     saw_magic = true;
@@ -385,6 +394,12 @@ fn read_superblock(storage: &dyn Storage) -> Result<Superblock> {
     }
     match best {
         Some(sb) => Ok(sb),
+        None if newer_format.is_some() => Err(Error::UnsupportedFormat {
+            path,
+            structure: "superblock",
+            found: newer_format.unwrap_or_default(),
+            supported: superblock::STORE_FORMAT_VERSION,
+        }),
         None if !saw_magic => Err(Error::NotAStore {
             path,
             reason: "no superblock with the Lodestore magic number".into(),

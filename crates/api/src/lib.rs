@@ -1,0 +1,42 @@
+//! Lodestore: applications keep a graph of typed objects on disk, read and update them in place
+//! inside transactions, and find them again by named roots.
+//!
+//! ```
+//! use lodestore::{Options, Persistent, Store};
+//!
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Counter {
+//!     value: u64,
+//! }
+//! impl Persistent for Counter {
+//!     const TYPE_ID: u32 = 1;
+//! }
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = Store::create(dir.path().join("store"), Options::new())?;
+//! let mut session = store.session()?;
+//! let mut txn = session.begin()?;
+//! let counter = txn.alloc(&Counter { value: 0 })?;
+//! txn.get_mut(counter)?.value += 1;
+//! txn.set_root("counter", counter)?;
+//! txn.commit()?;
+//! # Ok::<(), lodestore::Error>(())
+//! ```
+
+mod object;
+mod offline;
+mod options;
+mod store;
+mod transaction;
+
+pub use lodestore_client::ObjectInfo;
+pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
+pub use lodestore_server::check::{CheckReport, Problem};
+pub use lodestore_server::inspect::{StoreInfo, StoredObject};
+pub use lodestore_storage::{FileSystem, RealFileSystem, Storage};
+pub use object::{Oid, Persistent};
+pub use offline::{check, info, objects, roots};
+pub use options::Options;
+pub use store::{Session, Store};
+pub use transaction::Transaction;

@@ -1,0 +1,95 @@
+//! Settings for opening or creating a store, as a builder.
+
+use lodestore_core::limits::PAGE_SIZE_DEFAULT;
+use lodestore_server::ServerOptions;
+use lodestore_storage::{FileSystem, RealFileSystem};
+use std::sync::Arc;
+
+/// How to open or create a store. Start from `Options::new()` and change what you need:
+///
+/// ```
+/// let options = lodestore::Options::new()
+///     .page_size(16 * 1024)
+///     .client_cache_bytes(32 << 20)
+///     .server_pool_bytes(64 << 20);
+/// ```
+#[derive(Clone)]
+pub struct Options {
+    pub(crate) page_size: Option<usize>,
+    pub(crate) client_cache_bytes: usize,
+    pub(crate) server_pool_bytes: usize,
+    pub(crate) pending_bytes_max: usize,
+    pub(crate) file_system: Arc<dyn FileSystem>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            page_size: None,
+            client_cache_bytes: 64 << 20,
+            server_pool_bytes: 64 << 20,
+            pending_bytes_max: 256 << 20,
+            file_system: Arc::new(RealFileSystem),
+        }
+    }
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("page_size", &self.page_size)
+            .field("client_cache_bytes", &self.client_cache_bytes)
+            .field("server_pool_bytes", &self.server_pool_bytes)
+            .field("pending_bytes_max", &self.pending_bytes_max)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Options {
+    pub fn new() -> Options {
+        Options::default()
+    }
+
+    /// Page size in bytes: 4, 8 (default), 16, 32 or 64 KiB. Fixed when the store is created;
+    /// when opening, a size given here must match the store's.
+    pub fn page_size(mut self, bytes: usize) -> Options {
+        self.page_size = Some(bytes);
+        self
+    }
+
+    /// Memory of each session's client cache (default 64 MiB).
+    pub fn client_cache_bytes(mut self, bytes: usize) -> Options {
+        self.client_cache_bytes = bytes;
+        self
+    }
+
+    /// Memory of the server's buffer pool (default 64 MiB).
+    pub fn server_pool_bytes(mut self, bytes: usize) -> Options {
+        self.server_pool_bytes = bytes;
+        self
+    }
+
+    /// Most bytes of changed pages the server holds for uncommitted transactions (default
+    /// 256 MiB). A transaction that changes more fails with `Error::TransactionTooLarge`.
+    pub fn pending_bytes_max(mut self, bytes: usize) -> Options {
+        self.pending_bytes_max = bytes;
+        self
+    }
+
+    /// The file system all I/O goes through (default: the operating system's).
+    pub fn file_system(mut self, file_system: Arc<dyn FileSystem>) -> Options {
+        self.file_system = file_system;
+        self
+    }
+
+    pub(crate) fn page_size_or_default(&self) -> usize {
+        self.page_size.unwrap_or(PAGE_SIZE_DEFAULT)
+    }
+
+    pub(crate) fn server_options(&self) -> ServerOptions {
+        ServerOptions {
+            pool_bytes: self.server_pool_bytes,
+            pending_bytes_max: self.pending_bytes_max,
+        }
+    }
+}

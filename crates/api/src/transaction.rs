@@ -1,0 +1,194 @@
+//! A transaction: typed and untyped object access, allocation, named roots, commit and abort.
+
+use crate::object::{Oid, Persistent};
+use lodestore_client::{ClientSession, ObjectInfo};
+use lodestore_core::{Error, Lsn, Oid as RawOid, Result, TypeId};
+use std::collections::BTreeMap;
+
+/// The largest alignment objects guarantee (record payloads start 8-aligned).
+const OBJECT_ALIGN_MAX: usize = 8;
+
+/// A unit of work. Reads see the transaction's own writes; `abort` (or dropping it) discards
+/// them. References returned by `get` and `get_mut` live until the next call on the
+/// transaction.
+pub struct Transaction<'s> {
+    client: &'s mut ClientSession,
+    finished: bool,
+}
+
+impl<'s> Transaction<'s> {
+    pub(crate) fn new(client: &'s mut ClientSession) -> Transaction<'s> {
+        Transaction {
+            client,
+            finished: false,
+        }
+    }
+
+    /// Stores a copy of `value` as a new object.
+    pub fn alloc<T: Persistent>(&mut self, value: &T) -> Result<Oid<T>> {
+        let raw = self
+            .client
+            .alloc(TypeId(T::TYPE_ID), size_of::<T>() as u64)?;
+        self.client
+            .object_bytes_mut(raw, None)?
+            .copy_from_slice(bytemuck::bytes_of(value));
+        Ok(Oid::from_raw(raw))
+    }
+
+    /// Stores `bytes` as a new object of `type_id`; any length up to 1 GiB (objects larger
+    /// than a page are stored as large objects).
+    pub fn alloc_bytes(&mut self, type_id: u32, bytes: &[u8]) -> Result<RawOid> {
+        let raw = self.client.alloc(TypeId(type_id), bytes.len() as u64)?;
+        self.client.write_at(raw, 0, bytes)?;
+        Ok(raw)
+    }
+
+    /// A new zero-filled object of `len` bytes.
+    pub fn alloc_zeroed(&mut self, type_id: u32, len: u64) -> Result<RawOid> {
+        self.client.alloc(TypeId(type_id), len)
+    }
+
+    /// The object `oid`, read in place.
+    pub fn get<T: Persistent>(&mut self, oid: Oid<T>) -> Result<&T> {
+        check_alignment::<T>(oid.raw())?;
+        let bytes = self
+            .client
+            .object_bytes(oid.raw(), Some((TypeId(T::TYPE_ID), size_of::<T>())))?;
+        bytemuck::try_from_bytes(bytes).map_err(|_| Error::Misaligned {
+            oid: oid.raw(),
+            align: align_of::<T>(),
+        })
+    }
+
+    /// The object `oid`, updated in place.
+    pub fn get_mut<T: Persistent>(&mut self, oid: Oid<T>) -> Result<&mut T> {
+        check_alignment::<T>(oid.raw())?;
+        let bytes = self
+            .client
+            .object_bytes_mut(oid.raw(), Some((TypeId(T::TYPE_ID), size_of::<T>())))?;
+        bytemuck::try_from_bytes_mut(bytes).map_err(|_| Error::Misaligned {
+            oid: oid.raw(),
+            align: align_of::<T>(),
+        })
+    }
+
+    /// A copy of the object `oid`.
+    pub fn read<T: Persistent>(&mut self, oid: Oid<T>) -> Result<T> {
+        self.get(oid).copied()
+    }
+
+    /// Replaces the object `oid` with `value`.
+    pub fn write<T: Persistent>(&mut self, oid: Oid<T>, value: &T) -> Result<()> {
+        *self.get_mut(oid)? = *value;
+        Ok(())
+    }
+
+    /// Type, length and representation of any object.
+    pub fn info(&mut self, oid: impl Into<RawOid>) -> Result<ObjectInfo> {
+        self.client.object_info(oid.into())
+    }
+
+    /// The bytes of a small object, in place.
+    pub fn bytes(&mut self, oid: impl Into<RawOid>) -> Result<&[u8]> {
+        self.client.object_bytes(oid.into(), None)
+    }
+
+    /// The bytes of a small object, for updating in place.
+    pub fn bytes_mut(&mut self, oid: impl Into<RawOid>) -> Result<&mut [u8]> {
+        self.client.object_bytes_mut(oid.into(), None)
+    }
+
+    /// Copies bytes of any object, small or large, starting at `offset`.
+    pub fn read_at(&mut self, oid: impl Into<RawOid>, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.client.read_at(oid.into(), offset, buf)
+    }
+
+    /// All bytes of any object.
+    pub fn read_all(&mut self, oid: impl Into<RawOid>) -> Result<Vec<u8>> {
+        let oid = oid.into();
+        let len = self.client.object_info(oid)?.len;
+        let mut buf = vec![0u8; len as usize];
+        self.client.read_at(oid, 0, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Overwrites bytes of any object starting at `offset`; the length does not change.
+    pub fn write_at(&mut self, oid: impl Into<RawOid>, offset: u64, data: &[u8]) -> Result<()> {
+        self.client.write_at(oid.into(), offset, data)
+    }
+
+    /// Changes the length of a small object; it must still fit on its page.
+    pub fn resize(&mut self, oid: impl Into<RawOid>, len: u64) -> Result<()> {
+        self.client.resize(oid.into(), len)
+    }
+
+    /// Deletes an object.
+    pub fn free(&mut self, oid: impl Into<RawOid>) -> Result<()> {
+        self.client.free(oid.into())
+    }
+
+    /// The object the root `name` names, if any.
+    pub fn root(&mut self, name: &str) -> Result<Option<RawOid>> {
+        Ok(self.client.roots()?.get(name).copied())
+    }
+
+    /// The root `name` as a typed reference; an error if it is missing.
+    pub fn root_typed<T: Persistent>(&mut self, name: &str) -> Result<Oid<T>> {
+        self.root(name)?
+            .map(Oid::from_raw)
+            .ok_or_else(|| Error::RootNotFound {
+                name: name.to_string(),
+            })
+    }
+
+    /// Names `oid` as root `name`, replacing an earlier root of that name.
+    pub fn set_root(&mut self, name: &str, oid: impl Into<RawOid>) -> Result<()> {
+        self.client.set_root(name, Some(oid.into()))
+    }
+
+    /// Removes the root `name`; false if there was none.
+    pub fn remove_root(&mut self, name: &str) -> Result<bool> {
+        let existed = self.client.roots()?.contains_key(name);
+        if existed {
+            self.client.set_root(name, None)?;
+        }
+        Ok(existed)
+    }
+
+    /// Every named root.
+    pub fn roots(&mut self) -> Result<BTreeMap<String, RawOid>> {
+        self.client.roots()
+    }
+
+    /// Makes the transaction's changes permanent.
+    pub fn commit(mut self) -> Result<Lsn> {
+        self.finished = true;
+        self.client.commit()
+    }
+
+    /// Discards the transaction's changes.
+    pub fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        self.client.abort()
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.client.abort() {
+                tracing::warn!(error = %e, "abort of a dropped transaction failed");
+            }
+        }
+    }
+}
+
+fn check_alignment<T>(oid: RawOid) -> Result<()> {
+    if align_of::<T>() > OBJECT_ALIGN_MAX {
+        return Err(Error::Misaligned {
+            oid,
+            align: align_of::<T>(),
+        });
+    }
+    Ok(())
+}

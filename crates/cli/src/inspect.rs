@@ -1,0 +1,117 @@
+//! `init`, `info`, `check` and `dump`.
+
+use lodestore::{Options, RealFileSystem, Result, Store, StoredObject};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn init(path: &Path, page_size: usize) -> Result<ExitCode> {
+    let store = Store::create(path, Options::new().page_size(page_size))?;
+    println!(
+        "created store {} with {}-byte pages",
+        store.path().display(),
+        store.page_size()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
+    let info = lodestore::info(&RealFileSystem, path)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&info).expect("info serialises")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("store          {}", info.path);
+    println!("format version {}", info.format_version);
+    println!("page size      {} bytes", info.page_size);
+    println!("pages          {}", info.pages);
+    for (kind, count) in &info.pages_by_kind {
+        println!("  {kind:<12} {count}");
+    }
+    println!(
+        "objects        {} ({} large), {} bytes",
+        info.objects, info.large_objects, info.object_bytes
+    );
+    println!("free space     {} bytes", info.free_bytes);
+    println!("named roots    {}", info.roots);
+    println!("last LSN       {}", info.last_lsn);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn check(path: &Path) -> Result<ExitCode> {
+    let report = lodestore::check(&RealFileSystem, path)?;
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    for problem in &report.problems {
+        println!("problem: {}", problem.message);
+    }
+    println!(
+        "{}: {} pages, {} objects checked; {} problems",
+        report.path,
+        report.pages_checked,
+        report.objects,
+        report.problems.len()
+    );
+    Ok(if report.is_sound() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+pub fn dump(path: &Path, json: bool) -> Result<ExitCode> {
+    let roots = lodestore::roots(&RealFileSystem, path)?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let io = |e: std::io::Error| lodestore::Error::io("standard output", "write", e);
+    if json {
+        let roots: serde_json::Map<String, serde_json::Value> = roots
+            .iter()
+            .map(|(name, oid)| (name.clone(), oid.0.into()))
+            .collect();
+        write!(
+            out,
+            "{{\"roots\":{},\"objects\":[",
+            serde_json::Value::Object(roots)
+        )
+        .map_err(io)?;
+        let mut first = true;
+        lodestore::objects(&RealFileSystem, path, |object| {
+            let separator = if first { "" } else { "," };
+            first = false;
+            writeln!(out, "{separator}{}", object_json(&object)).map_err(io)
+        })?;
+        writeln!(out, "]}}").map_err(io)?;
+    } else {
+        for (name, oid) in &roots {
+            writeln!(out, "root {name} {}", oid.0).map_err(io)?;
+        }
+        lodestore::objects(&RealFileSystem, path, |object| {
+            writeln!(
+                out,
+                "object {} type {} length {} {}",
+                object.oid.0,
+                object.type_id.0,
+                object.bytes.len(),
+                hex::encode(&object.bytes)
+            )
+            .map_err(io)
+        })?;
+    }
+    out.flush().map_err(io)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn object_json(object: &StoredObject) -> serde_json::Value {
+    serde_json::json!({
+        "oid": object.oid.0,
+        "type_id": object.type_id.0,
+        "length": object.bytes.len(),
+        "large": object.large,
+        "bytes": hex::encode(&object.bytes),
+    })
+}

@@ -1,0 +1,755 @@
+//! A client session: one client cache and at most one active transaction at a time, running
+//! object operations against cached page frames.
+//!
+//! The page protocol follows QuickStore section 3.1 (ESM's page shipping): every page is locked
+//! at the server before its first use in a transaction (shared to read, exclusive to write), and
+//! the lock reply carries the page's committed LSN; a cached copy with the same LSN is current
+//! and is used without another transfer. Dirty pages leave the cache on eviction (shipped to the
+//! server, which keeps them for this transaction) and at commit.
+//!
+//! Frame indices are never held across a call that may bring in another page: any page access
+//! may evict any frame.
+
+use crate::cache::ClientCache;
+use lodestore_core::frames::FrameId;
+use lodestore_core::limits::OBJECT_BYTES_MAX;
+use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
+use lodestore_server::{LockMode, PageServer};
+use lodestore_storage::large::{self, Descriptor};
+use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
+use lodestore_storage::{directory, slotted};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// Pages a transaction keeps open for placing new small objects.
+const ALLOCATION_WINDOW_PAGES: usize = 4;
+/// Hinted pages tried before a fresh page is allocated.
+const FIND_SPACE_ATTEMPTS_MAX: usize = 4;
+/// Dirty pages shipped in one call at commit.
+const SHIP_BATCH_PAGES: usize = 64;
+
+/// Size and kind of a stored object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub type_id: TypeId,
+    pub len: u64,
+    pub large: bool,
+}
+
+/// Counters of one session.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientStats {
+    pub lock_requests: u64,
+    pub pages_fetched: u64,
+    pub pages_shipped: u64,
+    pub evictions: u64,
+    pub cache_revalidations: u64,
+    pub commits: u64,
+    pub aborts: u64,
+}
+
+struct ActiveTxn {
+    id: TxnId,
+    locks: HashMap<PageId, LockMode>,
+    /// Pages changed in the cache and not shipped since.
+    dirty: BTreeSet<PageId>,
+    /// Recently used pages with room for new objects, most recent last.
+    allocation_window: Vec<PageId>,
+    /// Set when an operation failed half way; the transaction can then only abort.
+    poisoned: Option<String>,
+}
+
+pub struct ClientSession {
+    server: Arc<dyn PageServer>,
+    cache: ClientCache,
+    page_size: usize,
+    volume: VolumeId,
+    txn: Option<ActiveTxn>,
+    stats: ClientStats,
+}
+
+impl ClientSession {
+    pub fn new(server: Arc<dyn PageServer>, cache_pages: usize) -> Result<ClientSession> {
+        let page_size = server.page_size();
+        Ok(ClientSession {
+            cache: ClientCache::new(page_size, cache_pages)?,
+            volume: server.volume_id(),
+            server,
+            page_size,
+            txn: None,
+            stats: ClientStats::default(),
+        })
+    }
+
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        self.stats
+    }
+
+    pub fn cache(&self) -> &ClientCache {
+        &self.cache
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.txn.is_some()
+    }
+
+    /// Starts a transaction. A session runs one at a time.
+    pub fn begin(&mut self) -> Result<TxnId> {
+        if self.txn.is_some() {
+            return Err(Error::InvalidArgument(
+                "a transaction is already active in this session".into(),
+            ));
+        }
+        let id = self.server.begin()?;
+        self.txn = Some(ActiveTxn {
+            id,
+            locks: HashMap::new(),
+            dirty: BTreeSet::new(),
+            allocation_window: Vec::new(),
+            poisoned: None,
+        });
+        Ok(id)
+    }
+
+    fn active(&mut self) -> Result<&mut ActiveTxn> {
+        let txn = self
+            .txn
+            .as_mut()
+            .ok_or_else(|| Error::TransactionInactive {
+                reason: "no transaction is active".into(),
+            })?;
+        if let Some(reason) = &txn.poisoned {
+            return Err(Error::TransactionInactive {
+                reason: reason.clone(),
+            });
+        }
+        Ok(txn)
+    }
+
+    /// Ships every dirty page and commits. The cache keeps the pages, now current.
+    pub fn commit(&mut self) -> Result<Lsn> {
+        let poisoned = self.txn.as_ref().and_then(|t| t.poisoned.clone());
+        if let Some(reason) = poisoned {
+            self.abort()?;
+            return Err(Error::TransactionInactive { reason });
+        }
+        let id = self.active()?.id;
+        let dirty: Vec<PageId> = self.active()?.dirty.iter().copied().collect();
+        if let Err(e) = self.ship(id, &dirty) {
+            self.abort()?;
+            return Err(e);
+        }
+        match self.server.commit(id) {
+            Ok(lsn) => {
+                for page in dirty {
+                    if let Some(frame) = self.cache.lookup(page) {
+                        page::set_lsn(self.cache.frame_mut(frame), lsn);
+                        self.cache.state_mut(frame).dirty = false;
+                    }
+                }
+                self.txn = None;
+                self.stats.commits += 1;
+                Ok(lsn)
+            }
+            Err(e) => {
+                self.forget_transaction_pages();
+                self.txn = None;
+                Err(e)
+            }
+        }
+    }
+
+    fn ship(&mut self, id: TxnId, pages: &[PageId]) -> Result<()> {
+        for batch in pages.chunks(SHIP_BATCH_PAGES) {
+            let mut images: Vec<(PageId, &[u8])> = Vec::with_capacity(batch.len());
+            for &page in batch {
+                let frame = self.cache.peek(page).ok_or_else(|| {
+                    Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
+                })?;
+                images.push((page, self.cache.frame(frame)));
+            }
+            self.server.ship_dirty_pages(id, &images)?;
+            self.stats.pages_shipped += batch.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Aborts: the server forgets the transaction, the cache forgets every page it wrote.
+    pub fn abort(&mut self) -> Result<()> {
+        let Some(txn) = self.txn.as_ref() else {
+            return Ok(());
+        };
+        let result = self.server.abort(txn.id);
+        self.forget_transaction_pages();
+        self.txn = None;
+        self.stats.aborts += 1;
+        result
+    }
+
+    fn forget_transaction_pages(&mut self) {
+        if let Some(txn) = self.txn.as_ref() {
+            let written: Vec<PageId> = txn
+                .locks
+                .iter()
+                .filter(|(_, mode)| **mode == LockMode::Exclusive)
+                .map(|(page, _)| *page)
+                .collect();
+            for page in written {
+                self.cache.drop_page(page);
+            }
+        }
+    }
+
+    // ---- pages -------------------------------------------------------------------------
+
+    /// The frame of `page`, locked in `mode` and current for this transaction. Exclusive access
+    /// marks the page dirty.
+    fn page(&mut self, page: PageId, mode: LockMode) -> Result<FrameId> {
+        let txn = self.active()?;
+        let id = txn.id;
+        let held = txn.locks.get(&page).copied();
+        let frame = if held.is_some_and(|h| h >= mode) {
+            match self.cache.lookup(page) {
+                Some(frame) => frame,
+                None => self.bring_in(id, page, true)?,
+            }
+        } else {
+            self.stats.lock_requests += 1;
+            let committed_lsn = self.server.lock_page(id, page, mode)?;
+            self.active()?.locks.insert(page, mode);
+            self.current_frame(id, page, held.is_some(), committed_lsn)?
+        };
+        if mode == LockMode::Exclusive {
+            self.mark_dirty(page, frame)?;
+        }
+        Ok(frame)
+    }
+
+    /// After a lock was granted: the cached frame if it is current, else a fresh copy.
+    fn current_frame(
+        &mut self,
+        id: TxnId,
+        page: PageId,
+        held_before: bool,
+        committed_lsn: Lsn,
+    ) -> Result<FrameId> {
+        let Some(frame) = self.cache.lookup(page) else {
+            return self.bring_in(id, page, true);
+        };
+        let state = self.cache.state(frame);
+        let current = held_before
+            || state.validated_in == Some(id)
+            || (!state.dirty && page::lsn(self.cache.frame(frame)) == committed_lsn);
+        if !current {
+            self.stats.cache_revalidations += 1;
+            let fetched = self
+                .server
+                .fetch_page(id, page, self.cache.frame_mut(frame));
+            if let Err(e) = fetched {
+                self.cache.drop_page(page);
+                return Err(e);
+            }
+            self.stats.pages_fetched += 1;
+        }
+        self.cache.state_mut(frame).validated_in = Some(id);
+        Ok(frame)
+    }
+
+    /// Gives `page` a frame, shipping the evicted page if it was dirty, and fetches it.
+    fn bring_in(&mut self, id: TxnId, page: PageId, fetch: bool) -> Result<FrameId> {
+        let (frame, evicted) = self.cache.assign(page)?;
+        if let Some(evicted) = evicted {
+            self.stats.evictions += 1;
+            if evicted.dirty {
+                let shipped = self
+                    .server
+                    .ship_dirty_pages(id, &[(evicted.page, self.cache.frame(frame))]);
+                if let Err(e) = shipped {
+                    self.cache.drop_page(page);
+                    let txn = self.active()?;
+                    txn.poisoned = Some(format!(
+                        "shipping evicted page {} failed: {e}",
+                        evicted.page
+                    ));
+                    return Err(e);
+                }
+                self.stats.pages_shipped += 1;
+                self.active()?.dirty.remove(&evicted.page);
+            }
+        }
+        if fetch {
+            if let Err(e) = self
+                .server
+                .fetch_page(id, page, self.cache.frame_mut(frame))
+            {
+                self.cache.drop_page(page);
+                return Err(e);
+            }
+            self.stats.pages_fetched += 1;
+        }
+        self.cache.state_mut(frame).validated_in = Some(id);
+        Ok(frame)
+    }
+
+    fn mark_dirty(&mut self, page: PageId, frame: FrameId) -> Result<()> {
+        self.cache.state_mut(frame).dirty = true;
+        self.active()?.dirty.insert(page);
+        Ok(())
+    }
+
+    /// A frame for a page just allocated to this transaction, formatted by `format`.
+    fn new_page(&mut self, page: PageId, format: impl FnOnce(&mut [u8])) -> Result<FrameId> {
+        let id = {
+            let txn = self.active()?;
+            txn.locks.insert(page, LockMode::Exclusive);
+            txn.id
+        };
+        if self.cache.lookup(page).is_some() {
+            // A stale copy from before the page was freed; the new contents replace it.
+            self.cache.drop_page(page);
+        }
+        let frame = self.bring_in(id, page, false)?;
+        format(self.cache.frame_mut(frame));
+        self.mark_dirty(page, frame)?;
+        Ok(frame)
+    }
+
+    // ---- objects -----------------------------------------------------------------------
+
+    /// The frame and record of `oid`, locked in `mode`.
+    fn record(&mut self, oid: Oid, mode: LockMode) -> Result<(FrameId, slotted::Record)> {
+        if oid.is_null() || oid.volume() != self.volume {
+            return Err(Error::ObjectNotFound { oid });
+        }
+        let frame = match self.page(oid.page(), mode) {
+            Err(Error::NoSuchPage { .. }) => return Err(Error::ObjectNotFound { oid }),
+            other => other?,
+        };
+        let bytes = self.cache.frame(frame);
+        if page::kind(bytes) != Some(PageKind::Slotted) {
+            return Err(Error::ObjectNotFound { oid });
+        }
+        let record = slotted::record(bytes, oid.slot())
+            .map_err(|reason| self.corrupt(oid.page(), reason))?
+            .ok_or(Error::ObjectNotFound { oid })?;
+        Ok((frame, record))
+    }
+
+    fn corrupt(&self, page: PageId, reason: impl Into<String>) -> Error {
+        Error::CorruptPage {
+            path: "client cache".into(),
+            page,
+            reason: reason.into(),
+        }
+    }
+
+    /// Type, length and representation of `oid`.
+    pub fn object_info(&mut self, oid: Oid) -> Result<ObjectInfo> {
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        let len = if record.large {
+            self.descriptor(oid, frame, &record)?.length
+        } else {
+            record.payload_len as u64
+        };
+        Ok(ObjectInfo {
+            type_id: record.type_id,
+            len,
+            large: record.large,
+        })
+    }
+
+    fn descriptor(&self, oid: Oid, frame: FrameId, record: &slotted::Record) -> Result<Descriptor> {
+        Descriptor::decode(&self.cache.frame(frame)[record.payload()], self.page_size)
+            .map_err(|reason| self.corrupt(oid.page(), format!("object {oid}: {reason}")))
+    }
+
+    /// Refuses large objects and, when `expected` is given, objects of another type or size.
+    fn check_small(
+        &self,
+        oid: Oid,
+        frame: FrameId,
+        record: &slotted::Record,
+        expected: Option<(TypeId, usize)>,
+    ) -> Result<()> {
+        if record.large {
+            let len = self.descriptor(oid, frame, record)?.length;
+            return Err(Error::LargeObject { oid, len });
+        }
+        if let Some((type_id, len)) = expected {
+            if record.type_id != type_id || record.payload_len != len {
+                return Err(Error::TypeMismatch {
+                    oid,
+                    expected: type_id,
+                    expected_len: len as u64,
+                    found: record.type_id,
+                    found_len: record.payload_len as u64,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The bytes of small object `oid`, if its type is `expected` (any type when `None`).
+    pub fn object_bytes(&mut self, oid: Oid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        self.check_small(oid, frame, &record, expected)?;
+        Ok(&self.cache.frame(frame)[record.payload()])
+    }
+
+    /// The bytes of small object `oid` for writing, if its type is `expected`.
+    pub fn object_bytes_mut(
+        &mut self,
+        oid: Oid,
+        expected: Option<(TypeId, usize)>,
+    ) -> Result<&mut [u8]> {
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        self.check_small(oid, frame, &record, expected)?;
+        check_writable(oid, &record)?;
+        Ok(&mut self.cache.frame_mut(frame)[record.payload()])
+    }
+
+    /// Allocates a zero-filled object of `len` bytes.
+    pub fn alloc(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
+        if type_id.is_reserved() {
+            return Err(Error::InvalidArgument(format!(
+                "type id {type_id} is reserved for Lodestore"
+            )));
+        }
+        self.alloc_any(type_id, len)
+    }
+
+    fn alloc_any(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
+        if len > OBJECT_BYTES_MAX {
+            return Err(Error::ObjectTooLarge {
+                len,
+                reason: format!("the largest object is {OBJECT_BYTES_MAX} bytes"),
+            });
+        }
+        if len as usize <= slotted::payload_max(self.page_size) {
+            self.alloc_small(type_id, len as usize, false)
+        } else {
+            self.alloc_large(type_id, len)
+        }
+    }
+
+    fn alloc_small(&mut self, type_id: TypeId, len: usize, large: bool) -> Result<Oid> {
+        debug_assert!(len <= slotted::payload_max(self.page_size));
+        // 1. Pages this transaction is already filling.
+        let window = self.active()?.allocation_window.clone();
+        for page in window.into_iter().rev() {
+            if let Some(oid) = self.try_insert(page, type_id, len, large)? {
+                return Ok(oid);
+            }
+            self.active()?.allocation_window.retain(|p| *p != page);
+        }
+        // 2. Pages the server's free-space hints suggest.
+        let need = slotted::record_bytes(len) + slotted::SLOT_BYTES;
+        let mut skip = Vec::new();
+        for _ in 0..FIND_SPACE_ATTEMPTS_MAX {
+            let id = self.active()?.id;
+            let Some((page, lsn)) = self.server.find_space(id, need, &skip)? else {
+                break;
+            };
+            self.active()?.locks.insert(page, LockMode::Exclusive);
+            self.current_frame(id, page, false, lsn)?;
+            if let Some(oid) = self.try_insert(page, type_id, len, large)? {
+                self.remember_allocation_page(page)?;
+                return Ok(oid);
+            }
+            skip.push(page);
+        }
+        // 3. A fresh page.
+        let id = self.active()?.id;
+        let page = self.server.allocate_pages(id, 1)?[0].first;
+        let volume = self.volume;
+        self.new_page(page, |bytes| slotted::init(bytes, page, volume))?;
+        self.remember_allocation_page(page)?;
+        self.try_insert(page, type_id, len, large)?
+            .ok_or_else(|| Error::ObjectTooLarge {
+                len: len as u64,
+                reason: "does not fit an empty page".into(),
+            })
+    }
+
+    fn remember_allocation_page(&mut self, page: PageId) -> Result<()> {
+        let window = &mut self.active()?.allocation_window;
+        window.retain(|p| *p != page);
+        window.push(page);
+        if window.len() > ALLOCATION_WINDOW_PAGES {
+            window.remove(0);
+        }
+        Ok(())
+    }
+
+    fn try_insert(
+        &mut self,
+        page: PageId,
+        type_id: TypeId,
+        len: usize,
+        large: bool,
+    ) -> Result<Option<Oid>> {
+        let frame = self.page(page, LockMode::Exclusive)?;
+        let bytes = self.cache.frame_mut(frame);
+        if page::kind(bytes) != Some(PageKind::Slotted) {
+            return Ok(None);
+        }
+        Ok(slotted::insert(bytes, type_id, len, large)
+            .map(|slot| Oid::new(self.volume, page, slot)))
+    }
+
+    fn alloc_large(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
+        let id = self.active()?.id;
+        let pages = large::pages_needed(len, self.page_size);
+        let pages = u32::try_from(pages).map_err(|_| Error::ObjectTooLarge {
+            len,
+            reason: "needs more pages than a volume has".into(),
+        })?;
+        let extents = self.server.allocate_pages(id, pages)?;
+        let descriptor = Descriptor {
+            length: len,
+            extents,
+        };
+        let encoded = descriptor.encoded_len();
+        if encoded > slotted::payload_max(self.page_size) {
+            return Err(Error::ObjectTooLarge {
+                len,
+                reason: format!(
+                    "free space is split into {} runs; its descriptor does not fit a page",
+                    descriptor.extents.len()
+                ),
+            });
+        }
+        let oid = self.alloc_small(type_id, encoded, true)?;
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        descriptor.encode(&mut self.cache.frame_mut(frame)[record.payload()]);
+        let volume = self.volume;
+        for page in descriptor.pages() {
+            self.new_page(page, |bytes| {
+                large::init_data_page(bytes, page, volume, oid)
+            })?;
+        }
+        Ok(oid)
+    }
+
+    /// Frees `oid` (and the pages of a large object).
+    pub fn free(&mut self, oid: Oid) -> Result<()> {
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        check_writable(oid, &record)?;
+        if record.large {
+            let pages: Vec<PageId> = self.descriptor(oid, frame, &record)?.pages().collect();
+            let id = self.active()?.id;
+            self.server.free_pages(id, &pages)?;
+            let txn = self.active()?;
+            for &page in &pages {
+                txn.locks.insert(page, LockMode::Exclusive);
+                txn.dirty.remove(&page);
+            }
+            for page in pages {
+                self.cache.drop_page(page);
+            }
+        }
+        let (frame, _) = self.record(oid, LockMode::Exclusive)?;
+        let removed = slotted::remove(self.cache.frame_mut(frame), oid.slot());
+        debug_assert!(removed);
+        Ok(())
+    }
+
+    /// Changes the length of small object `oid` on its page, keeping its leading bytes.
+    pub fn resize(&mut self, oid: Oid, len: u64) -> Result<()> {
+        let (_, record) = self.record(oid, LockMode::Shared)?;
+        check_writable(oid, &record)?;
+        self.resize_any(oid, len)
+    }
+
+    fn resize_any(&mut self, oid: Oid, len: u64) -> Result<()> {
+        let (_, record) = self.record(oid, LockMode::Exclusive)?;
+        if record.large {
+            return Err(Error::LargeObject {
+                oid,
+                len: record.payload_len as u64,
+            });
+        }
+        if len > slotted::payload_max(self.page_size) as u64 {
+            return Err(Error::ObjectTooLarge {
+                len,
+                reason: "a small object cannot grow past one page".into(),
+            });
+        }
+        let frame = self.page(oid.page(), LockMode::Exclusive)?;
+        if !slotted::resize(self.cache.frame_mut(frame), oid.slot(), len as usize) {
+            return Err(Error::ObjectTooLarge {
+                len,
+                reason: format!(
+                    "no room left on page {}; objects keep their page",
+                    oid.page()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies bytes `offset..offset + buf.len()` of `oid` (small or large) into `buf`.
+    pub fn read_at(&mut self, oid: Oid, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.transfer(
+            oid,
+            offset,
+            buf.len(),
+            LockMode::Shared,
+            |object, at, len| {
+                buf[at..at + len].copy_from_slice(&object[..len]);
+            },
+        )
+    }
+
+    /// Writes `data` into `oid` at `offset`; the object keeps its length.
+    pub fn write_at(&mut self, oid: Oid, offset: u64, data: &[u8]) -> Result<()> {
+        let (_, record) = self.record(oid, LockMode::Shared)?;
+        check_writable(oid, &record)?;
+        self.transfer_mut(oid, offset, data.len(), |object, at, len| {
+            object[..len].copy_from_slice(&data[at..at + len]);
+        })
+    }
+
+    /// Runs `copy(object bytes, position in caller's buffer, length)` over each piece of the
+    /// range, page by page.
+    fn transfer(
+        &mut self,
+        oid: Oid,
+        offset: u64,
+        len: usize,
+        mode: LockMode,
+        mut copy: impl FnMut(&[u8], usize, usize),
+    ) -> Result<()> {
+        for (page, start, at, piece) in self.pieces(oid, offset, len, mode)? {
+            let frame = self.page(page, mode)?;
+            copy(&self.cache.frame(frame)[start..], at, piece);
+        }
+        Ok(())
+    }
+
+    fn transfer_mut(
+        &mut self,
+        oid: Oid,
+        offset: u64,
+        len: usize,
+        mut copy: impl FnMut(&mut [u8], usize, usize),
+    ) -> Result<()> {
+        for (page, start, at, piece) in self.pieces(oid, offset, len, LockMode::Exclusive)? {
+            let frame = self.page(page, LockMode::Exclusive)?;
+            copy(&mut self.cache.frame_mut(frame)[start..], at, piece);
+        }
+        Ok(())
+    }
+
+    /// Splits a byte range of an object into (page, start in page, position in range, length).
+    fn pieces(
+        &mut self,
+        oid: Oid,
+        offset: u64,
+        len: usize,
+        mode: LockMode,
+    ) -> Result<Vec<(PageId, usize, usize, usize)>> {
+        let (frame, record) = self.record(oid, mode)?;
+        let object_len = if record.large {
+            self.descriptor(oid, frame, &record)?.length
+        } else {
+            record.payload_len as u64
+        };
+        let end = offset.saturating_add(len as u64);
+        if end > object_len {
+            return Err(Error::OutOfBounds {
+                oid,
+                offset,
+                end,
+                len: object_len,
+            });
+        }
+        if !record.large {
+            let start = record.payload().start + offset as usize;
+            return Ok(vec![(oid.page(), start, 0, len)]);
+        }
+        let descriptor = self.descriptor(oid, frame, &record)?;
+        let pages: Vec<PageId> = descriptor.pages().collect();
+        let per_page = large::data_bytes_per_page(self.page_size);
+        let mut pieces = Vec::new();
+        let mut done = 0usize;
+        while done < len {
+            let (index, within) = descriptor.locate(offset + done as u64, self.page_size);
+            let piece = (per_page - within).min(len - done);
+            pieces.push((pages[index], PAGE_HEADER_BYTES + within, done, piece));
+            done += piece;
+        }
+        // Every data page must belong to this object before any byte moves.
+        for &(page, ..) in &pieces {
+            let frame = self.page(page, LockMode::Shared)?;
+            let bytes = self.cache.frame(frame);
+            if page::kind(bytes) != Some(PageKind::LargeData) || large::owner(bytes) != oid {
+                return Err(self.corrupt(page, format!("not a data page of object {oid}")));
+            }
+        }
+        Ok(pieces)
+    }
+
+    // ---- named roots -------------------------------------------------------------------
+
+    fn directory_bytes(&mut self) -> Result<Vec<u8>> {
+        let oid = self.server.root_directory();
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        if record.type_id != TypeId::ROOT_DIRECTORY {
+            return Err(self.corrupt(oid.page(), "root directory object has the wrong type"));
+        }
+        Ok(self.cache.frame(frame)[record.payload()].to_vec())
+    }
+
+    /// Every named root.
+    pub fn roots(&mut self) -> Result<BTreeMap<String, Oid>> {
+        let oid = self.server.root_directory();
+        let bytes = self.directory_bytes()?;
+        directory::decode(&bytes).map_err(|reason| self.corrupt(oid.page(), reason))
+    }
+
+    /// Sets (or with `None` removes) the root `name`.
+    pub fn set_root(&mut self, name: &str, target: Option<Oid>) -> Result<()> {
+        directory::validate_name(name)?;
+        let mut roots = self.roots()?;
+        match target {
+            Some(oid) => roots.insert(name.to_string(), oid),
+            None => roots.remove(name),
+        };
+        let oid = self.server.root_directory();
+        let len = directory::encoded_len(&roots);
+        self.resize_any(oid, len as u64).map_err(|e| match e {
+            Error::ObjectTooLarge { len, .. } => Error::ObjectTooLarge {
+                len,
+                reason: "the root directory must fit on one page".into(),
+            },
+            other => other,
+        })?;
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        directory::encode(&roots, &mut self.cache.frame_mut(frame)[record.payload()]);
+        Ok(())
+    }
+}
+
+impl Drop for ClientSession {
+    fn drop(&mut self) {
+        if self.txn.is_some() {
+            if let Err(e) = self.abort() {
+                tracing::warn!(error = %e, "abort of an unfinished transaction failed");
+            }
+        }
+    }
+}
+
+fn check_writable(oid: Oid, record: &slotted::Record) -> Result<()> {
+    if record.type_id.is_reserved() {
+        return Err(Error::InvalidArgument(format!(
+            "object {oid} belongs to Lodestore and cannot be changed directly"
+        )));
+    }
+    Ok(())
+}

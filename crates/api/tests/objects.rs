@@ -255,3 +255,55 @@ fn resize_keeps_prefix_and_oid() {
     ));
     txn.commit().unwrap();
 }
+
+/// Enough data to cross the first space-map page's range (about 4,064 pages of 4 KiB): the
+/// second map page is created, large objects span it in two extents, and freed space on both
+/// sides is found again after reopening.
+#[test]
+fn store_grows_past_the_first_space_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let options = Options::new().page_size(4096);
+    let object = |seed: u8| -> Vec<u8> {
+        (0..1 << 20)
+            .map(|i: usize| (i as u8) ^ seed.wrapping_mul(29))
+            .collect()
+    };
+    let mut oids = Vec::new();
+    {
+        let store = Store::create(&path, options.clone()).unwrap();
+        let mut session = store.session().unwrap();
+        for seed in 0..20u8 {
+            let mut txn = session.begin().unwrap();
+            oids.push(txn.alloc_bytes(8, &object(seed)).unwrap());
+            txn.commit().unwrap();
+        }
+        let info = store.info().unwrap();
+        assert!(info.pages > 4100, "only {} pages", info.pages);
+        assert_eq!(info.pages_by_kind["space-map"], 2);
+        let mut txn = session.begin().unwrap();
+        for &oid in oids.iter().step_by(2) {
+            txn.free(oid).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let report = lodestore::check(&RealFileSystem, &path).unwrap();
+    assert!(report.is_sound(), "{:?}", report.problems);
+    assert!(report.notes.is_empty(), "stale hints: {:?}", report.notes);
+    let store = Store::open(&path, options).unwrap();
+    let pages = store.info().unwrap().pages;
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    for (seed, &oid) in oids.iter().enumerate().skip(1).step_by(2) {
+        assert_eq!(txn.read_all(oid).unwrap(), object(seed as u8));
+    }
+    for seed in 100..110u8 {
+        txn.alloc_bytes(8, &object(seed)).unwrap();
+    }
+    txn.commit().unwrap();
+    assert_eq!(
+        store.info().unwrap().pages,
+        pages,
+        "freed pages were not reused"
+    );
+}

@@ -8,6 +8,7 @@
 //! Stale space-map hints are reported as notes: the map is a hint and a stale one is harmless.
 
 use lodestore_core::{Oid, PageId, Result, TypeId};
+use lodestore_storage::bytes::is_all_zero;
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::spacemap;
@@ -46,8 +47,8 @@ struct Checker<'a> {
     claimed: HashMap<PageId, Oid>,
     /// Large-data page -> the owner its header names.
     large_pages: HashMap<PageId, Oid>,
-    /// Page -> hint entry as the space map records it (None where the map was unreadable).
-    hints: HashMap<PageId, u8>,
+    /// Hint entry per page as the space map records it (None where the map was unreadable).
+    hints: Vec<Option<u8>>,
 }
 
 /// Checks the store in folder `dir`. `Err` only when the store cannot be opened at all (not a
@@ -65,7 +66,7 @@ pub fn check(fs: &dyn FileSystem, dir: &Path) -> Result<CheckReport> {
         },
         claimed: HashMap::new(),
         large_pages: HashMap::new(),
-        hints: HashMap::new(),
+        hints: vec![None; volume.page_count() as usize],
     };
     checker.superblocks()?;
     checker.pages()?;
@@ -149,7 +150,7 @@ impl Checker<'_> {
                     self.large_pages.insert(id, large::owner(&buf));
                 }
                 PageKind::Free => {
-                    if buf[page::PAGE_HEADER_BYTES..].iter().any(|&b| b != 0) {
+                    if !is_all_zero(&buf[page::PAGE_HEADER_BYTES..]) {
                         self.problem(Some(id), "free page body is not zero");
                     }
                 }
@@ -173,13 +174,12 @@ impl Checker<'_> {
         let entries = spacemap::entries(buf);
         let end = (id.0 as usize + 1 + entries.len()).min(self.volume.page_count() as usize);
         for p in id.0 as usize + 1..end {
-            self.hints
-                .insert(PageId(p as u32), entries[p - id.0 as usize - 1]);
+            self.hints[p] = Some(entries[p - id.0 as usize - 1]);
         }
     }
 
     fn compare_hint(&mut self, id: PageId, buf: &[u8]) {
-        let Some(&hint) = self.hints.get(&id) else {
+        let Some(hint) = self.hints[id.0 as usize] else {
             return;
         };
         let actual = crate::space::entry_for_image(id, buf);

@@ -11,6 +11,7 @@ pub mod bytes;
 pub mod directory;
 pub mod fs;
 pub mod large;
+pub mod memory;
 pub mod page;
 pub mod slotted;
 pub mod spacemap;
@@ -18,5 +19,6 @@ pub mod superblock;
 pub mod volume;
 
 pub use fs::{FileSystem, OpenMode, RealFileSystem, Storage};
+pub use memory::MemoryFileSystem;
 pub use page::PageKind;
 pub use volume::Volume;

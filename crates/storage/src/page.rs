@@ -133,7 +133,7 @@ pub fn verify(page: &[u8], expected: PageId, volume_id: VolumeId) -> Result<Page
     let stored = get_u32(page, CHECKSUM_AT);
     let computed = crc32c(&page[CHECKSUM_AT + 4..]);
     if stored != computed {
-        if page.iter().all(|&b| b == 0) {
+        if crate::bytes::is_all_zero(page) {
             return Err("page is all zeros (never written, or lost)".into());
         }
         return Err(format!(

@@ -130,7 +130,7 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
             page.len()
         )));
     }
-    if page[UNUSED_AT..].iter().any(|&b| b != 0) {
+    if !crate::bytes::is_all_zero(&page[UNUSED_AT..]) {
         return Err(CopyProblem::Invalid("unused bytes are not zero".into()));
     }
     Ok(Superblock {

@@ -66,6 +66,15 @@ pub enum Error {
     #[error("{path}: data file is corrupt: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
 
+    /// The log is damaged before its end: a record that fails its checks is followed by valid
+    /// records, so this is not a torn tail and cannot be repaired by truncation.
+    #[error("{path}: log damaged at byte {offset} of the segment: {reason}")]
+    CorruptLog {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
     /// An argument is out of range or malformed.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -119,6 +128,15 @@ pub enum Error {
     #[error("page {page} is locked by another transaction; retry the transaction")]
     LockConflict { page: PageId },
 
+    /// Waiting for the lock would close a cycle of waiting transactions; this one was chosen to
+    /// give up. Abort and retry the transaction.
+    #[error("deadlock waiting for page {page}; abort and retry the transaction")]
+    Deadlock { page: PageId },
+
+    /// The lock was not granted in time. Abort and retry the transaction.
+    #[error("timed out after {waited_ms} ms waiting for a lock on page {page}; abort and retry")]
+    LockTimeout { page: PageId, waited_ms: u64 },
+
     /// The transaction needs more memory than the buffer pools grant it.
     #[error("transaction too large: {reason}")]
     TransactionTooLarge { reason: String },
@@ -144,6 +162,9 @@ impl Error {
 
     /// Is retrying the whole transaction a sensible reaction?
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::LockConflict { .. })
+        matches!(
+            self,
+            Error::LockConflict { .. } | Error::Deadlock { .. } | Error::LockTimeout { .. }
+        )
     }
 }

@@ -49,6 +49,12 @@ pub trait FileSystem: Send + Sync {
     fn exists(&self, path: &Path) -> bool;
     fn create_dir_all(&self, path: &Path) -> Result<()>;
     fn is_dir(&self, path: &Path) -> bool;
+    /// Removes a file.
+    fn remove(&self, path: &Path) -> Result<()>;
+    /// Renames a file, replacing `to` if it exists, and makes the rename durable.
+    fn rename(&self, from: &Path, to: &Path) -> Result<()>;
+    /// The files directly inside `dir`, sorted.
+    fn list(&self, dir: &Path) -> Result<Vec<PathBuf>>;
 }
 
 /// The operating system's file system.
@@ -106,6 +112,32 @@ impl FileSystem for RealFileSystem {
 
     fn is_dir(&self, path: &Path) -> bool {
         path.is_dir()
+    }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        std::fs::remove_file(path).map_err(|source| Error::io(path, "remove", source))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|source| Error::io(from, "rename", source))?;
+        if let Some(parent) = to.parent() {
+            sync_directory(parent)?;
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let entries =
+            std::fs::read_dir(dir).map_err(|source| Error::io(dir, "list directory", source))?;
+        let mut paths = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| Error::io(dir, "list directory", source))?;
+            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+                paths.push(entry.path());
+            }
+        }
+        paths.sort();
+        Ok(paths)
     }
 }
 

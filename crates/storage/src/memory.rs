@@ -84,6 +84,37 @@ impl FileSystem for MemoryFileSystem {
     fn is_dir(&self, path: &Path) -> bool {
         self.lock_dirs().contains(path)
     }
+
+    fn remove(&self, path: &Path) -> Result<()> {
+        match self.lock_files().remove(path) {
+            Some(_) => Ok(()),
+            None => Err(Error::io(path, "remove", io::ErrorKind::NotFound.into())),
+        }
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut files = self.lock_files();
+        let file = files
+            .remove(from)
+            .ok_or_else(|| Error::io(from, "rename", io::ErrorKind::NotFound.into()))?;
+        let renamed = Arc::new(MemoryFile {
+            path: to.to_path_buf(),
+            bytes: Mutex::new(std::mem::take(&mut *file.bytes())),
+        });
+        files.insert(to.to_path_buf(), renamed);
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let mut paths: Vec<PathBuf> = self
+            .lock_files()
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect();
+        paths.sort();
+        Ok(paths)
+    }
 }
 
 struct MemoryStorage {

@@ -1,0 +1,17 @@
+//! The write-ahead log: an append-only sequence of checksummed records in segment files. A
+//! record's LSN is its logical byte position in the log, so an LSN alone says where to read it.
+//!
+//! - [`record`]: the record format and every record kind.
+//! - [`segment`]: segment files (pre-written, recycled) and the mapping from LSN to file.
+//! - [`log`]: the log manager: append, group commit, random reads, truncation.
+//! - [`reader`]: scanning from an LSN to the end of the log, telling a torn tail (truncated and
+//!   reported) from damage before the end (an error).
+
+pub mod log;
+pub mod reader;
+pub mod record;
+pub mod segment;
+
+pub use log::{Log, LogOptions, LogStats};
+pub use reader::LogEnd;
+pub use record::{ActiveTxn, Record, RecordBody, RECORD_HEADER_BYTES};

@@ -1,0 +1,457 @@
+//! The log manager: appends records to an in-memory buffer, makes them durable with group
+//! commit, and reads them back by LSN.
+//!
+//! Group commit: a committer appends its commit record and calls `flush(lsn)`. If no flush is
+//! running it becomes the leader: it writes everything buffered so far in one write (per
+//! segment) and syncs once, while later committers keep appending and wait; when the leader is
+//! done, every waiter whose record it covered returns, and the next waiter with records left
+//! becomes the next leader. Nobody waits for a timer.
+//!
+//! At most one write to the log is ever unsynced: the leader syncs a segment before it writes
+//! the next one. So a crash can only tear the last write, which is what the reader relies on to
+//! tell a torn tail from damage.
+
+use crate::reader::{LogEnd, Segments};
+use crate::record::{self, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
+use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
+use lodestore_core::{Error, Lsn, Result, TxnId};
+use lodestore_storage::{FileSystem, OpenMode, Storage};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Log settings.
+#[derive(Clone, Debug)]
+pub struct LogOptions {
+    /// LSN span of one segment file.
+    pub segment_bytes: u64,
+    /// Buffered bytes past which an appender flushes before going on.
+    pub buffer_bytes_max: usize,
+    /// Old segments kept for reuse instead of deleted.
+    pub spare_segments_max: usize,
+    /// Largest page any record may describe (bounds decoding).
+    pub page_size_max: usize,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes: 16 << 20,
+            buffer_bytes_max: 4 << 20,
+            spare_segments_max: 2,
+            page_size_max: 65536,
+        }
+    }
+}
+
+/// Counters of the log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogStats {
+    pub records: u64,
+    pub bytes_appended: u64,
+    pub flushes: u64,
+    pub bytes_flushed: u64,
+    pub segments_created: u64,
+    pub segments_reused: u64,
+}
+
+pub struct Log {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    options: LogOptions,
+    inner: Mutex<Inner>,
+    flushed: Condvar,
+}
+
+struct Inner {
+    /// Bytes of LSNs `buffer_start..end` not yet durable (some may be being written).
+    buffer: Vec<u8>,
+    buffer_start: u64,
+    end: u64,
+    durable: u64,
+    flushing: bool,
+    failed: Option<String>,
+    segments: BTreeMap<u64, Arc<dyn Storage>>,
+    spares: Vec<PathBuf>,
+    stats: LogStats,
+}
+
+impl Log {
+    /// Creates an empty log in `dir`. The first record will get LSN `segment_bytes`.
+    pub fn create(fs: Arc<dyn FileSystem>, dir: &Path, options: LogOptions) -> Result<Log> {
+        check_options(&options)?;
+        fs.create_dir_all(dir)?;
+        let first = segment::create(fs.as_ref(), dir, 1, options.segment_bytes)?;
+        let start = options.segment_bytes;
+        let mut segments = BTreeMap::new();
+        segments.insert(1, first);
+        Ok(Log::with(fs, dir, options, segments, Vec::new(), start))
+    }
+
+    /// Opens the log in `dir` and finds its end by scanning from `from` (the last checkpoint).
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: LogOptions,
+        from: Lsn,
+    ) -> Result<(Log, LogEnd)> {
+        check_options(&options)?;
+        if !fs.is_dir(dir) {
+            return Err(Error::CorruptLog {
+                path: dir.to_path_buf(),
+                offset: 0,
+                reason: "the log folder is missing".into(),
+            });
+        }
+        let mut segments = BTreeMap::new();
+        let mut spares = Vec::new();
+        for path in fs.list(dir)? {
+            if let Some(index) = segment::segment_index(&path) {
+                let file = fs.open(&path, OpenMode::Existing)?;
+                segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                segments.insert(index, file);
+            } else if segment::spare_index(&path).is_some() {
+                spares.push(path);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("creating-"))
+            {
+                fs.remove(&path)?;
+            }
+        }
+        let indices: Vec<u64> = segments.keys().copied().collect();
+        for pair in indices.windows(2) {
+            if pair[1] != pair[0] + 1 {
+                return Err(Error::CorruptLog {
+                    path: segment::segment_path(dir, pair[0] + 1),
+                    offset: 0,
+                    reason: format!(
+                        "segment {} is missing between segments {} and {}",
+                        pair[0] + 1,
+                        pair[0],
+                        pair[1]
+                    ),
+                });
+            }
+        }
+        let end = Segments {
+            files: &segments,
+            segment_bytes: options.segment_bytes,
+            page_size_max: options.page_size_max,
+        }
+        .scan(from, |_| Ok(()))?;
+        Ok((
+            Log::with(fs, dir, options, segments, spares, end.end.0),
+            end,
+        ))
+    }
+
+    fn with(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: LogOptions,
+        segments: BTreeMap<u64, Arc<dyn Storage>>,
+        spares: Vec<PathBuf>,
+        end: u64,
+    ) -> Log {
+        Log {
+            fs,
+            dir: dir.to_path_buf(),
+            options,
+            inner: Mutex::new(Inner {
+                buffer: Vec::new(),
+                buffer_start: end,
+                end,
+                durable: end,
+                flushing: false,
+                failed: None,
+                segments,
+                spares,
+                stats: LogStats::default(),
+            }),
+            flushed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn options(&self) -> &LogOptions {
+        &self.options
+    }
+
+    /// The LSN the next record gets.
+    pub fn end_lsn(&self) -> Lsn {
+        Lsn(self.lock().end)
+    }
+
+    /// Every record before this LSN is durable.
+    pub fn durable_lsn(&self) -> Lsn {
+        Lsn(self.lock().durable)
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.lock().stats
+    }
+
+    /// Appends a record and returns its LSN. It is durable only after `flush` covers it.
+    pub fn append(&self, txn: Option<TxnId>, prev: Lsn, body: &RecordBody) -> Result<Lsn> {
+        let len = record::encoded_len(body) as u64;
+        let size = self.options.segment_bytes;
+        assert!(
+            len <= size / 2,
+            "record of {len} bytes is too large for the log"
+        );
+        let (lsn, buffered) = {
+            let mut inner = self.lock();
+            if let Some(reason) = &inner.failed {
+                return Err(self.failed_error(reason));
+            }
+            let room = size - inner.end % size;
+            if room < len {
+                // Records never span segments: pad the rest of this one.
+                let at = inner.end;
+                if room >= RECORD_HEADER_BYTES as u64 {
+                    let mut skip = Vec::new();
+                    record::encode(Lsn(at), Lsn(0), None, &RecordBody::Skip, &mut skip);
+                    skip.resize(room as usize, 0);
+                    inner.buffer.extend_from_slice(&skip);
+                } else {
+                    let padded = inner.buffer.len() + room as usize;
+                    inner.buffer.resize(padded, 0);
+                }
+                inner.end += room;
+            }
+            let lsn = Lsn(inner.end);
+            record::encode(lsn, prev, txn, body, &mut inner.buffer);
+            inner.end += len;
+            inner.stats.records += 1;
+            inner.stats.bytes_appended += len;
+            (lsn, inner.buffer.len())
+        };
+        if buffered > self.options.buffer_bytes_max {
+            self.flush(lsn)?;
+        }
+        Ok(lsn)
+    }
+
+    /// Returns when every record up to and including the one at `upto` is durable.
+    pub fn flush(&self, upto: Lsn) -> Result<()> {
+        let mut inner = self.lock();
+        let target = (upto.0 + 1).min(inner.end);
+        loop {
+            if let Some(reason) = &inner.failed {
+                return Err(self.failed_error(reason));
+            }
+            if inner.durable >= target {
+                return Ok(());
+            }
+            if inner.flushing {
+                inner = self.flushed.wait(inner).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            inner.flushing = true;
+            let start = inner.buffer_start;
+            let bytes = inner.buffer.clone();
+            drop(inner);
+            let result = self.write_out(start, &bytes);
+            inner = self.lock();
+            inner.flushing = false;
+            match result {
+                Ok(()) => {
+                    inner.buffer.drain(..bytes.len());
+                    inner.buffer_start += bytes.len() as u64;
+                    inner.durable = inner.buffer_start;
+                    inner.stats.flushes += 1;
+                    inner.stats.bytes_flushed += bytes.len() as u64;
+                }
+                Err(e) => {
+                    // The log's state on disk is unknown now; refuse everything after.
+                    inner.failed = Some(e.to_string());
+                    self.flushed.notify_all();
+                    return Err(e);
+                }
+            }
+            self.flushed.notify_all();
+        }
+    }
+
+    /// Makes everything appended so far durable.
+    pub fn flush_all(&self) -> Result<()> {
+        let end = self.end_lsn();
+        if end.0 == 0 {
+            return Ok(());
+        }
+        self.flush(Lsn(end.0 - 1))
+    }
+
+    fn failed_error(&self, reason: &str) -> Error {
+        Error::io(
+            &self.dir,
+            "log write",
+            std::io::Error::other(format!("an earlier log write failed: {reason}")),
+        )
+    }
+
+    /// Writes `bytes` (LSNs from `start`), one write and one sync per segment touched.
+    fn write_out(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        let size = self.options.segment_bytes;
+        let mut position = start;
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let index = position / size;
+            let offset = position % size;
+            let n = ((size - offset) as usize).min(bytes.len() - done);
+            let file = self.segment_for_write(index)?;
+            file.write_at(SEGMENT_HEADER_BYTES + offset, &bytes[done..done + n])?;
+            file.sync()?;
+            done += n;
+            position += n as u64;
+        }
+        Ok(())
+    }
+
+    fn segment_for_write(&self, index: u64) -> Result<Arc<dyn Storage>> {
+        let spare = {
+            let mut inner = self.lock();
+            if let Some(file) = inner.segments.get(&index) {
+                return Ok(file.clone());
+            }
+            inner.spares.pop()
+        };
+        let size = self.options.segment_bytes;
+        let reused = spare.is_some();
+        let file = match spare {
+            Some(path) => segment::reuse(self.fs.as_ref(), &path, &self.dir, index, size)?,
+            None => segment::create(self.fs.as_ref(), &self.dir, index, size)?,
+        };
+        let mut inner = self.lock();
+        if reused {
+            inner.stats.segments_reused += 1;
+        } else {
+            inner.stats.segments_created += 1;
+        }
+        inner.segments.insert(index, file.clone());
+        Ok(file)
+    }
+
+    /// Reads the record at `lsn` (durable or still buffered).
+    pub fn read(&self, lsn: Lsn) -> Result<Record> {
+        let page_size_max = self.options.page_size_max;
+        let size = self.options.segment_bytes;
+        let file = {
+            let inner = self.lock();
+            if lsn.0 >= inner.end {
+                return Err(Error::InvalidArgument(format!(
+                    "LSN {lsn} is past the end of the log ({})",
+                    inner.end
+                )));
+            }
+            if lsn.0 >= inner.buffer_start {
+                let at = (lsn.0 - inner.buffer_start) as usize;
+                let bytes = &inner.buffer[at..];
+                return decode_at(bytes, lsn, page_size_max).map_err(|reason| Error::CorruptLog {
+                    path: self.dir.clone(),
+                    offset: lsn.0,
+                    reason: format!("buffered record: {reason}"),
+                });
+            }
+            inner.segments.get(&(lsn.0 / size)).cloned()
+        };
+        let file = file.ok_or_else(|| Error::CorruptLog {
+            path: segment::segment_path(&self.dir, lsn.0 / size),
+            offset: 0,
+            reason: format!("segment holding LSN {lsn} is missing"),
+        })?;
+        let offset = SEGMENT_HEADER_BYTES + lsn.0 % size;
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        file.read_at(offset, &mut header)?;
+        let room = (size - lsn.0 % size) as usize;
+        let corrupt = |reason: String| Error::CorruptLog {
+            path: file.path().to_path_buf(),
+            offset,
+            reason,
+        };
+        let len = match record::header(&header, lsn, room) {
+            Ok(h) => h.len,
+            Err(e) => return Err(corrupt(describe(e))),
+        };
+        let mut bytes = vec![0u8; len];
+        file.read_at(offset, &mut bytes)?;
+        record::decode(&bytes, lsn, page_size_max).map_err(|e| corrupt(describe(e)))
+    }
+
+    /// Visits every durable record from `from` to the end of the log.
+    pub fn scan(&self, from: Lsn, visit: impl FnMut(Record) -> Result<()>) -> Result<LogEnd> {
+        self.flush_all()?;
+        let segments = self.lock().segments.clone();
+        Segments {
+            files: &segments,
+            segment_bytes: self.options.segment_bytes,
+            page_size_max: self.options.page_size_max,
+        }
+        .scan(from, visit)
+    }
+
+    /// Segments wholly before `lsn` are no longer needed: keep a few as spares, delete the rest.
+    pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
+        let size = self.options.segment_bytes;
+        let old: Vec<u64> = {
+            let inner = self.lock();
+            inner
+                .segments
+                .keys()
+                .copied()
+                .filter(|&i| (i + 1) * size <= lsn.0)
+                .collect()
+        };
+        for &index in &old {
+            let path = segment::segment_path(&self.dir, index);
+            let keep = self.lock().spares.len() < self.options.spare_segments_max;
+            self.lock().segments.remove(&index);
+            if keep {
+                let spare = segment::spare_path(&self.dir, index);
+                self.fs.rename(&path, &spare)?;
+                self.lock().spares.push(spare);
+            } else {
+                self.fs.remove(&path)?;
+            }
+        }
+        Ok(old.len())
+    }
+
+    /// Number of segment files in use.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+}
+
+fn decode_at(bytes: &[u8], lsn: Lsn, page_size_max: usize) -> std::result::Result<Record, String> {
+    let header = record::header(bytes, lsn, bytes.len()).map_err(describe)?;
+    record::decode(&bytes[..header.len], lsn, page_size_max).map_err(describe)
+}
+
+fn describe(invalid: Invalid) -> String {
+    match invalid {
+        Invalid::NewerVersion(v) => format!("record format version {v} is newer than this build"),
+        Invalid::Damaged(reason) => reason,
+    }
+}
+
+fn check_options(options: &LogOptions) -> Result<()> {
+    let size = options.segment_bytes;
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&size) || size % 4096 != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "log segment size {size} must be a multiple of 4096 from {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}"
+        )));
+    }
+    if options.page_size_max as u64 * 2 + 64 > size / 2 {
+        return Err(Error::InvalidArgument(format!(
+            "log segment size {size} is too small for pages of {} bytes",
+            options.page_size_max
+        )));
+    }
+    Ok(())
+}

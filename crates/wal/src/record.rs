@@ -1,0 +1,488 @@
+//! Log records.
+//!
+//! ```text
+//! header (40 bytes)
+//!  0  4 crc32c of bytes 4..length (header rest, body, padding)
+//!  4  4 length of the whole record, a multiple of 8
+//!  8  8 LSN: the record's own position (a record found elsewhere is not valid there)
+//! 16  8 previous LSN of the same transaction (0: none)
+//! 24  8 transaction id (0: none)
+//! 32  1 kind
+//! 33  1 record format version (RECORD_FORMAT_VERSION)
+//! 34  2 flags
+//! 36  4 reserved, 0
+//! 40    body, by kind:
+//!   update         u32 page, u32 offset, u32 length, u32 0, before bytes (absent when flag
+//!                  BEFORE_ZERO: they were all zero), after bytes
+//!   compensation   u32 page, u32 offset, u32 length, u32 0, u64 undo-next LSN, after bytes
+//!   page image     u32 page, u32 stored length, the page's bytes up to its last non-zero
+//!                  byte (the rest are zero)
+//!   checkpoint     u32 count, u32 0, per active transaction: u64 id, u64 first LSN,
+//!   begin          u64 last LSN
+//!   checkpoint end u64 LSN of its checkpoint begin
+//!   commit, abort, end, skip: no body (skip pads a segment's tail)
+//! ```
+//! New kinds get new kind numbers; a new layout of an existing kind gets a new version, and a
+//! reader refuses versions it does not know instead of misreading them.
+
+use lodestore_core::checksum::crc32c;
+use lodestore_core::{Lsn, PageId, TxnId};
+
+pub const RECORD_HEADER_BYTES: usize = 40;
+pub const RECORD_FORMAT_VERSION: u8 = 1;
+const RECORD_ALIGN: usize = 8;
+const FLAG_BEFORE_ZERO: u16 = 1;
+
+/// A transaction active when a checkpoint began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveTxn {
+    pub txn: TxnId,
+    pub first_lsn: Lsn,
+    pub last_lsn: Lsn,
+}
+
+/// What a record says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordBody {
+    /// Bytes `offset..offset + after.len()` of `page` changed from `before` to `after`.
+    /// `before` is `None` when they were all zero.
+    Update {
+        page: PageId,
+        offset: u32,
+        before: Option<Vec<u8>>,
+        after: Vec<u8>,
+    },
+    /// Undo of an update, redo-only: write `after` at `offset`; undo continues at `undo_next`.
+    Compensation {
+        page: PageId,
+        offset: u32,
+        after: Vec<u8>,
+        undo_next: Lsn,
+    },
+    /// The whole page as it was before the change that follows (a full-page image, logged at
+    /// the first change of a page after a checkpoint began, so redo can rebuild a torn page).
+    /// Trailing zeros are not stored.
+    PageImage {
+        page: PageId,
+        image: Vec<u8>,
+    },
+    Commit,
+    Abort,
+    End,
+    CheckpointBegin {
+        active: Vec<ActiveTxn>,
+    },
+    CheckpointEnd {
+        begin: Lsn,
+    },
+    /// Padding to the end of a segment.
+    Skip,
+}
+
+impl RecordBody {
+    fn kind(&self) -> u8 {
+        match self {
+            RecordBody::Update { .. } => 1,
+            RecordBody::Compensation { .. } => 2,
+            RecordBody::PageImage { .. } => 3,
+            RecordBody::Commit => 4,
+            RecordBody::Abort => 5,
+            RecordBody::End => 6,
+            RecordBody::CheckpointBegin { .. } => 7,
+            RecordBody::CheckpointEnd { .. } => 8,
+            RecordBody::Skip => 9,
+        }
+    }
+
+    fn body_len(&self) -> usize {
+        match self {
+            RecordBody::Update { before, after, .. } => {
+                16 + after.len() + before.as_ref().map_or(0, |b| b.len())
+            }
+            RecordBody::Compensation { after, .. } => 24 + after.len(),
+            RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
+            RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
+            RecordBody::CheckpointEnd { .. } => 8,
+            RecordBody::Commit | RecordBody::Abort | RecordBody::End | RecordBody::Skip => 0,
+        }
+    }
+
+    /// The page this record changes, if any.
+    pub fn page(&self) -> Option<PageId> {
+        match self {
+            RecordBody::Update { page, .. }
+            | RecordBody::Compensation { page, .. }
+            | RecordBody::PageImage { page, .. } => Some(*page),
+            _ => None,
+        }
+    }
+}
+
+fn stored_image_len(image: &[u8]) -> usize {
+    image.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1)
+}
+
+/// A decoded record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub lsn: Lsn,
+    pub prev: Lsn,
+    pub txn: Option<TxnId>,
+    pub body: RecordBody,
+}
+
+/// Bytes a record with `body` takes in the log.
+pub fn encoded_len(body: &RecordBody) -> usize {
+    (RECORD_HEADER_BYTES + body.body_len()).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
+}
+
+/// Appends the encoding of a record at `lsn` to `out`.
+pub fn encode(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &RecordBody, out: &mut Vec<u8>) {
+    let start = out.len();
+    let len = encoded_len(body);
+    out.resize(start + len, 0);
+    let rec = &mut out[start..];
+    rec[4..8].copy_from_slice(&(len as u32).to_le_bytes());
+    rec[8..16].copy_from_slice(&lsn.0.to_le_bytes());
+    rec[16..24].copy_from_slice(&prev.0.to_le_bytes());
+    rec[24..32].copy_from_slice(&txn.map_or(0, |t| t.0).to_le_bytes());
+    rec[32] = body.kind();
+    rec[33] = RECORD_FORMAT_VERSION;
+    let mut flags = 0u16;
+    let body_bytes = &mut rec[RECORD_HEADER_BYTES..];
+    match body {
+        RecordBody::Update {
+            page,
+            offset,
+            before,
+            after,
+        } => {
+            put_u32(body_bytes, 0, page.0);
+            put_u32(body_bytes, 4, *offset);
+            put_u32(body_bytes, 8, after.len() as u32);
+            let mut at = 16;
+            match before {
+                Some(before) => {
+                    debug_assert_eq!(before.len(), after.len());
+                    body_bytes[at..at + before.len()].copy_from_slice(before);
+                    at += before.len();
+                }
+                None => flags |= FLAG_BEFORE_ZERO,
+            }
+            body_bytes[at..at + after.len()].copy_from_slice(after);
+        }
+        RecordBody::Compensation {
+            page,
+            offset,
+            after,
+            undo_next,
+        } => {
+            put_u32(body_bytes, 0, page.0);
+            put_u32(body_bytes, 4, *offset);
+            put_u32(body_bytes, 8, after.len() as u32);
+            body_bytes[16..24].copy_from_slice(&undo_next.0.to_le_bytes());
+            body_bytes[24..24 + after.len()].copy_from_slice(after);
+        }
+        RecordBody::PageImage { page, image } => {
+            let stored = stored_image_len(image);
+            put_u32(body_bytes, 0, page.0);
+            put_u32(body_bytes, 4, stored as u32);
+            body_bytes[8..8 + stored].copy_from_slice(&image[..stored]);
+        }
+        RecordBody::CheckpointBegin { active } => {
+            put_u32(body_bytes, 0, active.len() as u32);
+            for (i, a) in active.iter().enumerate() {
+                let at = 8 + 24 * i;
+                body_bytes[at..at + 8].copy_from_slice(&a.txn.0.to_le_bytes());
+                body_bytes[at + 8..at + 16].copy_from_slice(&a.first_lsn.0.to_le_bytes());
+                body_bytes[at + 16..at + 24].copy_from_slice(&a.last_lsn.0.to_le_bytes());
+            }
+        }
+        RecordBody::CheckpointEnd { begin } => {
+            body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
+        }
+        RecordBody::Commit | RecordBody::Abort | RecordBody::End | RecordBody::Skip => {}
+    }
+    rec[34..36].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c(&rec[4..]);
+    rec[0..4].copy_from_slice(&crc.to_le_bytes());
+}
+
+fn put_u32(buf: &mut [u8], at: usize, value: u32) {
+    buf[at..at + 4].copy_from_slice(&value.to_le_bytes());
+}
+
+fn get_u32(buf: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]])
+}
+
+fn get_u64(buf: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&buf[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// What the header of a candidate record says, before the body is trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub len: usize,
+    pub lsn: Lsn,
+}
+
+/// Why bytes at a position are not a valid record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Invalid {
+    /// A record of a format version this build does not read.
+    NewerVersion(u8),
+    /// Anything else: torn, never written, stale, or damaged.
+    Damaged(String),
+}
+
+/// Reads the header of a record expected at `lsn`, checking what can be checked without the
+/// body: the LSN field and a plausible length.
+pub fn header(bytes: &[u8], lsn: Lsn, room: usize) -> Result<Header, Invalid> {
+    if bytes.len() < RECORD_HEADER_BYTES {
+        return Err(Invalid::Damaged("shorter than a record header".into()));
+    }
+    let stored_lsn = Lsn(get_u64(bytes, 8));
+    if stored_lsn != lsn {
+        return Err(Invalid::Damaged(format!(
+            "record claims LSN {stored_lsn}, found at {lsn}"
+        )));
+    }
+    let len = get_u32(bytes, 4) as usize;
+    if len < RECORD_HEADER_BYTES || len % RECORD_ALIGN != 0 || len > room {
+        return Err(Invalid::Damaged(format!("implausible record length {len}")));
+    }
+    Ok(Header { len, lsn })
+}
+
+/// Decodes a whole record (`bytes` exactly its length) found at `lsn`.
+pub fn decode(bytes: &[u8], lsn: Lsn, page_size_max: usize) -> Result<Record, Invalid> {
+    let header = header(bytes, lsn, bytes.len())?;
+    if header.len != bytes.len() {
+        return Err(Invalid::Damaged("record length mismatch".into()));
+    }
+    let stored = get_u32(bytes, 0);
+    let computed = crc32c(&bytes[4..]);
+    if stored != computed {
+        return Err(Invalid::Damaged(format!(
+            "checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
+        )));
+    }
+    let version = bytes[33];
+    if version > RECORD_FORMAT_VERSION {
+        return Err(Invalid::NewerVersion(version));
+    }
+    if version != RECORD_FORMAT_VERSION || get_u32(bytes, 36) != 0 {
+        return Err(Invalid::Damaged(format!(
+            "bad version {version} or reserved bytes"
+        )));
+    }
+    let flags = u16::from_le_bytes([bytes[34], bytes[35]]);
+    let txn = match get_u64(bytes, 24) {
+        0 => None,
+        id => Some(TxnId(id)),
+    };
+    let body = decode_body(
+        bytes[32],
+        flags,
+        &bytes[RECORD_HEADER_BYTES..],
+        page_size_max,
+    )
+    .map_err(Invalid::Damaged)?;
+    Ok(Record {
+        lsn,
+        prev: Lsn(get_u64(bytes, 16)),
+        txn,
+        body,
+    })
+}
+
+fn decode_body(
+    kind: u8,
+    flags: u16,
+    body: &[u8],
+    page_size_max: usize,
+) -> Result<RecordBody, String> {
+    let need = |n: usize| -> Result<(), String> {
+        if body.len() < n {
+            Err(format!("record body of {} bytes is too short", body.len()))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match kind {
+        1 => {
+            need(16)?;
+            let len = get_u32(body, 8) as usize;
+            let zero = flags & FLAG_BEFORE_ZERO != 0;
+            let total = 16 + len * if zero { 1 } else { 2 };
+            need(total)?;
+            let offset = get_u32(body, 4);
+            if offset as usize + len > page_size_max {
+                return Err(format!("update of {len} bytes at {offset} exceeds a page"));
+            }
+            let (before, after_at) = if zero {
+                (None, 16)
+            } else {
+                (Some(body[16..16 + len].to_vec()), 16 + len)
+            };
+            RecordBody::Update {
+                page: PageId(get_u32(body, 0)),
+                offset,
+                before,
+                after: body[after_at..after_at + len].to_vec(),
+            }
+        }
+        2 => {
+            need(24)?;
+            let len = get_u32(body, 8) as usize;
+            need(24 + len)?;
+            let offset = get_u32(body, 4);
+            if offset as usize + len > page_size_max {
+                return Err(format!(
+                    "compensation of {len} bytes at {offset} exceeds a page"
+                ));
+            }
+            RecordBody::Compensation {
+                page: PageId(get_u32(body, 0)),
+                offset,
+                undo_next: Lsn(get_u64(body, 16)),
+                after: body[24..24 + len].to_vec(),
+            }
+        }
+        3 => {
+            need(8)?;
+            let stored = get_u32(body, 4) as usize;
+            need(8 + stored)?;
+            if stored > page_size_max {
+                return Err(format!("page image of {stored} bytes exceeds a page"));
+            }
+            RecordBody::PageImage {
+                page: PageId(get_u32(body, 0)),
+                image: body[8..8 + stored].to_vec(),
+            }
+        }
+        4 => RecordBody::Commit,
+        5 => RecordBody::Abort,
+        6 => RecordBody::End,
+        7 => {
+            need(8)?;
+            let count = get_u32(body, 0) as usize;
+            need(8 + 24 * count)?;
+            let active = (0..count)
+                .map(|i| {
+                    let at = 8 + 24 * i;
+                    ActiveTxn {
+                        txn: TxnId(get_u64(body, at)),
+                        first_lsn: Lsn(get_u64(body, at + 8)),
+                        last_lsn: Lsn(get_u64(body, at + 16)),
+                    }
+                })
+                .collect();
+            RecordBody::CheckpointBegin { active }
+        }
+        8 => {
+            need(8)?;
+            RecordBody::CheckpointEnd {
+                begin: Lsn(get_u64(body, 0)),
+            }
+        }
+        9 => RecordBody::Skip,
+        other => return Err(format!("unknown record kind {other}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round_trip(body: RecordBody) {
+        let mut out = Vec::new();
+        encode(Lsn(4096), Lsn(77), Some(TxnId(5)), &body, &mut out);
+        assert_eq!(out.len(), encoded_len(&body));
+        let record = decode(&out, Lsn(4096), 65536).unwrap();
+        let expected = match body {
+            RecordBody::PageImage { page, image } => RecordBody::PageImage {
+                page,
+                image: image[..stored_image_len(&image)].to_vec(),
+            },
+            other => other,
+        };
+        assert_eq!(record.body, expected);
+        assert_eq!((record.prev, record.txn), (Lsn(77), Some(TxnId(5))));
+        // The same bytes are not a record anywhere else.
+        assert!(decode(&out, Lsn(4104), 65536).is_err());
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        round_trip(RecordBody::Update {
+            page: PageId(9),
+            offset: 100,
+            before: Some(vec![1, 2, 3]),
+            after: vec![4, 5, 6],
+        });
+        round_trip(RecordBody::Update {
+            page: PageId(9),
+            offset: 0,
+            before: None,
+            after: vec![7; 33],
+        });
+        round_trip(RecordBody::Compensation {
+            page: PageId(3),
+            offset: 8,
+            after: vec![1; 5],
+            undo_next: Lsn(12),
+        });
+        let mut image = vec![0u8; 4096];
+        image[100] = 1;
+        round_trip(RecordBody::PageImage {
+            page: PageId(4),
+            image,
+        });
+        for body in [
+            RecordBody::Commit,
+            RecordBody::Abort,
+            RecordBody::End,
+            RecordBody::Skip,
+        ] {
+            round_trip(body);
+        }
+        round_trip(RecordBody::CheckpointBegin {
+            active: vec![ActiveTxn {
+                txn: TxnId(3),
+                first_lsn: Lsn(10),
+                last_lsn: Lsn(20),
+            }],
+        });
+        round_trip(RecordBody::CheckpointEnd { begin: Lsn(8) });
+    }
+
+    #[test]
+    fn newer_version_is_named() {
+        let mut out = Vec::new();
+        encode(Lsn(8), Lsn(0), None, &RecordBody::Commit, &mut out);
+        out[33] = RECORD_FORMAT_VERSION + 1;
+        let crc = crc32c(&out[4..]);
+        out[0..4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode(&out, Lsn(8), 4096),
+            Err(Invalid::NewerVersion(RECORD_FORMAT_VERSION + 1))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_flip_is_caught(at in 0usize..64, bit in 0u8..8) {
+            let mut out = Vec::new();
+            let body = RecordBody::Update { page: PageId(1), offset: 2, before: Some(vec![3; 8]), after: vec![4; 8] };
+            encode(Lsn(64), Lsn(0), Some(TxnId(1)), &body, &mut out);
+            let at = at % out.len();
+            out[at] ^= 1 << bit;
+            prop_assert!(decode(&out, Lsn(64), 4096).is_err());
+        }
+    }
+}

@@ -1,0 +1,163 @@
+//! Segment files. The log's LSN space is cut into segments of `segment_bytes`; segment `k`
+//! holds LSNs `k * segment_bytes ..(k + 1) * segment_bytes` after a 4 KiB header, in the file
+//! `log/segment-{k}.log`. LSNs start at segment 1, so LSN 0 can mean "none".
+//!
+//! ```text
+//! segment header (4096 bytes)
+//!  0  4 crc32c of bytes 4..4096
+//!  4  4 segment format version
+//!  8  8 magic "LODELOG\0"
+//! 16  8 segment index k
+//! 24  8 segment bytes (the LSN span of every segment)
+//! 32    zeros
+//! ```
+//!
+//! New segment files are written full of zeros and synced before use, and old ones are recycled
+//! (renamed and given a new header): overwriting allocated blocks syncs faster than appending.
+
+use lodestore_core::checksum::crc32c;
+use lodestore_core::{Error, Result};
+use lodestore_storage::{FileSystem, OpenMode, Storage};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const SEGMENT_HEADER_BYTES: u64 = 4096;
+pub const SEGMENT_FORMAT_VERSION: u32 = 1;
+pub const SEGMENT_MAGIC: [u8; 8] = *b"LODELOG\0";
+/// Smallest segment: must hold the largest record (a 64 KiB page image or update) with room.
+pub const SEGMENT_BYTES_MIN: u64 = 256 << 10;
+pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
+/// Zeros written per call when a segment file is pre-written.
+const PREWRITE_CHUNK_BYTES: usize = 1 << 20;
+
+pub fn segment_path(dir: &Path, index: u64) -> PathBuf {
+    dir.join(format!("segment-{index:010}.log"))
+}
+
+pub fn spare_path(dir: &Path, index: u64) -> PathBuf {
+    dir.join(format!("spare-{index:010}.log"))
+}
+
+fn parse(path: &Path, prefix: &str) -> Option<u64> {
+    let name = path.file_name()?.to_str()?;
+    name.strip_prefix(prefix)?
+        .strip_suffix(".log")?
+        .parse()
+        .ok()
+}
+
+pub fn segment_index(path: &Path) -> Option<u64> {
+    parse(path, "segment-")
+}
+
+pub fn spare_index(path: &Path) -> Option<u64> {
+    parse(path, "spare-")
+}
+
+pub fn encode_header(index: u64, segment_bytes: u64) -> Vec<u8> {
+    let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
+    header[4..8].copy_from_slice(&SEGMENT_FORMAT_VERSION.to_le_bytes());
+    header[8..16].copy_from_slice(&SEGMENT_MAGIC);
+    header[16..24].copy_from_slice(&index.to_le_bytes());
+    header[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
+    let crc = crc32c(&header[4..]);
+    header[0..4].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Checks the header of the segment file at `path`, expected to be segment `index`.
+pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Result<()> {
+    let path = file.path().to_path_buf();
+    let corrupt = |reason: String| Error::CorruptLog {
+        path: path.clone(),
+        offset: 0,
+        reason,
+    };
+    let length = file.len()?;
+    if length < SEGMENT_HEADER_BYTES {
+        return Err(corrupt(format!(
+            "segment file of {length} bytes has no header"
+        )));
+    }
+    let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
+    file.read_at(0, &mut header)?;
+    if header[8..16] != SEGMENT_MAGIC {
+        return Err(corrupt("not a Lodestore log segment (bad magic)".into()));
+    }
+    let version = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    if version > SEGMENT_FORMAT_VERSION {
+        return Err(Error::UnsupportedFormat {
+            path,
+            structure: "log segment",
+            found: version,
+            supported: SEGMENT_FORMAT_VERSION,
+        });
+    }
+    let stored = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+    if stored != crc32c(&header[4..]) {
+        return Err(corrupt("segment header checksum mismatch".into()));
+    }
+    let found_index = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
+    let found_bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
+    if found_index != index || found_bytes != segment_bytes {
+        return Err(corrupt(format!(
+            "header says segment {found_index} of {found_bytes} bytes, expected segment {index} of {segment_bytes}"
+        )));
+    }
+    Ok(())
+}
+
+/// Name a segment file has while it is being created; renamed when complete, so a crash during
+/// creation leaves no half-made segment under a segment name.
+pub fn creating_path(dir: &Path, index: u64) -> PathBuf {
+    dir.join(format!("creating-{index:010}.log"))
+}
+
+/// Creates segment `index`: header plus zeros for its whole span, synced, then renamed into
+/// place.
+pub fn create(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    index: u64,
+    segment_bytes: u64,
+) -> Result<Arc<dyn Storage>> {
+    let temporary = creating_path(dir, index);
+    if fs.exists(&temporary) {
+        fs.remove(&temporary)?;
+    }
+    let file = fs.open(&temporary, OpenMode::CreateNew)?;
+    let zeros = vec![0u8; PREWRITE_CHUNK_BYTES];
+    let mut at = SEGMENT_HEADER_BYTES;
+    let end = SEGMENT_HEADER_BYTES + segment_bytes;
+    while at < end {
+        let n = (end - at).min(PREWRITE_CHUNK_BYTES as u64) as usize;
+        file.write_at(at, &zeros[..n])?;
+        at += n as u64;
+    }
+    file.write_at(0, &encode_header(index, segment_bytes))?;
+    file.sync()?;
+    drop(file);
+    let path = segment_path(dir, index);
+    fs.rename(&temporary, &path)?;
+    fs.open(&path, OpenMode::Existing)
+}
+
+/// Turns the spare file at `spare` into segment `index`: the new header is written and synced
+/// while the file still has its spare name, then it is renamed. Its old records stay but carry
+/// old LSNs, so they are never valid at their new positions.
+pub fn reuse(
+    fs: &dyn FileSystem,
+    spare: &Path,
+    dir: &Path,
+    index: u64,
+    segment_bytes: u64,
+) -> Result<Arc<dyn Storage>> {
+    {
+        let file = fs.open(spare, OpenMode::Existing)?;
+        file.write_at(0, &encode_header(index, segment_bytes))?;
+        file.sync()?;
+    }
+    let path = segment_path(dir, index);
+    fs.rename(spare, &path)?;
+    fs.open(&path, OpenMode::Existing)
+}

@@ -1,0 +1,204 @@
+//! The log manager against an in-memory file system: round trips across segments, torn tails,
+//! damage before the end, missing segments, newer formats, concurrent group commit.
+
+use lodestore_core::{Error, Lsn, PageId, TxnId};
+use lodestore_storage::{FileSystem, MemoryFileSystem};
+use lodestore_wal::segment::{segment_path, SEGMENT_HEADER_BYTES};
+use lodestore_wal::{Log, LogOptions, RecordBody};
+use std::path::Path;
+use std::sync::Arc;
+
+const SEGMENT: u64 = 256 << 10;
+
+fn options() -> LogOptions {
+    LogOptions {
+        segment_bytes: SEGMENT,
+        buffer_bytes_max: 64 << 10,
+        spare_segments_max: 1,
+        page_size_max: 8192,
+    }
+}
+
+fn update(i: u32) -> RecordBody {
+    RecordBody::Update {
+        page: PageId(i),
+        offset: i % 100,
+        before: Some(vec![i as u8; 50 + (i as usize % 700)]),
+        after: vec![!(i as u8); 50 + (i as usize % 700)],
+    }
+}
+
+fn write_many(log: &Log, count: u32) -> Vec<Lsn> {
+    let mut lsns = Vec::new();
+    let mut prev = Lsn(0);
+    for i in 0..count {
+        prev = log.append(Some(TxnId(1)), prev, &update(i)).unwrap();
+        lsns.push(prev);
+    }
+    log.flush_all().unwrap();
+    lsns
+}
+
+fn fs() -> Arc<MemoryFileSystem> {
+    Arc::new(MemoryFileSystem::new())
+}
+
+#[test]
+fn records_round_trip_across_segments_and_reopen() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 2000);
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    for (i, &lsn) in lsns.iter().enumerate().step_by(37) {
+        let record = log.read(lsn).unwrap();
+        assert_eq!(record.body, update(i as u32));
+        assert_eq!(record.txn, Some(TxnId(1)));
+    }
+    let end = log.end_lsn();
+    drop(log);
+    let (log, found) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(found.end, end);
+    assert_eq!(found.discarded_bytes, 0);
+    let mut seen = Vec::new();
+    log.scan(Lsn(SEGMENT), |r| {
+        seen.push(r.lsn);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, lsns);
+    // Appending after reopening continues the same sequence.
+    let next = log.append(None, Lsn(0), &RecordBody::Commit).unwrap();
+    assert_eq!(next, end);
+    log.flush(next).unwrap();
+    // Recycling keeps one spare and deletes the rest; the spare is reused for new segments.
+    let recycled = log.recycle_before(lsns[1500]).unwrap();
+    assert!(recycled >= 2);
+    write_many(&log, 600);
+    assert!(log.stats().segments_reused >= 1);
+}
+
+#[test]
+fn torn_tail_is_discarded_and_reported() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 50);
+    let last = *lsns.last().unwrap();
+    let end = log.end_lsn();
+    drop(log);
+    // Tear the last record: keep its first 20 bytes, garbage after.
+    let file = segment_path(dir, last.0 / SEGMENT);
+    let at = (SEGMENT_HEADER_BYTES + last.0 % SEGMENT) as usize;
+    fs.with_file(&file, |bytes| {
+        for b in &mut bytes[at + 20..at + 300] {
+            *b = 0xA5;
+        }
+    })
+    .unwrap();
+    let (log, found) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(found.end, last, "ends before the torn record");
+    assert!(found.discarded_bytes >= 280, "{found:?}");
+    assert!(found.end < end);
+    let mut count = 0;
+    log.scan(Lsn(SEGMENT), |_| {
+        count += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(count, 49);
+    // New records overwrite the torn tail and survive another reopen.
+    let lsn = log.append(None, Lsn(0), &RecordBody::Commit).unwrap();
+    log.flush(lsn).unwrap();
+    drop(log);
+    let (log, found) = Log::open(fs, dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(log.read(lsn).unwrap().body, RecordBody::Commit);
+    assert_eq!(found.end.0, lsn.0 + 40);
+}
+
+#[test]
+fn damage_before_the_end_is_an_error_naming_segment_and_offset() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 50);
+    drop(log);
+    let victim = lsns[10];
+    let file = segment_path(dir, victim.0 / SEGMENT);
+    let at = (SEGMENT_HEADER_BYTES + victim.0 % SEGMENT) as usize + 45;
+    fs.with_file(&file, |bytes| bytes[at] ^= 0x04).unwrap();
+    match Log::open(fs, dir, options(), Lsn(SEGMENT)) {
+        Err(Error::CorruptLog {
+            path,
+            offset,
+            reason,
+        }) => {
+            assert_eq!(path, file);
+            assert_eq!(offset, SEGMENT_HEADER_BYTES + victim.0 % SEGMENT);
+            assert!(reason.contains("valid record follows"), "{reason}");
+        }
+        Ok(_) => panic!("damage before the end went unnoticed"),
+        Err(other) => panic!("unexpected error {other}"),
+    }
+}
+
+#[test]
+fn missing_segment_and_newer_formats_are_named() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    write_many(&log, 2000);
+    drop(log);
+    fs.remove(&segment_path(dir, 2)).unwrap();
+    match Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)) {
+        Err(Error::CorruptLog { reason, .. }) => assert!(reason.contains("missing"), "{reason}"),
+        other => panic!("expected a missing segment, got {:?}", other.err()),
+    }
+    match Log::open(fs.clone(), dir, options(), Lsn(2 * SEGMENT)) {
+        Err(Error::CorruptLog { reason, .. }) => assert!(reason.contains("missing"), "{reason}"),
+        other => panic!("expected a missing segment, got {:?}", other.err()),
+    }
+
+    let fs = self::fs();
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    write_many(&log, 10);
+    drop(log);
+    fs.with_file(&segment_path(dir, 1), |bytes| bytes[4] = 9)
+        .unwrap();
+    assert!(matches!(
+        Log::open(fs, dir, options(), Lsn(SEGMENT)),
+        Err(Error::UnsupportedFormat { found: 9, .. })
+    ));
+}
+
+#[test]
+fn concurrent_committers_share_flushes() {
+    let fs = fs();
+    let log = Arc::new(Log::create(fs, Path::new("/s/log"), options()).unwrap());
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut mine = Vec::new();
+                for i in 0..200u32 {
+                    let lsn = log.append(Some(TxnId(t + 1)), Lsn(0), &update(i)).unwrap();
+                    let commit = log
+                        .append(Some(TxnId(t + 1)), lsn, &RecordBody::Commit)
+                        .unwrap();
+                    log.flush(commit).unwrap();
+                    assert!(log.durable_lsn() > commit);
+                    mine.push((lsn, i));
+                }
+                mine
+            })
+        })
+        .collect();
+    for thread in threads {
+        for (lsn, i) in thread.join().unwrap() {
+            assert_eq!(log.read(lsn).unwrap().body, update(i));
+        }
+    }
+    let stats = log.stats();
+    assert_eq!(stats.records, 8 * 400);
+    assert!(stats.flushes <= 8 * 200, "{stats:?}");
+}

@@ -442,7 +442,7 @@ fn describe(invalid: Invalid) -> String {
 
 fn check_options(options: &LogOptions) -> Result<()> {
     let size = options.segment_bytes;
-    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&size) || size % 4096 != 0 {
+    if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&size) || !size.is_multiple_of(4096) {
         return Err(Error::InvalidArgument(format!(
             "log segment size {size} must be a multiple of 4096 from {SEGMENT_BYTES_MIN} to {SEGMENT_BYTES_MAX}"
         )));

@@ -251,7 +251,7 @@ pub fn header(bytes: &[u8], lsn: Lsn, room: usize) -> Result<Header, Invalid> {
         )));
     }
     let len = get_u32(bytes, 4) as usize;
-    if len < RECORD_HEADER_BYTES || len % RECORD_ALIGN != 0 || len > room {
+    if len < RECORD_HEADER_BYTES || !len.is_multiple_of(RECORD_ALIGN) || len > room {
         return Err(Invalid::Damaged(format!("implausible record length {len}")));
     }
     Ok(Header { len, lsn })

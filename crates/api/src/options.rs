@@ -1,9 +1,11 @@
 //! Settings for opening or creating a store, as a builder.
 
 use lodestore_core::limits::PAGE_SIZE_DEFAULT;
-use lodestore_server::ServerOptions;
+use lodestore_server::{RecoveryMethodKind, ServerOptions};
 use lodestore_storage::{FileSystem, RealFileSystem};
+use lodestore_wal::LogOptions;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// How to open or create a store. Start from `Options::new()` and change what you need:
 ///
@@ -18,7 +20,9 @@ pub struct Options {
     pub(crate) page_size: Option<usize>,
     pub(crate) client_cache_bytes: usize,
     pub(crate) server_pool_bytes: usize,
-    pub(crate) pending_bytes_max: usize,
+    pub(crate) log_segment_bytes: u64,
+    pub(crate) checkpoint_log_bytes: u64,
+    pub(crate) lock_wait_timeout: Duration,
     pub(crate) file_system: Arc<dyn FileSystem>,
 }
 
@@ -28,7 +32,9 @@ impl Default for Options {
             page_size: None,
             client_cache_bytes: 64 << 20,
             server_pool_bytes: 64 << 20,
-            pending_bytes_max: 256 << 20,
+            log_segment_bytes: 16 << 20,
+            checkpoint_log_bytes: 64 << 20,
+            lock_wait_timeout: Duration::from_secs(10),
             file_system: Arc::new(RealFileSystem),
         }
     }
@@ -40,7 +46,9 @@ impl std::fmt::Debug for Options {
             .field("page_size", &self.page_size)
             .field("client_cache_bytes", &self.client_cache_bytes)
             .field("server_pool_bytes", &self.server_pool_bytes)
-            .field("pending_bytes_max", &self.pending_bytes_max)
+            .field("log_segment_bytes", &self.log_segment_bytes)
+            .field("checkpoint_log_bytes", &self.checkpoint_log_bytes)
+            .field("lock_wait_timeout", &self.lock_wait_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -69,10 +77,24 @@ impl Options {
         self
     }
 
-    /// Most bytes of changed pages the server holds for uncommitted transactions (default
-    /// 256 MiB). A transaction that changes more fails with `Error::TransactionTooLarge`.
-    pub fn pending_bytes_max(mut self, bytes: usize) -> Options {
-        self.pending_bytes_max = bytes;
+    /// LSN span of one log segment file (default 16 MiB; 256 KiB to 1 GiB). Fixed when the
+    /// store is created.
+    pub fn log_segment_bytes(mut self, bytes: u64) -> Options {
+        self.log_segment_bytes = bytes;
+        self
+    }
+
+    /// Take a checkpoint after this many bytes of log (default 64 MiB). Smaller means shorter
+    /// restarts and more page writes.
+    pub fn checkpoint_log_bytes(mut self, bytes: u64) -> Options {
+        self.checkpoint_log_bytes = bytes;
+        self
+    }
+
+    /// How long a transaction waits for a lock before it fails with `Error::LockTimeout`
+    /// (default 10 s). Deadlocks are detected at once, whatever this is.
+    pub fn lock_wait_timeout(mut self, timeout: Duration) -> Options {
+        self.lock_wait_timeout = timeout;
         self
     }
 
@@ -89,7 +111,13 @@ impl Options {
     pub(crate) fn server_options(&self) -> ServerOptions {
         ServerOptions {
             pool_bytes: self.server_pool_bytes,
-            pending_bytes_max: self.pending_bytes_max,
+            log: LogOptions {
+                segment_bytes: self.log_segment_bytes,
+                ..LogOptions::default()
+            },
+            checkpoint_log_bytes: self.checkpoint_log_bytes,
+            lock_wait_timeout: self.lock_wait_timeout,
+            method: RecoveryMethodKind::Esm,
         }
     }
 }

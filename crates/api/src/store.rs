@@ -5,7 +5,7 @@ use crate::transaction::Transaction;
 use lodestore_client::ClientSession;
 use lodestore_core::Result;
 use lodestore_server::inspect::{self, StoreInfo};
-use lodestore_server::{pool_pages, Server, ServerStats};
+use lodestore_server::{pool_pages, RestartReport, Server, ServerStats};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -24,7 +24,7 @@ impl Store {
         let page_size = options.page_size_or_default();
         pool_pages("client cache", options.client_cache_bytes, page_size)?;
         let server = Server::create(
-            options.file_system.as_ref(),
+            options.file_system.clone(),
             &path,
             page_size,
             options.server_options(),
@@ -36,7 +36,7 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         let server = Server::open(
-            options.file_system.as_ref(),
+            options.file_system.clone(),
             &path,
             options.page_size,
             options.server_options(),
@@ -90,8 +90,20 @@ impl Store {
         self.server.stats()
     }
 
-    /// Figures about the stored data (reads every page).
+    /// Takes a checkpoint now: every dirty page is written and the log before it can be reused.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.server.checkpoint()
+    }
+
+    /// What recovery found and did when this store was opened.
+    pub fn restart_report(&self) -> &RestartReport {
+        self.server.restart_report()
+    }
+
+    /// Figures about the stored data (reads every page; takes a checkpoint first so the data
+    /// file is current).
     pub fn info(&self) -> Result<StoreInfo> {
+        self.server.checkpoint()?;
         inspect::info(self.server.volume())
     }
 }

@@ -146,8 +146,7 @@ impl ClientSession {
         match self.server.commit(id) {
             Ok(lsn) => {
                 for page in dirty {
-                    if let Some(frame) = self.cache.lookup(page) {
-                        page::set_lsn(self.cache.frame_mut(frame), lsn);
+                    if let Some(frame) = self.cache.peek(page) {
                         self.cache.state_mut(frame).dirty = false;
                     }
                 }
@@ -163,16 +162,30 @@ impl ClientSession {
         }
     }
 
+    /// Ships `pages` and stamps each cached copy with the LSN the server gave it, so the copy
+    /// is recognised as current by the next transaction.
     fn ship(&mut self, id: TxnId, pages: &[PageId]) -> Result<()> {
         for batch in pages.chunks(SHIP_BATCH_PAGES) {
+            let mut frames = Vec::with_capacity(batch.len());
             let mut images: Vec<(PageId, &[u8])> = Vec::with_capacity(batch.len());
             for &page in batch {
                 let frame = self.cache.peek(page).ok_or_else(|| {
                     Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
                 })?;
+                frames.push(frame);
                 images.push((page, self.cache.frame(frame)));
             }
-            self.server.ship_dirty_pages(id, &images)?;
+            let lsns = self.server.ship_dirty_pages(id, &images)?;
+            if lsns.len() != frames.len() {
+                return Err(Error::InvalidArgument(format!(
+                    "server answered {} LSNs for {} pages",
+                    lsns.len(),
+                    frames.len()
+                )));
+            }
+            for (frame, lsn) in frames.into_iter().zip(lsns) {
+                page::set_lsn(self.cache.frame_mut(frame), lsn);
+            }
             self.stats.pages_shipped += batch.len() as u64;
         }
         Ok(())

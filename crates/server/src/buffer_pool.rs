@@ -1,14 +1,30 @@
-//! The server's buffer pool: a bounded set of page images in memory, replaced by the clock.
-//! Until the write-ahead log exists every image here equals the one on disk (commit forces
-//! pages), so eviction simply drops a frame.
+//! The server's buffer pool: a bounded set of page images replaced by the clock. Pages may be
+//! dirty (STEAL/NO-FORCE): a dirty page is written back when it is evicted or at a checkpoint,
+//! and only after the log is durable up to its LSN. This module only keeps the frames; the
+//! server enforces the write-ahead rule when it writes a victim back.
 
-use lodestore_core::frames::FrameTable;
-use lodestore_core::PageId;
+use lodestore_core::frames::{FrameId, FrameTable};
+use lodestore_core::{Lsn, PageId};
+
+#[derive(Clone, Copy, Debug, Default)]
+struct FrameState {
+    dirty: bool,
+    /// LSN of the first change since the page was last clean (ARIES recLSN).
+    rec_lsn: Lsn,
+}
 
 pub struct BufferPool {
     page_size: usize,
     frames: FrameTable,
+    states: Vec<FrameState>,
     bytes: Vec<u8>,
+}
+
+/// A page that had to leave to make room, still readable in its old frame until the frame is
+/// overwritten.
+pub struct Victim {
+    pub page: PageId,
+    pub dirty: bool,
 }
 
 impl BufferPool {
@@ -17,6 +33,7 @@ impl BufferPool {
         BufferPool {
             page_size,
             frames: FrameTable::new(frame_count),
+            states: vec![FrameState::default(); frame_count],
             bytes: vec![0u8; page_size * frame_count],
         }
     }
@@ -33,49 +50,90 @@ impl BufferPool {
         self.frames.is_empty()
     }
 
+    pub fn contains(&self, page: PageId) -> bool {
+        self.frames.peek(page).is_some()
+    }
+
+    fn range(&self, frame: FrameId) -> std::ops::Range<usize> {
+        frame * self.page_size..(frame + 1) * self.page_size
+    }
+
     /// The cached image of `page`, if present.
     pub fn get(&mut self, page: PageId) -> Option<&[u8]> {
         let frame = self.frames.lookup(page)?;
-        Some(&self.bytes[frame * self.page_size..][..self.page_size])
+        let range = self.range(frame);
+        Some(&self.bytes[range])
     }
 
-    /// Caches `image` as the current version of `page`. Returns true if another page was
-    /// evicted to make room.
-    pub fn put(&mut self, page: PageId, image: &[u8]) -> bool {
-        assert_eq!(image.len(), self.page_size);
-        let (frame, evicted) = match self.frames.lookup(page) {
-            Some(frame) => (frame, false),
-            None => {
-                let assigned = self
-                    .frames
-                    .assign(page, |_, _| true)
-                    .expect("every frame of a clean pool is evictable");
-                (assigned.frame, assigned.evicted.is_some())
-            }
-        };
-        self.bytes[frame * self.page_size..][..self.page_size].copy_from_slice(image);
-        evicted
+    /// The cached image of `page` for changing in place; the caller marks it dirty.
+    pub fn get_mut(&mut self, page: PageId) -> Option<&mut [u8]> {
+        let frame = self.frames.lookup(page)?;
+        let range = self.range(frame);
+        Some(&mut self.bytes[range])
+    }
+
+    /// Gives `page` (not present) a frame; if another page had to leave, returns it with its
+    /// bytes still in `frame_bytes(victim)` until `fill` is called.
+    pub fn reserve(&mut self, page: PageId) -> (FrameId, Option<Victim>) {
+        debug_assert!(!self.contains(page));
+        let assigned = self
+            .frames
+            .assign(page, |_, _| true)
+            .expect("a pool of at least one frame always has a victim");
+        let old = std::mem::take(&mut self.states[assigned.frame]);
+        let victim = assigned.evicted.map(|p| Victim {
+            page: p,
+            dirty: old.dirty,
+        });
+        (assigned.frame, victim)
+    }
+
+    pub fn frame_bytes(&self, frame: FrameId) -> &[u8] {
+        &self.bytes[self.range(frame)]
+    }
+
+    /// Copies `image` into a reserved frame.
+    pub fn fill(&mut self, frame: FrameId, image: &[u8]) {
+        let range = self.range(frame);
+        self.bytes[range].copy_from_slice(image);
+    }
+
+    pub fn mark_dirty(&mut self, page: PageId, lsn: Lsn) {
+        let frame = self.frames.peek(page).expect("dirtied page is cached");
+        let state = &mut self.states[frame];
+        if !state.dirty {
+            state.dirty = true;
+            state.rec_lsn = lsn;
+        }
+    }
+
+    pub fn mark_clean(&mut self, page: PageId) {
+        if let Some(frame) = self.frames.peek(page) {
+            self.states[frame] = FrameState::default();
+        }
+    }
+
+    pub fn is_dirty(&self, page: PageId) -> bool {
+        self.frames
+            .peek(page)
+            .is_some_and(|frame| self.states[frame].dirty)
+    }
+
+    /// Dirty pages with their recLSN, in page order.
+    pub fn dirty_pages(&self) -> Vec<(PageId, Lsn)> {
+        let mut dirty: Vec<_> = self
+            .frames
+            .pages()
+            .filter(|(_, f)| self.states[*f].dirty)
+            .map(|(p, f)| (p, self.states[f].rec_lsn))
+            .collect();
+        dirty.sort_unstable();
+        dirty
     }
 
     pub fn remove(&mut self, page: PageId) {
-        self.frames.remove(page);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn bounded_and_returns_latest_image() {
-        let mut pool = BufferPool::new(4096, 4);
-        for p in 0..10u32 {
-            pool.put(PageId(p), &vec![p as u8; 4096]);
-            assert!(pool.len() <= 4);
+        if let Some(frame) = self.frames.remove(page) {
+            self.states[frame] = FrameState::default();
         }
-        assert_eq!(pool.len(), 4);
-        pool.put(PageId(9), &vec![99; 4096]);
-        assert_eq!(pool.get(PageId(9)).unwrap()[0], 99);
-        assert!(pool.get(PageId(0)).is_none());
     }
 }

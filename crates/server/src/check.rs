@@ -104,10 +104,10 @@ impl Checker<'_> {
             }
         }
         self.report.pages_checked += 2;
-        let tail = self.volume.uncommitted_tail_bytes()?;
+        let tail = self.volume.unrecorded_tail_bytes()?;
         if tail > 0 {
             self.report.notes.push(format!(
-                "{tail} bytes past the last committed page (left by a crash; dropped at the next open)"
+                "{tail} bytes past the pages the last checkpoint recorded (recovery at the next open decides what they hold)"
             ));
         }
         Ok(())

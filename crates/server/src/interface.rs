@@ -55,10 +55,11 @@ pub trait PageServer: Send + Sync {
     /// Ships a batch of log records for `txn`. Always before the pages they describe.
     fn ship_log_records(&self, txn: TxnId, records: &[u8]) -> Result<()>;
 
-    /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit).
-    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<()>;
+    /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit). Returns
+    /// the new LSN of each page, which the client stamps on its cached copy.
+    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<Vec<Lsn>>;
 
-    /// Commits `txn`; returns the LSN stamped on every page it changed.
+    /// Commits `txn`: returns once its commit record is durable, with the record's LSN.
     fn commit(&self, txn: TxnId) -> Result<Lsn>;
 
     /// Aborts `txn`, discarding everything it shipped and releasing its locks.

@@ -1,5 +1,6 @@
-//! The server layer: owns a volume, its buffer pool, the lock table and free-space management,
-//! and serves pages to clients through the [`PageServer`] interface. Embedded stores call the
+//! The server layer: owns a volume, its log, buffer pool, lock manager and free-space
+//! management, and serves pages to clients through the [`PageServer`] interface. How it logs
+//! and recovers is a [`RecoveryMethodKind`]. Embedded stores call the
 //! in-process [`Server`] directly; a network server will put the same interface on a socket.
 
 pub mod buffer_pool;
@@ -7,11 +8,13 @@ pub mod check;
 pub mod inspect;
 pub mod interface;
 pub mod lock_table;
+pub mod recovery;
 pub mod server;
 pub mod space;
 pub mod stats;
-mod txn_table;
 
 pub use interface::{LockMode, PageServer};
-pub use server::{pool_pages, Server, ServerOptions};
+pub use lock_table::LockStats;
+pub use recovery::{RecoveryMethodKind, RestartReport};
+pub use server::{pool_pages, Server, ServerOptions, LOG_DIR_NAME};
 pub use stats::ServerStats;

@@ -1,13 +1,17 @@
-//! Page locks for strict two-phase locking. Modes and their compatibility are data (a matrix),
-//! so further modes can be added without touching the code that grants them.
+//! Page locks for strict two-phase locking, with waiting and deadlock detection. Modes and their
+//! compatibility are data (a matrix), so further modes (semantic locks of multi-level
+//! transactions) are added as rows and columns, not as code.
 //!
-//! This version does not wait: a conflicting request fails at once with
-//! `Error::LockConflict`, which the caller may retry. Waiting with deadlock detection comes
-//! with concurrent sessions.
+//! A request that conflicts waits. Before each wait the waits-for graph is searched from the
+//! requester; if the requester would close a cycle it is chosen as the victim and gets
+//! `Error::Deadlock` at once. A wait longer than the timeout ends with `Error::LockTimeout`.
+//! Both are retryable: the caller aborts and runs the transaction again.
 
 use crate::interface::LockMode;
 use lodestore_core::{Error, PageId, Result, TxnId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 const MODE_COUNT: usize = 2;
 
@@ -19,85 +23,236 @@ const COMPATIBLE: [[bool; MODE_COUNT]; MODE_COUNT] = [
 ];
 
 #[derive(Default)]
-pub struct LockTable {
+struct Table {
     holders: HashMap<PageId, Vec<(TxnId, LockMode)>>,
+    held: HashMap<TxnId, Vec<PageId>>,
+    waiting: HashMap<TxnId, (PageId, LockMode)>,
+    stats: LockStats,
 }
 
-impl LockTable {
-    /// Grants `mode` on `page` to `txn`, upgrading a weaker lock it holds. Returns true if the
-    /// transaction did not hold any lock on the page before.
-    pub fn acquire(&mut self, txn: TxnId, page: PageId, mode: LockMode) -> Result<bool> {
+pub struct LockManager {
+    table: Mutex<Table>,
+    changed: Condvar,
+    timeout: Duration,
+}
+
+/// Counters of the lock manager.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LockStats {
+    pub waits: u64,
+    pub deadlocks: u64,
+    pub timeouts: u64,
+}
+
+impl Table {
+    fn conflicts(&self, txn: TxnId, page: PageId, mode: LockMode) -> Vec<TxnId> {
+        self.holders.get(&page).map_or_else(Vec::new, |holders| {
+            holders
+                .iter()
+                .filter(|(t, held)| *t != txn && !COMPATIBLE[*held as usize][mode as usize])
+                .map(|(t, _)| *t)
+                .collect()
+        })
+    }
+
+    fn grant(&mut self, txn: TxnId, page: PageId, mode: LockMode) {
         let holders = self.holders.entry(page).or_default();
-        let own = holders.iter().position(|(t, _)| *t == txn);
-        if let Some(i) = own {
-            if holders[i].1 >= mode {
-                return Ok(false);
-            }
-        }
-        let conflict = holders
-            .iter()
-            .any(|(t, held)| *t != txn && !COMPATIBLE[*held as usize][mode as usize]);
-        if conflict {
-            return Err(Error::LockConflict { page });
-        }
-        match own {
-            Some(i) => {
-                holders[i].1 = mode;
-                Ok(false)
-            }
+        match holders.iter_mut().find(|(t, _)| *t == txn) {
+            Some(entry) => entry.1 = entry.1.max(mode),
             None => {
                 holders.push((txn, mode));
-                Ok(true)
+                self.held.entry(txn).or_default().push(page);
             }
         }
     }
 
-    /// Is `page` locked by a transaction other than `txn`?
-    pub fn locked_by_other(&self, txn: TxnId, page: PageId) -> bool {
+    fn holds(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
         self.holders
+            .get(&page)
+            .is_some_and(|h| h.iter().any(|(t, m)| *t == txn && *m >= mode))
+    }
+
+    /// Would `txn` waiting for `blockers` close a cycle? Depth-first over waits-for edges.
+    fn closes_cycle(&self, txn: TxnId, blockers: &[TxnId]) -> bool {
+        let mut stack: Vec<TxnId> = blockers.to_vec();
+        let mut seen: HashSet<TxnId> = HashSet::new();
+        while let Some(t) = stack.pop() {
+            if t == txn {
+                return true;
+            }
+            if !seen.insert(t) {
+                continue;
+            }
+            if let Some(&(page, mode)) = self.waiting.get(&t) {
+                stack.extend(self.conflicts(t, page, mode));
+            }
+        }
+        false
+    }
+}
+
+impl LockManager {
+    pub fn new(timeout: Duration) -> LockManager {
+        LockManager {
+            table: Mutex::new(Table::default()),
+            changed: Condvar::new(),
+            timeout,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Grants `mode` on `page` to `txn`, waiting while others hold conflicting locks.
+    pub fn acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<()> {
+        let started = Instant::now();
+        let mut table = self.lock();
+        loop {
+            if table.holds(txn, page, mode) {
+                return Ok(());
+            }
+            let blockers = table.conflicts(txn, page, mode);
+            if blockers.is_empty() {
+                table.waiting.remove(&txn);
+                table.grant(txn, page, mode);
+                return Ok(());
+            }
+            if table.closes_cycle(txn, &blockers) {
+                table.waiting.remove(&txn);
+                table.stats.deadlocks += 1;
+                return Err(Error::Deadlock { page });
+            }
+            let waited = started.elapsed();
+            if waited >= self.timeout {
+                table.waiting.remove(&txn);
+                table.stats.timeouts += 1;
+                return Err(Error::LockTimeout {
+                    page,
+                    waited_ms: waited.as_millis() as u64,
+                });
+            }
+            table.waiting.insert(txn, (page, mode));
+            table.stats.waits += 1;
+            table = self
+                .changed
+                .wait_timeout(table, self.timeout - waited)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Grants `mode` if nobody conflicts; never waits.
+    pub fn try_acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
+        let mut table = self.lock();
+        if table.holds(txn, page, mode) {
+            return true;
+        }
+        if table.conflicts(txn, page, mode).is_empty() {
+            table.grant(txn, page, mode);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn holds(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
+        self.lock().holds(txn, page, mode)
+    }
+
+    /// Is `page` locked by anyone but `txn`?
+    pub fn locked_by_other(&self, txn: TxnId, page: PageId) -> bool {
+        self.lock()
+            .holders
             .get(&page)
             .is_some_and(|h| h.iter().any(|(t, _)| *t != txn))
     }
 
-    /// Releases the locks of `txn` on `pages`.
-    pub fn release(&mut self, txn: TxnId, pages: impl IntoIterator<Item = PageId>) {
-        for page in pages {
-            if let Some(holders) = self.holders.get_mut(&page) {
+    /// Releases every lock of `txn` and wakes the waiters.
+    pub fn release_all(&self, txn: TxnId) {
+        let mut table = self.lock();
+        table.waiting.remove(&txn);
+        for page in table.held.remove(&txn).unwrap_or_default() {
+            if let Some(holders) = table.holders.get_mut(&page) {
                 holders.retain(|(t, _)| *t != txn);
                 if holders.is_empty() {
-                    self.holders.remove(&page);
+                    table.holders.remove(&page);
                 }
             }
         }
+        drop(table);
+        self.changed.notify_all();
     }
 
     pub fn locked_pages(&self) -> usize {
-        self.holders.len()
+        self.lock().holders.len()
+    }
+
+    pub fn stats(&self) -> LockStats {
+        self.lock().stats
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
+    fn manager() -> LockManager {
+        LockManager::new(Duration::from_secs(5))
+    }
 
     #[test]
-    fn shared_compatible_exclusive_not() {
+    fn shared_compatible_exclusive_waits_for_release() {
+        let locks = Arc::new(manager());
         let (a, b) = (TxnId(1), TxnId(2));
         let p = PageId(5);
-        let mut table = LockTable::default();
-        assert!(table.acquire(a, p, LockMode::Shared).unwrap());
-        assert!(table.acquire(b, p, LockMode::Shared).unwrap());
-        assert!(matches!(
-            table.acquire(b, p, LockMode::Exclusive),
-            Err(Error::LockConflict { page }) if page == p
-        ));
-        table.release(a, [p]);
-        assert!(
-            !table.acquire(b, p, LockMode::Exclusive).unwrap(),
-            "upgrade"
-        );
-        assert!(table.acquire(a, p, LockMode::Shared).is_err());
-        table.release(b, [p]);
-        assert_eq!(table.locked_pages(), 0);
+        locks.acquire(a, p, LockMode::Shared).unwrap();
+        locks.acquire(b, p, LockMode::Shared).unwrap();
+        assert!(!locks.try_acquire(b, p, LockMode::Exclusive));
+        let waiter = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                locks.acquire(b, p, LockMode::Exclusive).unwrap();
+                locks.stats().waits
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!locks.holds(b, p, LockMode::Exclusive));
+        locks.release_all(a);
+        assert!(waiter.join().unwrap() >= 1);
+        assert!(locks.holds(b, p, LockMode::Exclusive));
+        locks.release_all(b);
+        assert_eq!(locks.locked_pages(), 0);
+    }
+
+    #[test]
+    fn deadlock_picks_the_requester_that_closes_the_cycle() {
+        let locks = Arc::new(manager());
+        let (a, b) = (TxnId(1), TxnId(2));
+        let (p, q) = (PageId(1), PageId(2));
+        locks.acquire(a, p, LockMode::Exclusive).unwrap();
+        locks.acquire(b, q, LockMode::Exclusive).unwrap();
+        let first = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(a, q, LockMode::Exclusive))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        let second = locks.acquire(b, p, LockMode::Exclusive);
+        assert!(matches!(second, Err(Error::Deadlock { page }) if page == p));
+        assert_eq!(locks.stats().deadlocks, 1);
+        locks.release_all(b);
+        first.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn waiting_times_out() {
+        let locks = LockManager::new(Duration::from_millis(30));
+        locks
+            .acquire(TxnId(1), PageId(1), LockMode::Exclusive)
+            .unwrap();
+        let result = locks.acquire(TxnId(2), PageId(1), LockMode::Shared);
+        assert!(matches!(result, Err(Error::LockTimeout { .. })));
+        assert!(result.unwrap_err().is_retryable());
     }
 }

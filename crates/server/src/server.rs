@@ -1,112 +1,187 @@
-//! The in-process server: one volume, its buffer pool, locks and free space, behind the
+//! The in-process server: one volume, its log, buffer pool, locks and free space, behind the
 //! [`PageServer`] interface.
 //!
-//! Commit policy until the write-ahead log exists: FORCE. At commit the server writes every
-//! page the transaction shipped, syncs, then records the new end of the file and the commit LSN
-//! in the superblock (and syncs again). A crash in the middle of a commit can leave it half
-//! applied; there is no durability or atomicity claim beyond "a commit that returned is on
-//! disk".
+//! Buffer policy: STEAL/NO-FORCE. Changes shipped by clients become log records and go into the
+//! pool; commit appends a commit record and waits for the group flush of the log; dirty pages
+//! reach the data file only when evicted or at a checkpoint, and only after the log is durable
+//! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
-use crate::buffer_pool::BufferPool;
+use crate::buffer_pool::{BufferPool, Victim};
 use crate::interface::{LockMode, PageServer};
-use crate::lock_table::LockTable;
+use crate::lock_table::{LockManager, LockStats};
+use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
-use crate::txn_table::TxnState;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
-use lodestore_storage::spacemap::{self, ENTRY_FREE, ENTRY_UNAVAILABLE};
+use lodestore_storage::spacemap::{self, ENTRY_FREE};
 use lodestore_storage::volume::EXTEND_PAGES_MAX;
 use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, FileSystem, OpenMode, Volume};
-use std::collections::HashMap;
+use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
+use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// How many pages the file grows by at least, so allocation does not extend page by page.
 const EXTEND_PAGES_MIN: u32 = 64;
 /// How many hinted pages `find_space` tries before it gives up.
 const FIND_SPACE_CANDIDATES_MAX: usize = 16;
-
 /// The fewest frames a buffer pool may have.
 pub const POOL_PAGES_MIN: usize = 4;
+/// Folder of the log inside a store.
+pub const LOG_DIR_NAME: &str = "log";
 
 /// Server settings.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     /// Memory of the server buffer pool, in bytes (whole pages of it are used).
     pub pool_bytes: usize,
-    /// Most bytes of shipped, uncommitted pages the server holds for all transactions.
-    pub pending_bytes_max: usize,
+    /// Log settings (segment size is fixed when the store is created).
+    pub log: LogOptions,
+    /// A checkpoint is taken after this many bytes of log.
+    pub checkpoint_log_bytes: u64,
+    /// How long a lock request waits before it fails with `LockTimeout`.
+    pub lock_wait_timeout: Duration,
+    /// How the server logs and recovers.
+    pub method: RecoveryMethodKind,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
             pool_bytes: 64 << 20,
-            pending_bytes_max: 256 << 20,
+            log: LogOptions::default(),
+            checkpoint_log_bytes: 64 << 20,
+            lock_wait_timeout: Duration::from_secs(10),
+            method: RecoveryMethodKind::Esm,
         }
     }
 }
 
 pub struct Server {
-    volume: Volume,
-    state: Mutex<State>,
+    pub(crate) volume: Volume,
+    pub(crate) log: Log,
+    pub(crate) locks: LockManager,
+    pub(crate) state: Mutex<State>,
+    pub(crate) method: Box<dyn RecoveryMethod>,
     options: ServerOptions,
+    restart: RestartReport,
 }
 
-struct State {
-    pool: BufferPool,
-    space: SpaceManager,
-    locks: LockTable,
-    txns: HashMap<TxnId, TxnState>,
-    next_txn: u64,
-    next_lsn: u64,
-    pending_bytes: usize,
-    stats: ServerStats,
+/// Everything the server changes under its one mutex.
+pub(crate) struct State {
+    pub pool: BufferPool,
+    pub space: SpaceManager,
+    pub txns: HashMap<TxnId, TxnState>,
+    pub next_txn: u64,
+    /// Begin LSN of the newest checkpoint: a page whose LSN is older gets a full image logged
+    /// before its next change.
+    pub redo_lsn: Lsn,
+    /// Log end when the last checkpoint finished.
+    pub checkpoint_log_end: Lsn,
+    pub stats: ServerStats,
+    /// Set when a write failed half way: the in-memory state no longer matches the disk and
+    /// the server refuses further work until it is reopened (and recovers).
+    pub failed: Option<String>,
+}
+
+/// What the server remembers about an active transaction.
+#[derive(Default)]
+pub(crate) struct TxnState {
+    pub first_lsn: Lsn,
+    pub last_lsn: Lsn,
+    /// Pages the transaction changed (their space hints are refreshed at its end).
+    pub touched: BTreeSet<PageId>,
+    /// Pages handed out by `allocate_pages` (reserved in the space map until the end).
+    pub allocated: Vec<PageId>,
+    /// Pages to format as free at commit.
+    pub freed: Vec<PageId>,
 }
 
 impl Server {
     /// Creates a store in folder `dir` and serves it.
     pub fn create(
-        fs: &dyn FileSystem,
+        fs: Arc<dyn FileSystem>,
         dir: &Path,
         page_size: usize,
         options: ServerOptions,
     ) -> Result<Server> {
-        let volume = Volume::create(fs, dir, page_size)?;
-        Server::serve(volume, options)
+        let volume = Volume::create(fs.as_ref(), dir, page_size)?;
+        let log = Log::create(
+            fs,
+            &dir.join(LOG_DIR_NAME),
+            log_options(&options, page_size),
+        )?;
+        let server = Server::assemble(volume, log, options, RestartReport::default())?;
+        {
+            let mut state = server.lock_state();
+            state.space = SpaceManager::load(&server.volume)?;
+            server.checkpoint_locked(&mut state)?;
+        }
+        Ok(server)
     }
 
-    /// Opens the store in folder `dir` and serves it.
+    /// Opens the store in folder `dir`, recovers it from its log, and serves it.
     pub fn open(
-        fs: &dyn FileSystem,
+        fs: Arc<dyn FileSystem>,
         dir: &Path,
         requested_page_size: Option<usize>,
-        options: ServerOptions,
+        mut options: ServerOptions,
     ) -> Result<Server> {
-        let volume = Volume::open(fs, dir, requested_page_size, OpenMode::Existing)?;
-        Server::serve(volume, options)
+        let volume = Volume::open(fs.as_ref(), dir, requested_page_size, OpenMode::Existing)?;
+        let sb = volume.superblock();
+        if sb.checkpoint_lsn == Lsn::ZERO {
+            return Err(Error::CorruptSuperblock {
+                path: volume.path().to_path_buf(),
+                reason: "no checkpoint recorded: the store was never completely created".into(),
+            });
+        }
+        options.log.segment_bytes = sb.log_segment_bytes;
+        let (log, end) = Log::open(
+            fs,
+            &dir.join(LOG_DIR_NAME),
+            log_options(&options, volume.page_size()),
+            sb.checkpoint_lsn,
+        )?;
+        let mut server = Server::assemble(volume, log, options, RestartReport::default())?;
+        let report = {
+            let mut state = server.lock_state();
+            server
+                .method
+                .restart(&server, &mut state, sb.checkpoint_lsn, end)?
+        };
+        tracing::info!(?report, "recovered");
+        server.restart = report;
+        Ok(server)
     }
 
-    fn serve(volume: Volume, options: ServerOptions) -> Result<Server> {
+    fn assemble(
+        volume: Volume,
+        log: Log,
+        options: ServerOptions,
+        restart: RestartReport,
+    ) -> Result<Server> {
         let pool_pages = pool_pages("server pool", options.pool_bytes, volume.page_size())?;
-        let space = SpaceManager::load(&volume)?;
-        let next_lsn = volume.superblock().last_lsn.0 + 1;
         let pool = BufferPool::new(volume.page_size(), pool_pages);
         Ok(Server {
-            volume,
+            locks: LockManager::new(options.lock_wait_timeout),
+            method: options.method.build(),
             state: Mutex::new(State {
                 pool,
-                space,
-                locks: LockTable::default(),
+                space: SpaceManager::empty(volume.page_size()),
                 txns: HashMap::new(),
                 next_txn: 1,
-                next_lsn,
-                pending_bytes: 0,
+                redo_lsn: volume.superblock().checkpoint_lsn,
+                checkpoint_log_end: log.end_lsn(),
                 stats: ServerStats::default(),
+                failed: None,
             }),
+            volume,
+            log,
             options,
+            restart,
         })
     }
 
@@ -114,18 +189,59 @@ impl Server {
         &self.volume
     }
 
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    pub(crate) fn log_dir(&self) -> std::path::PathBuf {
+        self.volume
+            .path()
+            .parent()
+            .map(|dir| dir.join(LOG_DIR_NAME))
+            .unwrap_or_default()
+    }
+
     pub fn options(&self) -> &ServerOptions {
         &self.options
+    }
+
+    /// Name of the recovery method in use.
+    pub fn recovery_method(&self) -> &'static str {
+        self.method.name()
+    }
+
+    /// What the last restart found and did.
+    pub fn restart_report(&self) -> &RestartReport {
+        &self.restart
     }
 
     pub fn stats(&self) -> ServerStats {
         self.lock_state().stats
     }
 
-    fn lock_state(&self) -> MutexGuard<'_, State> {
+    pub fn lock_stats(&self) -> LockStats {
+        self.locks.stats()
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
             .expect("server state poisoned by an earlier panic")
+    }
+
+    /// The state, unless an earlier failure left it unusable.
+    fn usable_state(&self) -> Result<MutexGuard<'_, State>> {
+        let state = self.lock_state();
+        if let Some(reason) = &state.failed {
+            return Err(Error::Io {
+                path: self.volume.path().to_path_buf(),
+                operation: "serve",
+                source: std::io::Error::other(format!(
+                    "an earlier write failed ({reason}); reopen the store to recover"
+                )),
+            });
+        }
+        Ok(state)
     }
 
     /// Is `page` one a client may lock and fetch?
@@ -139,63 +255,180 @@ impl Server {
             Err(Error::NoSuchPage { page })
         }
     }
+
+    // ---- the buffer pool ----------------------------------------------------------------
+
+    /// Makes sure `page` is in the pool, reading it from the data file if needed.
+    pub(crate) fn cache_page(&self, state: &mut State, page: PageId) -> Result<()> {
+        if state.pool.contains(page) {
+            state.stats.pool_hits += 1;
+            return Ok(());
+        }
+        let mut buf = vec![0u8; self.volume.page_size()];
+        self.volume.read_page(page, &mut buf)?;
+        state.stats.pages_read += 1;
+        self.install(state, page, &buf)
+    }
+
+    /// Puts `image` into the pool as `page` (not present yet), writing back a dirty victim.
+    pub(crate) fn install(&self, state: &mut State, page: PageId, image: &[u8]) -> Result<()> {
+        let (frame, victim) = state.pool.reserve(page);
+        if let Some(victim) = victim {
+            state.stats.pool_evictions += 1;
+            if victim.dirty {
+                let mut bytes = state.pool.frame_bytes(frame).to_vec();
+                self.write_back(state, &victim, &mut bytes)?;
+            }
+        }
+        state.pool.fill(frame, image);
+        Ok(())
+    }
+
+    /// Writes a dirty page to the data file, after the log is durable up to its LSN.
+    fn write_back(&self, state: &mut State, victim: &Victim, bytes: &mut [u8]) -> Result<()> {
+        let lsn = page::lsn(bytes);
+        self.log.flush(lsn)?;
+        let result = self.volume.write_page(victim.page, bytes);
+        if let Err(e) = &result {
+            state.failed = Some(e.to_string());
+        }
+        state.stats.pages_written += 1;
+        result
+    }
+
+    /// Changes `page` in the pool to `image` at `lsn` and marks it dirty.
+    pub(crate) fn put_changed(&self, state: &mut State, page: PageId, image: &[u8], lsn: Lsn) {
+        let frame = state.pool.get_mut(page).expect("changed page is cached");
+        frame.copy_from_slice(image);
+        page::set_lsn(frame, lsn);
+        state.pool.mark_dirty(page, lsn);
+    }
+
+    // ---- checkpoints --------------------------------------------------------------------
+
+    /// Takes a checkpoint: records the active transactions, writes every dirty page, then
+    /// moves the log anchor (both superblock copies) to the new checkpoint and recycles log
+    /// segments no longer needed.
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut state = self.usable_state()?;
+        self.checkpoint_locked(&mut state)
+    }
+
+    pub(crate) fn checkpoint_locked(&self, state: &mut State) -> Result<()> {
+        let result = self.checkpoint_steps(state);
+        if let Err(e) = &result {
+            state.failed = Some(e.to_string());
+        }
+        result
+    }
+
+    fn checkpoint_steps(&self, state: &mut State) -> Result<()> {
+        let active: Vec<ActiveTxn> = state
+            .txns
+            .iter()
+            .filter(|(_, t)| t.last_lsn != Lsn::ZERO)
+            .map(|(id, t)| ActiveTxn {
+                txn: *id,
+                first_lsn: t.first_lsn,
+                last_lsn: t.last_lsn,
+            })
+            .collect();
+        let oldest_needed = active.iter().map(|a| a.first_lsn).min();
+        let begin = self
+            .log
+            .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
+        state.redo_lsn = begin;
+        let mut flushed = 0;
+        for (page, _) in state.pool.dirty_pages() {
+            let mut bytes = state.pool.get(page).expect("dirty page cached").to_vec();
+            let victim = Victim { page, dirty: true };
+            self.write_back(state, &victim, &mut bytes)?;
+            state.pool.mark_clean(page);
+            flushed += 1;
+        }
+        let end = self
+            .log
+            .append(None, Lsn::ZERO, &RecordBody::CheckpointEnd { begin })?;
+        self.log.flush(end)?;
+        state.stats.pages_written += state.space.write_dirty_maps(&self.volume, begin)? as u64;
+        self.volume.sync()?;
+        let page_count = self.volume.page_count();
+        let segment_bytes = self.log.options().segment_bytes;
+        self.volume.update_superblock(|sb| {
+            sb.checkpoint_lsn = begin;
+            sb.last_lsn = end;
+            sb.page_count = page_count;
+            sb.log_segment_bytes = segment_bytes;
+        })?;
+        state.stats.checkpoints += 1;
+        state.checkpoint_log_end = self.log.end_lsn();
+        let keep_from = oldest_needed.map_or(begin, |oldest| oldest.min(begin));
+        self.log.recycle_before(keep_from)?;
+        tracing::debug!(begin = begin.0, flushed, "checkpoint");
+        Ok(())
+    }
+
+    fn checkpoint_due(&self, state: &State) -> bool {
+        self.log.end_lsn().0 - state.checkpoint_log_end.0 >= self.options.checkpoint_log_bytes
+    }
+
+    /// Refreshes the space hints of `pages` from their images in the pool.
+    pub(crate) fn refresh_hints(
+        &self,
+        state: &mut State,
+        pages: impl IntoIterator<Item = PageId>,
+    ) -> Result<()> {
+        for page in pages {
+            if page.0 < DIRECTORY_PAGE.0 || spacemap::is_map_page(page, self.volume.page_size()) {
+                continue;
+            }
+            self.cache_page(state, page)?;
+            let image = state.pool.get(page).expect("page just cached");
+            let entry = entry_for_image(page, image);
+            state.space.grow(self.volume.page_count());
+            state.space.set(page, entry);
+        }
+        Ok(())
+    }
+
+    /// Ends `txn`'s bookkeeping after commit or rollback and releases its locks.
+    fn finish(&self, state: &mut State, txn: TxnId, committed: bool) -> Result<()> {
+        let Some(own) = state.txns.remove(&txn) else {
+            return Ok(());
+        };
+        self.refresh_hints(state, own.touched.iter().copied())?;
+        for page in own.allocated {
+            if !own.touched.contains(&page) {
+                state.space.unreserve(page, ENTRY_FREE);
+            } else {
+                state.space.unreserve_keep(page);
+            }
+        }
+        if committed {
+            state.stats.commits += 1;
+        } else {
+            state.stats.aborts += 1;
+        }
+        Ok(())
+    }
 }
 
-impl State {
-    fn txn(&mut self, txn: TxnId) -> Result<&mut TxnState> {
-        self.txns
-            .get_mut(&txn)
-            .ok_or_else(|| Error::TransactionInactive {
-                reason: format!("transaction {txn} is not active on this server"),
-            })
+/// Pages of `bytes` of pool memory, refusing pools too small to work with.
+pub fn pool_pages(what: &str, bytes: usize, page_size: usize) -> Result<usize> {
+    let pages = bytes / page_size;
+    if pages < POOL_PAGES_MIN {
+        return Err(Error::InvalidArgument(format!(
+            "{what} of {bytes} bytes holds {pages} pages of {page_size} bytes; \
+             it needs at least {POOL_PAGES_MIN}"
+        )));
     }
+    Ok(pages)
+}
 
-    fn lock(&mut self, txn: TxnId, page: PageId, mode: LockMode) -> Result<()> {
-        self.txn(txn)?;
-        match self.locks.acquire(txn, page, mode) {
-            Ok(true) => {
-                self.txn(txn)?.locked.push(page);
-                Ok(())
-            }
-            Ok(false) => Ok(()),
-            Err(e) => {
-                self.stats.lock_conflicts += 1;
-                Err(e)
-            }
-        }
-    }
-
-    /// The committed image of `page`, through the pool.
-    fn committed_image(&mut self, volume: &Volume, page: PageId) -> Result<&[u8]> {
-        if self.pool.get(page).is_none() {
-            let mut buf = vec![0u8; volume.page_size()];
-            volume.read_page(page, &mut buf)?;
-            self.stats.pages_read += 1;
-            if self.pool.put(page, &buf) {
-                self.stats.pool_evictions += 1;
-            }
-        } else {
-            self.stats.pool_hits += 1;
-        }
-        Ok(self.pool.get(page).expect("page just cached"))
-    }
-
-    /// Ends `txn` without a trace: its shipped pages are dropped and the pages it allocated,
-    /// never written, are free again.
-    fn discard(&mut self, txn: TxnId) {
-        if let Some(own) = self.finish(txn) {
-            for page in own.allocated {
-                self.space.set(page, ENTRY_FREE);
-            }
-            self.stats.aborts += 1;
-        }
-    }
-
-    fn finish(&mut self, txn: TxnId) -> Option<TxnState> {
-        let state = self.txns.remove(&txn)?;
-        self.pending_bytes -= state.shipped_bytes();
-        self.locks.release(txn, state.locked.iter().copied());
-        Some(state)
+fn log_options(options: &ServerOptions, page_size: usize) -> LogOptions {
+    LogOptions {
+        page_size_max: page_size,
+        ..options.log.clone()
     }
 }
 
@@ -213,7 +446,7 @@ impl PageServer for Server {
     }
 
     fn begin(&self) -> Result<TxnId> {
-        let mut state = self.lock_state();
+        let mut state = self.usable_state()?;
         let txn = TxnId(state.next_txn);
         state.next_txn += 1;
         state.txns.insert(txn, TxnState::default());
@@ -222,26 +455,25 @@ impl PageServer for Server {
 
     fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
         self.check_data_page(page)?;
-        let mut state = self.lock_state();
-        state.lock(txn, page, mode)?;
-        let image = state.committed_image(&self.volume, page)?;
-        Ok(page::lsn(image))
+        if !self.usable_state()?.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        self.locks.acquire(txn, page, mode)?;
+        let mut state = self.usable_state()?;
+        self.cache_page(&mut state, page)?;
+        Ok(page::lsn(state.pool.get(page).expect("page just cached")))
     }
 
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()> {
         self.check_data_page(page)?;
-        let mut state = self.lock_state();
-        let own = state.txn(txn)?;
-        if !own.locked.contains(&page) {
+        if !self.locks.holds(txn, page, LockMode::Shared) {
             return Err(Error::InvalidArgument(format!(
                 "transaction {txn} fetched page {page} without locking it"
             )));
         }
-        if let Some(image) = own.shipped.get(&page) {
-            buf.copy_from_slice(image);
-        } else {
-            buf.copy_from_slice(state.committed_image(&self.volume, page)?);
-        }
+        let mut state = self.usable_state()?;
+        self.cache_page(&mut state, page)?;
+        buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
         state.stats.pages_fetched_by_clients += 1;
         Ok(())
     }
@@ -252,26 +484,35 @@ impl PageServer for Server {
         bytes: usize,
         skip: &[PageId],
     ) -> Result<Option<(PageId, Lsn)>> {
-        let mut state = self.lock_state();
-        state.txn(txn)?;
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
         let candidates = state
             .space
             .slotted_candidates(bytes, FIND_SPACE_CANDIDATES_MAX + skip.len());
         for page in candidates {
-            if skip.contains(&page) || state.locks.locked_by_other(txn, page) {
+            if skip.contains(&page) || self.locks.locked_by_other(txn, page) {
                 continue;
             }
+            if self.locks.holds(txn, page, LockMode::Exclusive) {
+                continue; // the client already knows this page
+            }
             // Trust the page, not the hint.
-            let image = state.committed_image(&self.volume, page)?;
+            self.cache_page(&mut state, page)?;
+            let image = state.pool.get(page).expect("page just cached");
             let actual = entry_for_image(page, image);
-            let kind = page::kind(image);
-            let free = slotted::free_bytes(image);
-            if kind != Some(PageKind::Slotted) || free < bytes {
+            let fits = page::kind(image) == Some(PageKind::Slotted)
+                && page != DIRECTORY_PAGE
+                && slotted::free_bytes(image) >= bytes;
+            let lsn = page::lsn(image);
+            if !fits {
                 state.space.set(page, actual);
                 continue;
             }
-            let lsn = page::lsn(image);
-            state.lock(txn, page, LockMode::Exclusive)?;
+            if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
+                continue;
+            }
             state.space.note_slotted_success(page);
             return Ok(Some((page, lsn)));
         }
@@ -284,8 +525,10 @@ impl PageServer for Server {
                 "cannot allocate {count} pages"
             )));
         }
-        let mut state = self.lock_state();
-        state.txn(txn)?;
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
         let mut pages = Vec::with_capacity(count as usize);
         while pages.len() < count as usize {
             let Some(page) = state.space.next_free() else {
@@ -296,166 +539,167 @@ impl PageServer for Server {
                 continue;
             };
             // Reserve it first, so the search moves on whatever the page turns out to be.
-            state.space.set(page, ENTRY_UNAVAILABLE);
-            if state.locks.locked_by_other(txn, page) {
+            state.space.reserve(page);
+            if self.locks.locked_by_other(txn, page) {
                 continue;
             }
-            let image = state.committed_image(&self.volume, page)?;
+            self.cache_page(&mut state, page)?;
+            let image = state.pool.get(page).expect("page just cached");
             if page::kind(image) != Some(PageKind::Free) {
                 let actual = entry_for_image(page, image);
-                state.space.set(page, actual);
+                state.space.unreserve(page, actual);
                 continue;
             }
-            state.lock(txn, page, LockMode::Exclusive)?;
-            state.txn(txn)?.allocated.push(page);
+            if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
+                state.space.unreserve(page, ENTRY_FREE);
+                continue;
+            }
+            state
+                .txns
+                .get_mut(&txn)
+                .expect("checked")
+                .allocated
+                .push(page);
             pages.push(page);
         }
         Ok(extents_of(&pages))
     }
 
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
-        let mut state = self.lock_state();
         for &page in pages {
             self.check_data_page(page)?;
-            state.lock(txn, page, LockMode::Exclusive)?;
-            state.txn(txn)?.freed.push(page);
+            self.locks.acquire(txn, page, LockMode::Exclusive)?;
         }
+        let mut state = self.usable_state()?;
+        let own = state.txns.get_mut(&txn).ok_or_else(|| inactive(txn))?;
+        own.freed.extend_from_slice(pages);
         Ok(())
     }
 
     fn ship_log_records(&self, _txn: TxnId, _records: &[u8]) -> Result<()> {
         Err(Error::Unsupported(
-            "log records need the write-ahead log; this server forces pages at commit".into(),
+            "this server derives log records from shipped pages; client-generated records \
+             come with the update-detection schemes"
+                .into(),
         ))
     }
 
-    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<()> {
+    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<Vec<Lsn>> {
         let page_size = self.volume.page_size();
-        let mut state = self.lock_state();
+        let mut lsns = Vec::with_capacity(pages.len());
         for &(id, image) in pages {
             self.check_data_page(id)?;
             if image.len() != page_size || page::number(image) != id {
                 return Err(Error::InvalidArgument(format!(
-                    "shipped image for page {id} has {} bytes and names page {}",
-                    image.len(),
-                    if image.len() >= page::PAGE_HEADER_BYTES {
-                        page::number(image).0
-                    } else {
-                        u32::MAX
-                    }
+                    "shipped image for page {id} has {} bytes or names another page",
+                    image.len()
                 )));
             }
-            let pending = state.pending_bytes;
-            let own = state.txn(txn)?;
-            if !own.locked.contains(&id) {
+            if !self.locks.holds(txn, id, LockMode::Exclusive) {
                 return Err(Error::InvalidArgument(format!(
-                    "transaction {txn} shipped page {id} without locking it"
+                    "transaction {txn} shipped page {id} without an exclusive lock"
                 )));
             }
-            let grows = !own.shipped.contains_key(&id);
-            if grows && pending + page_size > self.options.pending_bytes_max {
-                return Err(Error::TransactionTooLarge {
-                    reason: format!(
-                        "more than {} bytes of uncommitted pages; until the write-ahead log \
-                         exists they must fit in server memory",
-                        self.options.pending_bytes_max
-                    ),
-                });
+            validate_shipped(image).map_err(|reason| {
+                self.volume
+                    .corrupt(id, format!("client shipped it malformed: {reason}"))
+            })?;
+            let mut state = self.usable_state()?;
+            if !state.txns.contains_key(&txn) {
+                return Err(inactive(txn));
             }
-            own.shipped.insert(id, image.into());
-            if grows {
-                state.pending_bytes += page_size;
-            }
+            let lsn = self
+                .method
+                .log_page_change(self, &mut state, txn, id, image)?;
             state.stats.dirty_pages_shipped += 1;
+            lsns.push(lsn);
         }
-        Ok(())
+        Ok(lsns)
     }
 
     fn commit(&self, txn: TxnId) -> Result<Lsn> {
-        let mut state = self.lock_state();
-        let own = state.txn(txn)?;
-        let read_only = own.shipped.is_empty() && own.freed.is_empty() && own.allocated.is_empty();
-        if read_only {
-            state.finish(txn);
-            state.stats.commits += 1;
-            return Ok(Lsn(state.next_lsn - 1));
+        let commit_lsn = {
+            let mut state = self.usable_state()?;
+            let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+            let freed = own.freed.clone();
+            let mut blank = vec![0u8; self.volume.page_size()];
+            for page in freed {
+                page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());
+                self.method
+                    .log_page_change(self, &mut state, txn, page, &blank)?;
+            }
+            let own = state.txns.get(&txn).expect("checked");
+            if own.last_lsn == Lsn::ZERO {
+                // Read-only: nothing to make durable.
+                self.finish(&mut state, txn, true)?;
+                drop(state);
+                self.locks.release_all(txn);
+                return Ok(self.log.durable_lsn());
+            }
+            let lsn = self
+                .log
+                .append(Some(txn), own.last_lsn, &RecordBody::Commit)?;
+            state.txns.get_mut(&txn).expect("checked").last_lsn = lsn;
+            lsn
+        };
+        // Group commit: wait for the flush without holding the server's state.
+        self.log.flush(commit_lsn)?;
+        {
+            let mut state = self.usable_state()?;
+            self.log.append(Some(txn), commit_lsn, &RecordBody::End)?;
+            self.finish(&mut state, txn, true)?;
+            if self.checkpoint_due(&state) {
+                self.checkpoint_locked(&mut state)?;
+            }
         }
-        // Refuse malformed pages before anything reaches the disk.
-        let malformed = own
-            .shipped
-            .iter()
-            .find_map(|(id, image)| validate_shipped(image).err().map(|reason| (*id, reason)));
-        if let Some((id, reason)) = malformed {
-            state.discard(txn);
-            return Err(self
-                .volume
-                .corrupt(id, format!("client shipped it malformed: {reason}")));
-        }
-        let lsn = Lsn(state.next_lsn);
-        state.next_lsn += 1;
-        let own = state.finish(txn).expect("transaction checked above");
-        let result = self.force_commit(&mut state, own, lsn);
-        if result.is_ok() {
-            state.stats.commits += 1;
-        }
-        result.map(|()| lsn)
+        self.locks.release_all(txn);
+        Ok(commit_lsn)
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {
-        self.lock_state().discard(txn);
-        Ok(())
+        let result = {
+            let mut state = self.usable_state()?;
+            if !state.txns.contains_key(&txn) {
+                drop(state);
+                self.locks.release_all(txn);
+                return Ok(());
+            }
+            let rolled_back = self.method.rollback(self, &mut state, txn);
+            if let Err(e) = &rolled_back {
+                state.failed = Some(e.to_string());
+            }
+            rolled_back.and_then(|()| self.finish(&mut state, txn, false))
+        };
+        self.locks.release_all(txn);
+        result
     }
 }
 
-impl Server {
-    /// Writes the transaction's pages, the changed space-map pages and the superblock, each
-    /// step synced before the next.
-    fn force_commit(&self, state: &mut State, own: TxnState, lsn: Lsn) -> Result<()> {
-        let mut shipped = own.shipped;
-        let mut blank = vec![0u8; self.volume.page_size()];
-        for &page in &own.freed {
-            shipped.remove(&page);
-            page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());
-            shipped.insert(page, blank.clone().into());
+impl Drop for Server {
+    fn drop(&mut self) {
+        let mut state = self.lock_state();
+        if state.failed.is_some() {
+            return;
         }
-        let mut ordered: Vec<_> = shipped.into_iter().collect();
-        ordered.sort_unstable_by_key(|(id, _)| *id);
-        for (id, image) in &mut ordered {
-            page::set_lsn(image, lsn);
-            self.volume.write_page(*id, image)?;
-            state.stats.pages_written += 1;
-            if state.pool.put(*id, image) {
-                state.stats.pool_evictions += 1;
+        // Active transactions are rolled back so the checkpoint leaves a clean store.
+        let active: Vec<TxnId> = state.txns.keys().copied().collect();
+        for txn in active {
+            if let Err(e) = self.method.rollback(self, &mut state, txn) {
+                tracing::warn!(error = %e, "rollback at close failed; the next open recovers");
+                return;
             }
-            state.space.set(*id, entry_for_image(*id, image));
+            state.txns.remove(&txn);
         }
-        for page in own.allocated {
-            if !ordered.iter().any(|(id, _)| *id == page) {
-                state.space.set(page, ENTRY_FREE);
-            }
+        if let Err(e) = self.checkpoint_locked(&mut state) {
+            tracing::warn!(error = %e, "checkpoint at close failed; the next open recovers");
         }
-        state.stats.pages_written += state.space.write_dirty_maps(&self.volume, lsn)? as u64;
-        self.volume.sync()?;
-        let page_count = self.volume.page_count();
-        self.volume.update_superblock(|sb| {
-            sb.last_lsn = lsn;
-            sb.page_count = page_count;
-        })?;
-        state.stats.syncs += 2;
-        Ok(())
     }
 }
 
-/// Pages of `bytes` of pool memory, refusing pools too small to work with.
-pub fn pool_pages(what: &str, bytes: usize, page_size: usize) -> Result<usize> {
-    let pages = bytes / page_size;
-    if pages < POOL_PAGES_MIN {
-        return Err(Error::InvalidArgument(format!(
-            "{what} of {bytes} bytes holds {pages} pages of {page_size} bytes; \
-             it needs at least {POOL_PAGES_MIN}"
-        )));
+fn inactive(txn: TxnId) -> Error {
+    Error::TransactionInactive {
+        reason: format!("transaction {txn} is not active on this server"),
     }
-    Ok(pages)
 }
 
 /// Structural checks on a page a client shipped.
@@ -468,7 +712,7 @@ fn validate_shipped(image: &[u8]) -> std::result::Result<(), String> {
     }
 }
 
-/// Groups sorted-or-not pages into runs of consecutive pages, keeping their order.
+/// Groups pages into runs of consecutive pages, keeping their order.
 fn extents_of(pages: &[PageId]) -> Vec<Extent> {
     let mut extents: Vec<Extent> = Vec::new();
     for &page in pages {
@@ -481,75 +725,4 @@ fn extents_of(pages: &[PageId]) -> Vec<Extent> {
         }
     }
     extents
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use lodestore_storage::RealFileSystem;
-
-    fn server(dir: &Path) -> Server {
-        Server::create(&RealFileSystem, dir, 4096, ServerOptions::default()).unwrap()
-    }
-
-    #[test]
-    fn allocate_commit_and_reopen() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s");
-        {
-            let s = server(&path);
-            let t = s.begin().unwrap();
-            let extents = s.allocate_pages(t, 3).unwrap();
-            assert_eq!(extents.len(), 1);
-            assert_eq!(extents[0].count, 3);
-            let page = extents[0].first;
-            let mut image = vec![0u8; 4096];
-            slotted::init(&mut image, page, 0);
-            slotted::insert(&mut image, lodestore_core::TypeId(1), 10, false).unwrap();
-            s.ship_dirty_pages(t, &[(page, &image)]).unwrap();
-            let lsn = s.commit(t).unwrap();
-            assert_eq!(lsn, Lsn(1));
-            // The two unused pages went back to free; the used one has room left.
-            let t = s.begin().unwrap();
-            let (found, found_lsn) = s.find_space(t, 100, &[]).unwrap().unwrap();
-            assert_eq!((found, found_lsn), (page, lsn));
-            s.abort(t).unwrap();
-        }
-        let s = Server::open(&RealFileSystem, &path, None, ServerOptions::default()).unwrap();
-        let t = s.begin().unwrap();
-        let extents = s.allocate_pages(t, 1).unwrap();
-        assert_eq!(extents[0].first.0, 5, "page 4 is used, page 5 free again");
-    }
-
-    #[test]
-    fn conflicting_lock_is_refused_and_released_at_end() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = server(&dir.path().join("s"));
-        let (a, b) = (s.begin().unwrap(), s.begin().unwrap());
-        s.lock_page(a, DIRECTORY_PAGE, LockMode::Exclusive).unwrap();
-        assert!(matches!(
-            s.lock_page(b, DIRECTORY_PAGE, LockMode::Shared),
-            Err(Error::LockConflict { .. })
-        ));
-        s.commit(a).unwrap();
-        s.lock_page(b, DIRECTORY_PAGE, LockMode::Shared).unwrap();
-    }
-
-    #[test]
-    fn malformed_shipped_page_is_refused_before_disk() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = server(&dir.path().join("s"));
-        let t = s.begin().unwrap();
-        let page = s.allocate_pages(t, 1).unwrap()[0].first;
-        let mut image = vec![0u8; 4096];
-        slotted::init(&mut image, page, 0);
-        image[40] = 0xFF; // free-byte count no longer matches
-        s.ship_dirty_pages(t, &[(page, &image)]).unwrap();
-        assert!(matches!(s.commit(t), Err(Error::CorruptPage { .. })));
-        assert_eq!(s.stats().pages_written, 0);
-        assert!(matches!(
-            s.lock_page(s.begin().unwrap(), PageId(0), LockMode::Shared),
-            Err(Error::NoSuchPage { .. })
-        ));
-    }
 }

@@ -21,6 +21,9 @@ pub struct SpaceManager {
     free_from: u32,
     /// Where the last search for a slotted page with room succeeded.
     slotted_cursor: u32,
+    /// Pages handed to active transactions: unavailable in memory, but persisted as free
+    /// (on disk they are free until a transaction that used them commits).
+    reserved: BTreeSet<PageId>,
 }
 
 /// The hint that describes a page image.
@@ -35,6 +38,35 @@ pub fn entry_for_image(id: PageId, image: &[u8]) -> u8 {
 }
 
 impl SpaceManager {
+    /// A manager that knows no pages yet (before recovery has run).
+    pub fn empty(page_size: usize) -> SpaceManager {
+        SpaceManager {
+            page_size,
+            entries: Vec::new(),
+            dirty_maps: BTreeSet::new(),
+            free_from: FIRST_MAP_PAGE.0 + 1,
+            slotted_cursor: 0,
+            reserved: BTreeSet::new(),
+        }
+    }
+
+    /// Marks `page` as handed out.
+    pub fn reserve(&mut self, page: PageId) {
+        self.set(page, ENTRY_UNAVAILABLE);
+        self.reserved.insert(page);
+    }
+
+    /// Ends a reservation, setting the hint to `entry`.
+    pub fn unreserve(&mut self, page: PageId, entry: u8) {
+        self.reserved.remove(&page);
+        self.set(page, entry);
+    }
+
+    /// Ends a reservation whose hint was already refreshed.
+    pub fn unreserve_keep(&mut self, page: PageId) {
+        self.reserved.remove(&page);
+    }
+
     /// Reads every map page of `volume`; a damaged one is rebuilt from its pages (and written
     /// back at the next commit).
     pub fn load(volume: &Volume) -> Result<SpaceManager> {
@@ -46,6 +78,7 @@ impl SpaceManager {
             dirty_maps: BTreeSet::new(),
             free_from: FIRST_MAP_PAGE.0 + 1,
             slotted_cursor: 0,
+            reserved: BTreeSet::new(),
         };
         let per_map = spacemap::entries_per_map(page_size);
         let mut buf = vec![0u8; page_size];
@@ -176,6 +209,12 @@ impl SpaceManager {
             if first < end {
                 spacemap::entries_mut(&mut buf)[..end - first]
                     .copy_from_slice(&self.entries[first..end]);
+            }
+            for page in self
+                .reserved
+                .range(PageId(first as u32)..PageId(end as u32))
+            {
+                spacemap::entries_mut(&mut buf)[page.0 as usize - first] = ENTRY_FREE;
             }
             page::set_lsn(&mut buf, lsn);
             volume.write_page(map, &mut buf)?;

@@ -14,4 +14,5 @@ pub struct ServerStats {
     pub commits: u64,
     pub aborts: u64,
     pub lock_conflicts: u64,
+    pub checkpoints: u64,
 }

@@ -12,9 +12,10 @@
 //!     64    8 root directory OID  the named-roots directory object
 //!     72    8 created             seconds since the Unix epoch
 //!     80    2 volume id
-//!     82    4 page count          pages of the data file as of the last commit; pages past it
-//!                                 belong to no committed transaction and are dropped at open
-//!     86      zeros to the end of the page
+//!     82    4 page count          pages of the data file at the last checkpoint
+//!     86    8 checkpoint LSN      where the last complete checkpoint begins: the log anchor
+//!     94    8 log segment bytes   LSN span of one log segment
+//!    102      zeros to the end of the page
 //! ```
 //!
 //! The magic and the format version sit at fixed offsets for every future version, so any build
@@ -35,7 +36,9 @@ const ROOT_DIRECTORY_AT: usize = 64;
 const CREATED_AT: usize = 72;
 const VOLUME_AT: usize = 80;
 const PAGE_COUNT_AT: usize = 82;
-const UNUSED_AT: usize = 86;
+const CHECKPOINT_LSN_AT: usize = 86;
+const LOG_SEGMENT_BYTES_AT: usize = 94;
+const UNUSED_AT: usize = 102;
 
 /// Pages 0 and 1.
 pub const SUPERBLOCK_PAGES: [PageId; 2] = [PageId(0), PageId(1)];
@@ -50,6 +53,9 @@ pub struct Superblock {
     pub created_unix_seconds: u64,
     pub volume_id: VolumeId,
     pub page_count: u32,
+    /// The log anchor: LSN of the last complete checkpoint's begin record.
+    pub checkpoint_lsn: Lsn,
+    pub log_segment_bytes: u64,
 }
 
 impl Superblock {
@@ -72,6 +78,8 @@ impl Superblock {
         put_u64(page, CREATED_AT, self.created_unix_seconds);
         put_u16(page, VOLUME_AT, self.volume_id);
         put_u32(page, PAGE_COUNT_AT, self.page_count);
+        put_u64(page, CHECKPOINT_LSN_AT, self.checkpoint_lsn.0);
+        put_u64(page, LOG_SEGMENT_BYTES_AT, self.log_segment_bytes);
         page::set_lsn(page, self.last_lsn);
         page::seal(page);
     }
@@ -141,6 +149,8 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
         created_unix_seconds: get_u64(page, CREATED_AT),
         volume_id,
         page_count: get_u32(page, PAGE_COUNT_AT),
+        checkpoint_lsn: Lsn(get_u64(page, CHECKPOINT_LSN_AT)),
+        log_segment_bytes: get_u64(page, LOG_SEGMENT_BYTES_AT),
     })
 }
 
@@ -157,6 +167,8 @@ mod tests {
             created_unix_seconds: 1_700_000_000,
             volume_id: 0,
             page_count: 4,
+            checkpoint_lsn: Lsn(1 << 20),
+            log_segment_bytes: 1 << 20,
         }
     }
 

@@ -109,6 +109,8 @@ impl Volume {
                 .unwrap_or(0),
             volume_id,
             page_count: INITIAL_PAGE_COUNT,
+            checkpoint_lsn: Lsn::ZERO,
+            log_segment_bytes: 0,
         };
         write_superblock_copies(storage.as_ref(), &sb)?;
         let current = sb;
@@ -125,7 +127,9 @@ impl Volume {
     }
 
     /// Opens the store in folder `dir`. `requested_page_size`, when given, must match the
-    /// store's. A writable open drops pages past the last commit (left by a crash).
+    /// store's. Pages past the superblock's page count are kept: they may hold changes the log
+    /// still describes; recovery decides what they are. A partial page at the end (a torn
+    /// extension) is cut off by a writable open.
     pub fn open(
         fs: &dyn FileSystem,
         dir: &Path,
@@ -169,20 +173,21 @@ impl Volume {
                 ),
             });
         }
-        if length > committed && mode == OpenMode::Existing {
-            tracing::warn!(
-                path = %path.display(),
-                extra_bytes = length - committed,
-                "dropping pages past the last commit"
-            );
-            storage.set_len(committed)?;
+        let whole_pages = length / page_size as u64;
+        if length % page_size as u64 != 0 && mode == OpenMode::Existing {
+            tracing::warn!(path = %path.display(), "cutting a partial page off the end of the file");
+            storage.set_len(whole_pages * page_size as u64)?;
             storage.sync()?;
         }
+        let page_count = u32::try_from(whole_pages).map_err(|_| Error::CorruptFile {
+            path: path.clone(),
+            reason: format!("{whole_pages} pages is more than a volume may have"),
+        })?;
         Ok(Volume {
             storage,
             page_size,
             volume_id: sb.volume_id,
-            page_count: AtomicU32::new(sb.page_count),
+            page_count: AtomicU32::new(page_count),
             superblock: Mutex::new(sb),
             extend_lock: Mutex::new(()),
             read_only: mode == OpenMode::ReadOnly,
@@ -316,10 +321,19 @@ impl Volume {
         })
     }
 
-    /// Length of the file beyond the committed pages.
-    pub fn uncommitted_tail_bytes(&self) -> Result<u64> {
-        let committed = u64::from(self.superblock().page_count) * self.page_size as u64;
-        Ok(self.storage.len()?.saturating_sub(committed))
+    /// Length of the file beyond the pages the last checkpoint recorded.
+    pub fn unrecorded_tail_bytes(&self) -> Result<u64> {
+        let recorded = u64::from(self.superblock().page_count) * self.page_size as u64;
+        Ok(self.storage.len()?.saturating_sub(recorded))
+    }
+
+    /// Makes the file at least `pages` pages long (redo of a change to a page the file lost).
+    pub fn extend_to(&self, pages: u32) -> Result<()> {
+        while self.page_count() < pages {
+            let missing = (pages - self.page_count()).min(EXTEND_PAGES_MAX);
+            self.extend(missing)?;
+        }
+        Ok(())
     }
 
     /// The error for a page that failed verification.

@@ -1,0 +1,355 @@
+//! The ESM recovery method: ARIES on pages.
+//!
+//! Logging a change: the server diffs the shipped page against its own copy and logs one update
+//! record (before and after bytes) per changed range. The first change of a page after a
+//! checkpoint began is preceded by a full image of the page, so redo never depends on a page
+//! the crash may have torn.
+//!
+//! Restart: analysis (from the checkpoint's begin record: which transactions were active, which
+//! committed), redo of every change whose effect the page lacks (repeating history, losers
+//! included), then undo of the losers, writing a compensation record for every change undone.
+//! A crash during restart leaves compensation records that the next restart redoes and follows
+//! (their undo-next LSN), so restarting again gives the same result.
+
+use super::diff::changed_ranges;
+use super::{RecoveryMethod, RestartReport};
+use crate::server::{Server, State, TxnState};
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_storage::bytes::is_all_zero;
+use lodestore_storage::page::{self, PageKind};
+use lodestore_wal::{LogEnd, Record, RecordBody};
+use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
+
+pub struct Esm;
+
+impl RecoveryMethod for Esm {
+    fn name(&self) -> &'static str {
+        "esm"
+    }
+
+    fn log_page_change(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        image: &[u8],
+    ) -> Result<Lsn> {
+        server.cache_page(state, page)?;
+        let old = state.pool.get(page).expect("page just cached").to_vec();
+        let page_size = old.len();
+        // The checksum (bytes 0..4) and the LSN (8..16) are the server's to set.
+        let mut ranges = changed_ranges(&old, image, 4..8);
+        ranges.extend(changed_ranges(&old, image, 16..page_size));
+        let old_lsn = page::lsn(&old);
+        if ranges.is_empty() {
+            return Ok(old_lsn);
+        }
+        let own = state
+            .txns
+            .get(&txn)
+            .expect("caller checked the transaction");
+        let mut prev = own.last_lsn;
+        let mut first = None;
+        if old_lsn < state.redo_lsn {
+            prev = server.log.append(
+                Some(txn),
+                prev,
+                &RecordBody::PageImage {
+                    page,
+                    image: old.clone(),
+                },
+            )?;
+            first = Some(prev);
+        }
+        for range in ranges {
+            let before = &old[range.clone()];
+            let body = RecordBody::Update {
+                page,
+                offset: range.start as u32,
+                before: (!is_all_zero(before)).then(|| before.to_vec()),
+                after: image[range].to_vec(),
+            };
+            prev = server.log.append(Some(txn), prev, &body)?;
+            first.get_or_insert(prev);
+        }
+        server.put_changed(state, page, image, prev);
+        let own = state.txns.get_mut(&txn).expect("checked");
+        if own.first_lsn == Lsn::ZERO {
+            own.first_lsn = first.expect("at least one record");
+        }
+        own.last_lsn = prev;
+        own.touched.insert(page);
+        Ok(prev)
+    }
+
+    fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
+        let Some(own) = state.txns.get(&txn) else {
+            return Ok(());
+        };
+        let last = own.last_lsn;
+        if last == Lsn::ZERO {
+            return Ok(());
+        }
+        let abort = server.log.append(Some(txn), last, &RecordBody::Abort)?;
+        state.txns.get_mut(&txn).expect("checked").last_lsn = abort;
+        undo(server, state, txn, last)?;
+        let own = state.txns.get(&txn).expect("checked");
+        server
+            .log
+            .append(Some(txn), own.last_lsn, &RecordBody::End)?;
+        Ok(())
+    }
+
+    fn restart(
+        &self,
+        server: &Server,
+        state: &mut State,
+        checkpoint: Lsn,
+        end: LogEnd,
+    ) -> Result<RestartReport> {
+        let started = Instant::now();
+        let mut report = RestartReport {
+            checkpoint_lsn: checkpoint.0,
+            log_end: end.end.0,
+            discarded_bytes: end.discarded_bytes,
+            ..RestartReport::default()
+        };
+        let mut records = Vec::new();
+        server.log.scan(checkpoint, |record| {
+            records.push(record);
+            Ok(())
+        })?;
+        report.records_scanned = records.len() as u64;
+        let (losers, max_txn) = analysis(server, checkpoint, &records)?;
+        state.next_txn = max_txn + 1;
+        state.redo_lsn = checkpoint;
+
+        let mut touched = BTreeSet::new();
+        for record in &records {
+            redo(server, state, record, &mut report, &mut touched)?;
+        }
+        for (txn, (first, last)) in losers {
+            state.txns.insert(
+                txn,
+                TxnState {
+                    first_lsn: first,
+                    last_lsn: last,
+                    ..TxnState::default()
+                },
+            );
+            let undone_before = server.log.stats().records;
+            undo(server, state, txn, last)?;
+            report.records_undone += server.log.stats().records - undone_before;
+            let own = state.txns.remove(&txn).expect("inserted above");
+            server
+                .log
+                .append(Some(txn), own.last_lsn, &RecordBody::End)?;
+            touched.extend(own.touched);
+            report.losers += 1;
+        }
+        report.pages_repaired = repair_unrecorded_tail(server, state)?;
+        server.checkpoint_locked(state)?;
+        state.space = crate::space::SpaceManager::load(&server.volume)?;
+        server.refresh_hints(state, touched)?;
+        report.elapsed_us = started.elapsed().as_micros() as u64;
+        Ok(report)
+    }
+}
+
+/// Transactions to undo, each with its first and last LSN.
+type Losers = HashMap<TxnId, (Lsn, Lsn)>;
+
+/// Which transactions must be undone, and the largest transaction id seen.
+fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Losers, u64)> {
+    let mut active: HashMap<TxnId, (Lsn, Lsn)> = HashMap::new();
+    let mut committed: BTreeSet<TxnId> = BTreeSet::new();
+    match records.first() {
+        Some(Record {
+            lsn,
+            body: RecordBody::CheckpointBegin { active: at_begin },
+            ..
+        }) if *lsn == checkpoint => {
+            for a in at_begin {
+                active.insert(a.txn, (a.first_lsn, a.last_lsn));
+            }
+        }
+        _ => {
+            return Err(Error::CorruptLog {
+                path: server.log_dir(),
+                offset: checkpoint.0,
+                reason: format!(
+                    "the superblock's checkpoint LSN {checkpoint} does not hold a checkpoint"
+                ),
+            })
+        }
+    }
+    let mut max_txn = active.keys().map(|t| t.0).max().unwrap_or(0);
+    for record in records {
+        let Some(txn) = record.txn else { continue };
+        max_txn = max_txn.max(txn.0);
+        let entry = active.entry(txn).or_insert((record.lsn, record.lsn));
+        entry.1 = record.lsn;
+        match record.body {
+            RecordBody::Commit => {
+                committed.insert(txn);
+            }
+            RecordBody::End => {
+                active.remove(&txn);
+                committed.remove(&txn);
+            }
+            _ => {}
+        }
+    }
+    active.retain(|txn, _| !committed.contains(txn));
+    Ok((active, max_txn))
+}
+
+/// Repeats the change of `record` if its page does not show it yet.
+fn redo(
+    server: &Server,
+    state: &mut State,
+    record: &Record,
+    report: &mut RestartReport,
+    touched: &mut BTreeSet<PageId>,
+) -> Result<()> {
+    let page_size = server.volume.page_size();
+    match &record.body {
+        RecordBody::PageImage { page, image } => {
+            let current = readable_lsn(server, state, *page)?;
+            if current.is_none_or(|lsn| lsn < record.lsn) {
+                let mut full = vec![0u8; page_size];
+                full[..image.len()].copy_from_slice(image);
+                place(server, state, *page, &full, record.lsn)?;
+                report.images_installed += 1;
+                touched.insert(*page);
+            }
+        }
+        RecordBody::Update {
+            page,
+            offset,
+            after,
+            ..
+        }
+        | RecordBody::Compensation {
+            page,
+            offset,
+            after,
+            ..
+        } => {
+            let Some(lsn) = readable_lsn(server, state, *page)? else {
+                return Err(server.volume.corrupt(
+                    *page,
+                    format!(
+                        "redo of LSN {} needs this page, which is unreadable and has no full \
+                         image earlier in the log",
+                        record.lsn
+                    ),
+                ));
+            };
+            if lsn < record.lsn {
+                let mut image = state.pool.get(*page).expect("page cached").to_vec();
+                let start = *offset as usize;
+                image[start..start + after.len()].copy_from_slice(after);
+                server.put_changed(state, *page, &image, record.lsn);
+                report.redo_applied += 1;
+                touched.insert(*page);
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The LSN of `page` if it can be read (bringing it into the pool), `None` if it cannot: past
+/// the end of the file, or failing its checks (torn).
+fn readable_lsn(server: &Server, state: &mut State, page: PageId) -> Result<Option<Lsn>> {
+    if !state.pool.contains(page) {
+        if page.0 >= server.volume.page_count() {
+            return Ok(None);
+        }
+        match server.cache_page(state, page) {
+            Ok(()) => {}
+            Err(Error::CorruptPage { .. }) => return Ok(None),
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(Some(page::lsn(state.pool.get(page).expect("page cached"))))
+}
+
+/// Puts a full image of `page` at `lsn` into the pool, growing the file if the page is past it.
+fn place(server: &Server, state: &mut State, page: PageId, image: &[u8], lsn: Lsn) -> Result<()> {
+    server.volume.extend_to(page.0 + 1)?;
+    if !state.pool.contains(page) {
+        server.install(state, page, image)?;
+    }
+    server.put_changed(state, page, image, lsn);
+    Ok(())
+}
+
+/// Walks `txn`'s records back from `from`, undoing each update with a compensation record.
+fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()> {
+    let mut next = from;
+    while next != Lsn::ZERO {
+        let record = server.log.read(next)?;
+        next = match record.body {
+            RecordBody::Update {
+                page,
+                offset,
+                before,
+                after,
+            } => {
+                let restored = before.unwrap_or_else(|| vec![0u8; after.len()]);
+                let own = state.txns.get(&txn).expect("undo of an active transaction");
+                let clr = server.log.append(
+                    Some(txn),
+                    own.last_lsn,
+                    &RecordBody::Compensation {
+                        page,
+                        offset,
+                        after: restored.clone(),
+                        undo_next: record.prev,
+                    },
+                )?;
+                server.volume.extend_to(page.0 + 1)?;
+                server.cache_page(state, page)?;
+                let mut image = state.pool.get(page).expect("page cached").to_vec();
+                let start = offset as usize;
+                image[start..start + restored.len()].copy_from_slice(&restored);
+                server.put_changed(state, page, &image, clr);
+                let own = state.txns.get_mut(&txn).expect("checked");
+                own.last_lsn = clr;
+                own.touched.insert(page);
+                record.prev
+            }
+            RecordBody::Compensation { undo_next, .. } => undo_next,
+            _ => record.prev,
+        };
+    }
+    Ok(())
+}
+
+/// Pages past the page count of the last checkpoint that are torn were being added when the
+/// crash came and hold nothing the log describes (redo rebuilt every page it needed): they are
+/// formatted free again so the file is whole.
+fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Result<u64> {
+    let recorded = server.volume.superblock().page_count;
+    let page_size = server.volume.page_size();
+    let mut repaired = 0;
+    let mut buf = vec![0u8; page_size];
+    for p in recorded..server.volume.page_count() {
+        let id = PageId(p);
+        if state.pool.contains(id) || server.volume.read_page(id, &mut buf).is_ok() {
+            continue;
+        }
+        if lodestore_storage::spacemap::is_map_page(id, page_size) {
+            lodestore_storage::spacemap::init(&mut buf, id, server.volume.volume_id());
+        } else {
+            page::format(&mut buf, PageKind::Free, id, server.volume.volume_id());
+        }
+        server.volume.write_page(id, &mut buf)?;
+        repaired += 1;
+    }
+    Ok(repaired)
+}

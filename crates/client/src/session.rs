@@ -18,7 +18,7 @@ use lodestore_server::{LockMode, PageServer};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 /// Pages a transaction keeps open for placing new small objects.
@@ -50,7 +50,7 @@ pub struct ClientStats {
 
 struct ActiveTxn {
     id: TxnId,
-    locks: HashMap<PageId, LockMode>,
+    locks: BTreeMap<PageId, LockMode>,
     /// Pages changed in the cache and not shipped since.
     dirty: BTreeSet<PageId>,
     /// Recently used pages with room for new objects, most recent last.
@@ -107,7 +107,7 @@ impl ClientSession {
         let id = self.server.begin()?;
         self.txn = Some(ActiveTxn {
             id,
-            locks: HashMap::new(),
+            locks: BTreeMap::new(),
             dirty: BTreeSet::new(),
             allocation_window: Vec::new(),
             poisoned: None,

@@ -19,7 +19,7 @@ use lodestore_storage::spacemap::{self, ENTRY_FREE};
 use lodestore_storage::volume::EXTEND_PAGES_MAX;
 use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, FileSystem, OpenMode, Volume};
 use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -74,7 +74,9 @@ pub struct Server {
 pub(crate) struct State {
     pub pool: BufferPool,
     pub space: SpaceManager,
-    pub txns: HashMap<TxnId, TxnState>,
+    /// Ordered, so that everything the server does is a function of its inputs (crash
+    /// campaigns replay exactly).
+    pub txns: BTreeMap<TxnId, TxnState>,
     pub next_txn: u64,
     /// Begin LSN of the newest checkpoint: a page whose LSN is older gets a full image logged
     /// before its next change.
@@ -171,7 +173,7 @@ impl Server {
             state: Mutex::new(State {
                 pool,
                 space: SpaceManager::empty(volume.page_size()),
-                txns: HashMap::new(),
+                txns: BTreeMap::new(),
                 next_txn: 1,
                 redo_lsn: volume.superblock().checkpoint_lsn,
                 checkpoint_log_end: log.end_lsn(),

@@ -18,7 +18,7 @@ use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::bytes::is_all_zero;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_wal::{LogEnd, Record, RecordBody};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
 pub struct Esm;
@@ -150,20 +150,21 @@ impl RecoveryMethod for Esm {
             report.losers += 1;
         }
         report.pages_repaired = repair_unrecorded_tail(server, state)?;
-        server.checkpoint_locked(state)?;
+        // Hints next: a torn map page is rebuilt here, and the checkpoint below writes it.
         state.space = crate::space::SpaceManager::load(&server.volume)?;
         server.refresh_hints(state, touched)?;
+        server.checkpoint_locked(state)?;
         report.elapsed_us = started.elapsed().as_micros() as u64;
         Ok(report)
     }
 }
 
 /// Transactions to undo, each with its first and last LSN.
-type Losers = HashMap<TxnId, (Lsn, Lsn)>;
+type Losers = BTreeMap<TxnId, (Lsn, Lsn)>;
 
 /// Which transactions must be undone, and the largest transaction id seen.
 fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Losers, u64)> {
-    let mut active: HashMap<TxnId, (Lsn, Lsn)> = HashMap::new();
+    let mut active: Losers = BTreeMap::new();
     let mut committed: BTreeSet<TxnId> = BTreeSet::new();
     match records.first() {
         Some(Record {
@@ -301,10 +302,28 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                 after,
             } => {
                 let restored = before.unwrap_or_else(|| vec![0u8; after.len()]);
-                let own = state.txns.get(&txn).expect("undo of an active transaction");
+                server.volume.extend_to(page.0 + 1)?;
+                server.cache_page(state, page)?;
+                let mut image = state.pool.get(page).expect("page cached").to_vec();
+                // Like any change, the first one after a checkpoint began logs the full page.
+                let mut prev = state
+                    .txns
+                    .get(&txn)
+                    .expect("undo of an active transaction")
+                    .last_lsn;
+                if page::lsn(&image) < state.redo_lsn {
+                    prev = server.log.append(
+                        Some(txn),
+                        prev,
+                        &RecordBody::PageImage {
+                            page,
+                            image: image.clone(),
+                        },
+                    )?;
+                }
                 let clr = server.log.append(
                     Some(txn),
-                    own.last_lsn,
+                    prev,
                     &RecordBody::Compensation {
                         page,
                         offset,
@@ -312,9 +331,6 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                         undo_next: record.prev,
                     },
                 )?;
-                server.volume.extend_to(page.0 + 1)?;
-                server.cache_page(state, page)?;
-                let mut image = state.pool.get(page).expect("page cached").to_vec();
                 let start = offset as usize;
                 image[start..start + restored.len()].copy_from_slice(&restored);
                 server.put_changed(state, page, &image, clr);

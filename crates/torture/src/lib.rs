@@ -1,0 +1,285 @@
+//! Crash campaigns. A seeded workload runs against a store on the crash-simulating file system;
+//! at a chosen I/O (or at the end) the machine "dies", the crash decides what of the unsynced
+//! writes survived, and the store is opened again, which runs recovery (itself sometimes
+//! crashed part way). An oracle then checks the recovered store:
+//!
+//! - every object of every acknowledged commit is there with exactly its bytes, and no object
+//!   of an aborted or unacknowledged transaction is;
+//! - the transaction whose commit was in flight at the crash is there entirely or not at all;
+//! - `check` finds no problem.
+//!
+//! Media faults (a flipped bit, a misdirected write) may leave a store that cannot be opened or
+//! read, but the failure must be a named error: wrong bytes returned as good are a violation.
+//! Iterations are deterministic for a seed, so a failing campaign replays with one command.
+
+mod oracle;
+mod workload;
+
+use lodestore::{Options, RawOid, RecoveryMethodKind, Store};
+use lodestore_storage::{Fault, SimFileSystem};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The objects a store should hold: OID to bytes.
+pub type Model = BTreeMap<RawOid, Vec<u8>>;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct CampaignOptions {
+    pub method: RecoveryMethodKind,
+    pub seed: u64,
+    /// Crash points to simulate.
+    pub crashes: u64,
+    /// Crash at exactly this I/O of every workload instead of a random one.
+    pub every: Option<u64>,
+    /// Also inject media faults (flipped bits, misdirected writes) in about 1 of 20 crashes.
+    pub media_faults: bool,
+    pub page_size: usize,
+}
+
+impl Default for CampaignOptions {
+    fn default() -> Self {
+        CampaignOptions {
+            method: RecoveryMethodKind::Esm,
+            seed: 1,
+            crashes: 1000,
+            every: None,
+            media_faults: true,
+            page_size: 4096,
+        }
+    }
+}
+
+/// A broken promise, with the command that replays it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Violation {
+    pub crash: u64,
+    pub fault: String,
+    pub message: String,
+    pub reproduce: String,
+}
+
+/// What a campaign did and found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CampaignReport {
+    pub method: String,
+    pub seed: u64,
+    pub crashes: u64,
+    pub crashes_by_fault: BTreeMap<String, u64>,
+    /// Crashes that hit while recovery itself was running.
+    pub crashes_during_recovery: u64,
+    pub commits_acknowledged: u64,
+    pub aborts: u64,
+    /// Commits cut by the crash, and how many of those survived it.
+    pub commits_in_flight: u64,
+    pub commits_in_flight_survived: u64,
+    /// Media faults the store reported as errors, and those it recovered from intact.
+    pub media_faults_detected: u64,
+    pub media_faults_survived: u64,
+    pub violations: Vec<Violation>,
+    pub elapsed_ms: u64,
+}
+
+impl CampaignReport {
+    pub fn passed(&self) -> bool {
+        self.violations.is_empty()
+    }
+}
+
+/// The store under test and what it should hold.
+struct Subject {
+    fs: Arc<SimFileSystem>,
+    path: PathBuf,
+    committed: Model,
+    in_flight: Option<Model>,
+    last_fault: Option<Fault>,
+    /// A media fault was injected and no verification has run since: damage it did may still
+    /// surface, and is then not the store's fault.
+    media_outstanding: bool,
+}
+
+pub(crate) fn store_options(fs: &Arc<SimFileSystem>, page_size: usize) -> Options {
+    Options::new()
+        .page_size(page_size)
+        .client_cache_bytes(8 * page_size)
+        .server_pool_bytes(6 * page_size)
+        .log_segment_bytes(256 << 10)
+        .checkpoint_log_bytes(48 << 10)
+        .lock_wait_timeout(Duration::from_millis(100))
+        .file_system(fs.clone())
+}
+
+impl Subject {
+    fn fresh(page_size: usize) -> Result<Subject, String> {
+        let fs = Arc::new(SimFileSystem::new());
+        let path = Path::new("/torture/store").to_path_buf();
+        drop(Store::create(&path, store_options(&fs, page_size)).map_err(|e| e.to_string())?);
+        Ok(Subject {
+            fs,
+            path,
+            committed: Model::new(),
+            in_flight: None,
+            last_fault: None,
+            media_outstanding: false,
+        })
+    }
+}
+
+/// Runs a campaign; `progress` is called after every crash point with the number done.
+pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> CampaignReport {
+    let started = Instant::now();
+    let mut report = CampaignReport {
+        method: options.method.name().to_string(),
+        seed: options.seed,
+        ..CampaignReport::default()
+    };
+    let mut subject = match Subject::fresh(options.page_size) {
+        Ok(subject) => subject,
+        Err(message) => {
+            report.violations.push(violation(
+                options,
+                0,
+                None,
+                format!("create failed: {message}"),
+            ));
+            return report;
+        }
+    };
+    for crash in 0..options.crashes {
+        let mut rng =
+            StdRng::seed_from_u64(options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crash);
+        if let Err(message) = iteration(options, &mut subject, &mut rng, &mut report) {
+            report
+                .violations
+                .push(violation(options, crash, subject.last_fault, message));
+            break;
+        }
+        report.crashes += 1;
+        progress(report.crashes);
+    }
+    report.elapsed_ms = started.elapsed().as_millis() as u64;
+    report
+}
+
+fn violation(
+    options: &CampaignOptions,
+    crash: u64,
+    fault: Option<Fault>,
+    message: String,
+) -> Violation {
+    let mut reproduce = format!(
+        "lodestore torture --method {} --seed {} --crashes {}",
+        options.method.name(),
+        options.seed,
+        crash + 1
+    );
+    if let Some(every) = options.every {
+        reproduce.push_str(&format!(" --every {every}"));
+    }
+    if !options.media_faults {
+        reproduce.push_str(" --no-media-faults");
+    }
+    Violation {
+        crash,
+        fault: fault.map_or("none", |f| f.name()).to_string(),
+        message,
+        reproduce,
+    }
+}
+
+/// One crash point: open (recovering), verify, run a workload until the crash, crash.
+fn iteration(
+    options: &CampaignOptions,
+    subject: &mut Subject,
+    rng: &mut StdRng,
+    report: &mut CampaignReport,
+) -> Result<(), String> {
+    let media = subject.media_outstanding;
+    // Sometimes the crash hits recovery itself.
+    let crash_in_recovery = rng.random_bool(0.15);
+    if crash_in_recovery {
+        subject.fs.arm(rng.random_range(1..=40));
+    }
+    let opened = Store::open(&subject.path, store_options(&subject.fs, options.page_size));
+    let store = match opened {
+        Ok(store) => store,
+        Err(_) if subject.fs.has_crashed() => {
+            report.crashes_during_recovery += 1;
+            crash(options, subject, rng, report);
+            return Ok(());
+        }
+        Err(error) if media => {
+            report.media_faults_detected += 1;
+            let _ = error;
+            *subject = Subject::fresh(options.page_size)?;
+            return Ok(());
+        }
+        Err(error) => return Err(format!("recovery failed: {error}")),
+    };
+    subject.fs.disarm();
+    let had_in_flight = subject.in_flight.is_some();
+    match oracle::verify(subject) {
+        Ok(in_flight_survived) => {
+            if media {
+                report.media_faults_survived += 1;
+                subject.media_outstanding = false;
+            }
+            if had_in_flight {
+                report.commits_in_flight += 1;
+                report.commits_in_flight_survived += u64::from(in_flight_survived);
+            }
+        }
+        Err(oracle::Failure::Detected(_)) if media => {
+            report.media_faults_detected += 1;
+            drop(store);
+            *subject = Subject::fresh(options.page_size)?;
+            return Ok(());
+        }
+        Err(oracle::Failure::Detected(message)) | Err(oracle::Failure::Wrong(message)) => {
+            return Err(message)
+        }
+    }
+    let crash_at = options.every.unwrap_or_else(|| rng.random_range(1..=120));
+    subject.fs.arm(crash_at);
+    workload::run(&store, subject, rng, report)?;
+    subject.fs.crash_now();
+    drop(store);
+    crash(options, subject, rng, report);
+    Ok(())
+}
+
+fn crash(
+    options: &CampaignOptions,
+    subject: &mut Subject,
+    rng: &mut StdRng,
+    report: &mut CampaignReport,
+) {
+    let fault = if options.media_faults && rng.random_range(0..20) == 0 {
+        Fault::MEDIA[rng.random_range(0..Fault::MEDIA.len())]
+    } else {
+        Fault::CRASHES[rng.random_range(0..Fault::CRASHES.len())]
+    };
+    subject.fs.crash_now();
+    let outcome = subject.fs.recover(fault, rng.random());
+    if std::env::var_os("LODESTORE_TORTURE_TRACE").is_some() {
+        eprintln!(
+            "crash {}: {} at operation {}, {} unsynced writes, {} kept",
+            report.crashes,
+            fault.name(),
+            subject.fs.operations(),
+            outcome.writes_pending,
+            outcome.writes_kept
+        );
+    }
+    subject.last_fault = Some(fault);
+    subject.media_outstanding |= fault.is_media();
+    *report
+        .crashes_by_fault
+        .entry(fault.name().to_string())
+        .or_default() += 1;
+}

@@ -1,0 +1,143 @@
+//! The workload of one crash point: a few transactions of allocations, frees, updates and
+//! reads of small and large objects, committed or aborted, until the crash stops it.
+
+use crate::{CampaignReport, Model, Subject};
+use lodestore::{Error, RawOid, Store, Transaction};
+use rand::rngs::StdRng;
+use rand::Rng;
+
+/// Objects the store keeps at most; past it the workload frees more than it allocates.
+const OBJECTS_MAX: usize = 120;
+const TRANSACTIONS_MAX: u32 = 8;
+const OPERATIONS_MAX: u32 = 12;
+const TYPE_ID: u32 = 77;
+
+/// Why a transaction stopped early.
+enum Stop {
+    /// The simulated machine died: the workload ends here.
+    Crashed,
+    /// A retryable error: the transaction is aborted.
+    Retry,
+}
+
+/// Runs transactions until the crash or the end of the workload. An error that is neither the
+/// crash nor retryable is a violation.
+pub fn run(
+    store: &Store,
+    subject: &mut Subject,
+    rng: &mut StdRng,
+    report: &mut CampaignReport,
+) -> Result<(), String> {
+    let mut session = match store.session() {
+        Ok(session) => session,
+        Err(_) if subject.fs.has_crashed() => return Ok(()),
+        Err(e) => return Err(format!("session failed: {e}")),
+    };
+    for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
+        let mut working = subject.committed.clone();
+        let mut txn = match session.begin() {
+            Ok(txn) => txn,
+            Err(_) if subject.fs.has_crashed() => return Ok(()),
+            Err(e) => return Err(format!("begin failed: {e}")),
+        };
+        match operations(&mut txn, &mut working, rng) {
+            Ok(()) => {}
+            Err(error) => match classify(error, subject)? {
+                Stop::Crashed => return Ok(()),
+                Stop::Retry => {
+                    let _ = txn.abort();
+                    report.aborts += 1;
+                    continue;
+                }
+            },
+        }
+        if rng.random_range(0..5) == 0 {
+            match txn.abort() {
+                Ok(()) => report.aborts += 1,
+                Err(error) => match classify(error, subject)? {
+                    Stop::Crashed => return Ok(()),
+                    Stop::Retry => {}
+                },
+            }
+            continue;
+        }
+        match txn.commit() {
+            Ok(_) => {
+                subject.committed = working;
+                report.commits_acknowledged += 1;
+            }
+            Err(_) if subject.fs.has_crashed() => {
+                subject.in_flight = Some(working);
+                return Ok(());
+            }
+            Err(e) => return Err(format!("commit failed without a crash: {e}")),
+        }
+    }
+    Ok(())
+}
+
+fn classify(error: Error, subject: &Subject) -> Result<Stop, String> {
+    if subject.fs.has_crashed() {
+        Ok(Stop::Crashed)
+    } else if error.is_retryable() {
+        Ok(Stop::Retry)
+    } else {
+        Err(format!("operation failed without a crash: {error}"))
+    }
+}
+
+fn pick(model: &Model, rng: &mut StdRng) -> Option<RawOid> {
+    if model.is_empty() {
+        return None;
+    }
+    model.keys().nth(rng.random_range(0..model.len())).copied()
+}
+
+fn operations(
+    txn: &mut Transaction<'_>,
+    working: &mut Model,
+    rng: &mut StdRng,
+) -> lodestore::Result<()> {
+    for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
+        let crowded = working.len() >= OBJECTS_MAX;
+        match rng.random_range(0..100) {
+            0..40 if !crowded => {
+                let size = if rng.random_range(0..12) == 0 {
+                    rng.random_range(5_000..30_000)
+                } else {
+                    rng.random_range(1..400)
+                };
+                let bytes: Vec<u8> = (0..size).map(|_| rng.random()).collect();
+                let oid = txn.alloc_bytes(TYPE_ID, &bytes)?;
+                working.insert(oid, bytes);
+            }
+            0..55 => {
+                if let Some(oid) = pick(working, rng) {
+                    txn.free(oid)?;
+                    working.remove(&oid);
+                }
+            }
+            55..90 => {
+                if let Some(oid) = pick(working, rng) {
+                    let bytes = working.get_mut(&oid).expect("picked");
+                    let start = rng.random_range(0..bytes.len());
+                    let end = rng.random_range(start..=bytes.len().min(start + 3000));
+                    let patch: Vec<u8> = (start..end).map(|_| rng.random()).collect();
+                    txn.write_at(oid, start as u64, &patch)?;
+                    bytes[start..end].copy_from_slice(&patch);
+                }
+            }
+            _ => {
+                if let Some(oid) = pick(working, rng) {
+                    let stored = txn.read_all(oid)?;
+                    if stored != working[&oid] {
+                        return Err(Error::InvalidArgument(format!(
+                            "object {oid} reads back other bytes than the transaction wrote"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}

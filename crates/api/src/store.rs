@@ -95,6 +95,11 @@ impl Store {
         self.server.checkpoint()
     }
 
+    /// Counters of the write-ahead log since the store was opened.
+    pub fn log_stats(&self) -> lodestore_wal::LogStats {
+        self.server.log().stats()
+    }
+
     /// What recovery found and did when this store was opened.
     pub fn restart_report(&self) -> &RestartReport {
         self.server.restart_report()

@@ -289,3 +289,44 @@ fn any_flipped_byte_is_found_and_its_page_named() {
     }
     assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
 }
+
+/// A superblock whose checkpoint LSN points at something that is not a checkpoint (here, 8
+/// bytes past the real one) is refused with an error naming the log and the LSN.
+#[test]
+fn checkpoint_pointing_nowhere_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    sample_store(&path);
+    let mut bad = 0;
+    for copy in 0..2usize {
+        let bytes = page_bytes(&path, copy as u32);
+        let mut sb = lodestore_storage::superblock::decode(&bytes, copy).unwrap();
+        sb.checkpoint_lsn = lodestore::Lsn(sb.checkpoint_lsn.0 + 8);
+        bad = sb.checkpoint_lsn.0;
+        let mut rewritten = vec![0u8; PAGE_SIZE];
+        sb.encode(&mut rewritten, copy);
+        put_page(&path, copy as u32, &rewritten);
+    }
+    match Store::open(&path, Options::new()) {
+        Err(Error::CorruptLog { reason, .. }) => {
+            assert!(reason.contains(&format!("LSN {bad}")), "{reason}");
+            assert!(reason.contains("checkpoint"), "{reason}");
+        }
+        Err(other) => panic!("expected a corrupt log error, got {other}"),
+        Ok(_) => panic!("opened a store whose checkpoint points nowhere"),
+    }
+}
+
+/// A log segment missing under the store is named.
+#[test]
+fn missing_log_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    sample_store(&path);
+    std::fs::remove_dir_all(path.join("log")).unwrap();
+    match Store::open(&path, Options::new()) {
+        Err(Error::CorruptLog { reason, .. }) => assert!(reason.contains("missing"), "{reason}"),
+        Err(other) => panic!("expected a corrupt log error, got {other}"),
+        Ok(_) => panic!("opened a store without its log"),
+    }
+}

@@ -15,7 +15,23 @@ pub fn init(path: &Path, page_size: usize) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Opens the store once, which recovers it from its log if it was not closed cleanly and leaves
+/// a data file that holds every committed change; the readers below read that file.
+pub fn recover(path: &Path) -> Result<()> {
+    let store = Store::open(path, Options::new())?;
+    let report = store.restart_report().clone();
+    drop(store);
+    if report.losers > 0 || report.redo_applied > 0 || report.discarded_bytes > 0 {
+        eprintln!(
+            "recovered: {} changes redone, {} unfinished transactions rolled back, {} bytes of a torn log tail dropped",
+            report.redo_applied, report.losers, report.discarded_bytes
+        );
+    }
+    Ok(())
+}
+
 pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
+    recover(path)?;
     let info = lodestore::info(&RealFileSystem, path)?;
     if json {
         println!(
@@ -41,7 +57,21 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn check(path: &Path) -> Result<ExitCode> {
+pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
+    if recover_first {
+        match recover(path) {
+            Ok(()) => {}
+            // A store that cannot even be opened is reported as such; one whose recovery fails
+            // is still checked as it lies on disk.
+            Err(
+                e @ (lodestore::Error::NotAStore { .. }
+                | lodestore::Error::StoreLocked { .. }
+                | lodestore::Error::UnsupportedFormat { .. }
+                | lodestore::Error::CorruptSuperblock { .. }),
+            ) => return Err(e),
+            Err(e) => println!("problem: recovery failed: {e}"),
+        }
+    }
     let report = lodestore::check(&RealFileSystem, path)?;
     for note in &report.notes {
         println!("note: {note}");
@@ -64,6 +94,7 @@ pub fn check(path: &Path) -> Result<ExitCode> {
 }
 
 pub fn dump(path: &Path, json: bool) -> Result<ExitCode> {
+    recover(path)?;
     let roots = lodestore::roots(&RealFileSystem, path)?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());

@@ -1,7 +1,9 @@
 //! `lodestore`: the command-line face of Lodestore.
 
+mod bench;
 mod demo;
 mod inspect;
+mod stress;
 mod torture;
 
 use clap::{Parser, Subcommand};
@@ -35,18 +37,26 @@ enum Command {
         #[arg(long, default_value_t = 8192)]
         page_size: usize,
     },
-    /// Show the store's format, page size, pages by kind, objects and free space.
+    /// Show the store's format, page size, pages by kind, objects and free space (recovering
+    /// the store first if it was not closed cleanly).
     Info {
         path: PathBuf,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Read every page and verify checksums and structure. Exits 0 when the store is sound,
-    /// 1 when problems were found (each printed with its file and page number).
-    Check { path: PathBuf },
+    /// Recover the store if it was not closed cleanly, then read every page and verify
+    /// checksums and structure. Exits 0 when the store is sound, 1 when problems were found
+    /// (each printed with its file and page number).
+    Check {
+        path: PathBuf,
+        /// Check the data file as it lies on disk, without recovering first.
+        #[arg(long)]
+        no_recover: bool,
+    },
     /// Print the named roots with their OIDs, then every object: OID, type id, length and
     /// bytes in hex. An OID is printed as the unsigned 64-bit integer a stored reference holds.
+    /// Recovers the store first if it was not closed cleanly.
     Dump {
         path: PathBuf,
         /// Print one JSON document: {"roots": {name: oid}, "objects": [{oid, type_id, length,
@@ -79,6 +89,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run bank transfers between accounts from several threads, appending one line per
+    /// transfer to the acks file only after its commit returned: the commit LSN and the two
+    /// account indexes. The root `bank` holds the account OIDs (u64 little-endian, in order);
+    /// each account is 16 bytes: i64 balance (starting at 1000), u64 transfer count. Running
+    /// again on the same store continues with its accounts. Made for kill -9 tests.
+    Stress {
+        /// Folder of the store (created if missing).
+        path: PathBuf,
+        #[arg(long, default_value_t = 100)]
+        accounts: u64,
+        #[arg(long, default_value_t = 4)]
+        threads: u32,
+        #[arg(long, default_value_t = 10.0)]
+        seconds: f64,
+        /// File the acknowledged transfers are appended to.
+        #[arg(long)]
+        acks: PathBuf,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: BenchCommand,
+    },
     /// Run the demo workload: create a store, build an object graph, commit, reopen, verify
     /// the graph and print `info`.
     Demo {
@@ -96,6 +129,28 @@ enum Command {
     },
 }
 
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Commits per second and commit latency for each thread count, next to this machine's
+    /// fdatasync latency and batched-sync bandwidth measured in the same run in PATH.
+    Commit {
+        /// Folder for the benchmark stores and the probe file.
+        path: PathBuf,
+        /// Thread counts, comma separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        threads: Vec<usize>,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Also write every run as CSV here.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -108,7 +163,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Init { path, page_size } => inspect::init(&path, page_size),
         Command::Info { path, json } => inspect::info(&path, json),
-        Command::Check { path } => inspect::check(&path),
+        Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
         Command::Dump { path, json } => inspect::dump(&path, json),
         Command::Demo {
             path,
@@ -116,6 +171,23 @@ fn main() -> ExitCode {
             replace,
             page_size,
         } => demo::run(&path, objects, replace, page_size),
+        Command::Stress {
+            path,
+            accounts,
+            threads,
+            seconds,
+            acks,
+        } => stress::run(&path, accounts, threads, seconds, &acks),
+        Command::Bench {
+            which:
+                BenchCommand::Commit {
+                    path,
+                    threads,
+                    seconds,
+                    runs,
+                    csv,
+                },
+        } => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
         Command::Torture {
             method,
             seed,

@@ -172,6 +172,7 @@ impl LockManager {
     pub fn release_all(&self, txn: TxnId) {
         let mut table = self.lock();
         table.waiting.remove(&txn);
+        let anyone_waiting = !table.waiting.is_empty();
         for page in table.held.remove(&txn).unwrap_or_default() {
             if let Some(holders) = table.holders.get_mut(&page) {
                 holders.retain(|(t, _)| *t != txn);
@@ -181,7 +182,9 @@ impl LockManager {
             }
         }
         drop(table);
-        self.changed.notify_all();
+        if anyone_waiting {
+            self.changed.notify_all();
+        }
     }
 
     pub fn locked_pages(&self) -> usize {

@@ -638,24 +638,21 @@ impl PageServer for Server {
                 self.locks.release_all(txn);
                 return Ok(self.log.durable_lsn());
             }
+            // A durable commit record ends the transaction for recovery: no end record follows.
             let lsn = self
                 .log
                 .append(Some(txn), own.last_lsn, &RecordBody::Commit)?;
-            state.txns.get_mut(&txn).expect("checked").last_lsn = lsn;
-            lsn
-        };
-        // Group commit: wait for the flush without holding the server's state.
-        self.log.flush(commit_lsn)?;
-        {
-            let mut state = self.usable_state()?;
-            self.log.append(Some(txn), commit_lsn, &RecordBody::End)?;
             self.finish(&mut state, txn, true)?;
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
             }
-        }
+            lsn
+        };
+        // Group commit: wait for the flush without holding the server's state. The locks are
+        // held until the commit is durable (strict two-phase locking).
+        let flushed = self.log.flush(commit_lsn);
         self.locks.release_all(txn);
-        Ok(commit_lsn)
+        flushed.map(|()| commit_lsn)
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {

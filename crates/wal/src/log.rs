@@ -3,11 +3,12 @@
 //!
 //! Group commit: a committer appends its commit record and calls `flush(lsn)`. If no flush is
 //! running it becomes the leader: it writes everything buffered so far in one write (per
-//! segment) and syncs once, while later committers keep appending and wait; when the leader is
-//! done, every waiter whose record it covered returns, and the next waiter with records left
-//! becomes the next leader. Nobody waits for a timer.
+//! segment) and syncs once, while later committers keep appending and wait. When its sync
+//! returns it wakes exactly the waiters that round covered (each parked thread is unparked on
+//! its own, so nobody wakes up only to sleep again) and hands leadership to one waiter still
+//! uncovered. Nobody waits for a timer.
 //!
-//! At most one write to the log is ever unsynced: the leader syncs a segment before it writes
+//! At most one write to the log is ever unsynced: the flusher syncs a segment before it writes
 //! the next one. So a crash can only tear the last write, which is what the reader relies on to
 //! tell a torn tail from damage.
 
@@ -18,7 +19,7 @@ use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_storage::{FileSystem, OpenMode, Storage};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Log settings.
 #[derive(Clone, Debug)]
@@ -56,11 +57,15 @@ pub struct LogStats {
 }
 
 pub struct Log {
+    shared: Arc<Shared>,
+}
+
+/// What the log and its flusher thread share.
+struct Shared {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
     options: LogOptions,
     inner: Mutex<Inner>,
-    flushed: Condvar,
 }
 
 struct Inner {
@@ -70,6 +75,9 @@ struct Inner {
     end: u64,
     durable: u64,
     flushing: bool,
+    /// Committers waiting for durability up to their target, woken one by one when a round
+    /// covers them (waking them all would cost a futile context switch each).
+    waiters: Vec<(u64, std::thread::Thread)>,
     failed: Option<String>,
     segments: BTreeMap<u64, Arc<dyn Storage>>,
     spares: Vec<PathBuf>,
@@ -155,7 +163,7 @@ impl Log {
         spares: Vec<PathBuf>,
         end: u64,
     ) -> Log {
-        Log {
+        let shared = Arc::new(Shared {
             fs,
             dir: dir.to_path_buf(),
             options,
@@ -165,21 +173,22 @@ impl Log {
                 end,
                 durable: end,
                 flushing: false,
+                waiters: Vec::new(),
                 failed: None,
                 segments,
                 spares,
                 stats: LogStats::default(),
             }),
-            flushed: Condvar::new(),
-        }
+        });
+        Log { shared }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
     }
 
     pub fn options(&self) -> &LogOptions {
-        &self.options
+        &self.shared.options
     }
 
     /// The LSN the next record gets.
@@ -199,7 +208,7 @@ impl Log {
     /// Appends a record and returns its LSN. It is durable only after `flush` covers it.
     pub fn append(&self, txn: Option<TxnId>, prev: Lsn, body: &RecordBody) -> Result<Lsn> {
         let len = record::encoded_len(body) as u64;
-        let size = self.options.segment_bytes;
+        let size = self.shared.options.segment_bytes;
         assert!(
             len <= size / 2,
             "record of {len} bytes is too large for the log"
@@ -207,31 +216,12 @@ impl Log {
         let (lsn, buffered) = {
             let mut inner = self.lock();
             if let Some(reason) = &inner.failed {
-                return Err(self.failed_error(reason));
+                return Err(self.shared.failed_error(reason));
             }
-            let room = size - inner.end % size;
-            if room < len {
-                // Records never span segments: pad the rest of this one.
-                let at = inner.end;
-                if room >= RECORD_HEADER_BYTES as u64 {
-                    let mut skip = Vec::new();
-                    record::encode(Lsn(at), Lsn(0), None, &RecordBody::Skip, &mut skip);
-                    skip.resize(room as usize, 0);
-                    inner.buffer.extend_from_slice(&skip);
-                } else {
-                    let padded = inner.buffer.len() + room as usize;
-                    inner.buffer.resize(padded, 0);
-                }
-                inner.end += room;
-            }
-            let lsn = Lsn(inner.end);
-            record::encode(lsn, prev, txn, body, &mut inner.buffer);
-            inner.end += len;
-            inner.stats.records += 1;
-            inner.stats.bytes_appended += len;
+            let lsn = inner.push(size, txn, prev, body);
             (lsn, inner.buffer.len())
         };
-        if buffered > self.options.buffer_bytes_max {
+        if buffered > self.shared.options.buffer_bytes_max {
             self.flush(lsn)?;
         }
         Ok(lsn)
@@ -239,42 +229,36 @@ impl Log {
 
     /// Returns when every record up to and including the one at `upto` is durable.
     pub fn flush(&self, upto: Lsn) -> Result<()> {
+        let shared = &self.shared;
         let mut inner = self.lock();
         let target = (upto.0 + 1).min(inner.end);
         loop {
             if let Some(reason) = &inner.failed {
-                return Err(self.failed_error(reason));
+                return Err(shared.failed_error(reason));
             }
             if inner.durable >= target {
                 return Ok(());
             }
             if inner.flushing {
-                inner = self.flushed.wait(inner).unwrap_or_else(|e| e.into_inner());
+                inner.waiters.push((target, std::thread::current()));
+                drop(inner);
+                std::thread::park();
+                inner = self.lock();
                 continue;
             }
             inner.flushing = true;
-            let start = inner.buffer_start;
-            let bytes = inner.buffer.clone();
-            drop(inner);
-            let result = self.write_out(start, &bytes);
-            inner = self.lock();
-            inner.flushing = false;
-            match result {
-                Ok(()) => {
-                    inner.buffer.drain(..bytes.len());
-                    inner.buffer_start += bytes.len() as u64;
-                    inner.durable = inner.buffer_start;
-                    inner.stats.flushes += 1;
-                    inner.stats.bytes_flushed += bytes.len() as u64;
-                }
-                Err(e) => {
-                    // The log's state on disk is unknown now; refuse everything after.
-                    inner.failed = Some(e.to_string());
-                    self.flushed.notify_all();
-                    return Err(e);
-                }
+            while inner.failed.is_none() && inner.durable < target {
+                inner = shared.flush_round(inner);
             }
-            self.flushed.notify_all();
+            inner.flushing = false;
+            // Anyone still waiting needs a new leader: wake one (or all, if the log failed).
+            if inner.failed.is_some() {
+                for (_, thread) in inner.waiters.drain(..) {
+                    thread.unpark();
+                }
+            } else if let Some((_, thread)) = inner.waiters.pop() {
+                thread.unpark();
+            }
         }
     }
 
@@ -285,6 +269,175 @@ impl Log {
             return Ok(());
         }
         self.flush(Lsn(end.0 - 1))
+    }
+    /// Reads the record at `lsn` (durable or still buffered).
+    pub fn read(&self, lsn: Lsn) -> Result<Record> {
+        let page_size_max = self.shared.options.page_size_max;
+        let size = self.shared.options.segment_bytes;
+        let file = {
+            let inner = self.lock();
+            if lsn.0 >= inner.end {
+                return Err(Error::InvalidArgument(format!(
+                    "LSN {lsn} is past the end of the log ({})",
+                    inner.end
+                )));
+            }
+            if lsn.0 >= inner.buffer_start {
+                let at = (lsn.0 - inner.buffer_start) as usize;
+                let bytes = &inner.buffer[at..];
+                return decode_at(bytes, lsn, page_size_max).map_err(|reason| Error::CorruptLog {
+                    path: self.shared.dir.clone(),
+                    offset: lsn.0,
+                    reason: format!("buffered record: {reason}"),
+                });
+            }
+            inner.segments.get(&(lsn.0 / size)).cloned()
+        };
+        let file = file.ok_or_else(|| Error::CorruptLog {
+            path: segment::segment_path(&self.shared.dir, lsn.0 / size),
+            offset: 0,
+            reason: format!("segment holding LSN {lsn} is missing"),
+        })?;
+        let offset = SEGMENT_HEADER_BYTES + lsn.0 % size;
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        file.read_at(offset, &mut header)?;
+        let room = (size - lsn.0 % size) as usize;
+        let corrupt = |reason: String| Error::CorruptLog {
+            path: file.path().to_path_buf(),
+            offset,
+            reason,
+        };
+        let len = match record::header(&header, lsn, room) {
+            Ok(h) => h.len,
+            Err(e) => return Err(corrupt(describe(e))),
+        };
+        let mut bytes = vec![0u8; len];
+        file.read_at(offset, &mut bytes)?;
+        record::decode(&bytes, lsn, page_size_max).map_err(|e| corrupt(describe(e)))
+    }
+
+    /// Visits every durable record from `from` to the end of the log.
+    pub fn scan(&self, from: Lsn, visit: impl FnMut(Record) -> Result<()>) -> Result<LogEnd> {
+        self.flush_all()?;
+        let segments = self.lock().segments.clone();
+        Segments {
+            files: &segments,
+            segment_bytes: self.shared.options.segment_bytes,
+            page_size_max: self.shared.options.page_size_max,
+        }
+        .scan(from, visit)
+    }
+
+    /// Segments wholly before `lsn` are no longer needed: keep a few as spares, delete the rest.
+    pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
+        let size = self.shared.options.segment_bytes;
+        let old: Vec<u64> = {
+            let inner = self.lock();
+            inner
+                .segments
+                .keys()
+                .copied()
+                .filter(|&i| (i + 1) * size <= lsn.0)
+                .collect()
+        };
+        for &index in &old {
+            let path = segment::segment_path(&self.shared.dir, index);
+            let keep = self.lock().spares.len() < self.shared.options.spare_segments_max;
+            self.lock().segments.remove(&index);
+            if keep {
+                let spare = segment::spare_path(&self.shared.dir, index);
+                self.shared.fs.rename(&path, &spare)?;
+                self.lock().spares.push(spare);
+            } else {
+                self.shared.fs.remove(&path)?;
+            }
+        }
+        Ok(old.len())
+    }
+
+    /// Number of segment files in use.
+    pub fn segment_count(&self) -> usize {
+        self.lock().segments.len()
+    }
+}
+
+impl Inner {
+    /// Encodes a record at the end of the buffer and returns its LSN. Records never span
+    /// segments: the rest of a segment too small for the record is padded.
+    fn push(
+        &mut self,
+        segment_bytes: u64,
+        txn: Option<TxnId>,
+        prev: Lsn,
+        body: &RecordBody,
+    ) -> Lsn {
+        let len = record::encoded_len(body) as u64;
+        let room = segment_bytes - self.end % segment_bytes;
+        if room < len {
+            let at = self.end;
+            if room >= RECORD_HEADER_BYTES as u64 {
+                let mut skip = Vec::new();
+                record::encode(Lsn(at), Lsn(0), None, &RecordBody::Skip, &mut skip);
+                skip.resize(room as usize, 0);
+                self.buffer.extend_from_slice(&skip);
+            } else {
+                let padded = self.buffer.len() + room as usize;
+                self.buffer.resize(padded, 0);
+            }
+            self.end += room;
+        }
+        let lsn = Lsn(self.end);
+        record::encode(lsn, prev, txn, body, &mut self.buffer);
+        self.end += len;
+        self.stats.records += 1;
+        self.stats.bytes_appended += len;
+        lsn
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One round of the leader: write out the buffer and sync it, without holding the lock
+    /// during the I/O; wakes the waiters it covered.
+    fn flush_round<'a>(&'a self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+        // The batch ends with a mark, so damage to its last real record is followed by a valid
+        // record: the reader then reports it instead of taking it for a torn tail.
+        inner.push(
+            self.options.segment_bytes,
+            None,
+            Lsn(0),
+            &RecordBody::FlushMark,
+        );
+        let start = inner.buffer_start;
+        let bytes = inner.buffer.clone();
+        drop(inner);
+        let result = self.write_out(start, &bytes);
+        inner = self.lock();
+        match result {
+            Ok(()) => {
+                inner.buffer.drain(..bytes.len());
+                inner.buffer_start += bytes.len() as u64;
+                inner.durable = inner.buffer_start;
+                inner.stats.flushes += 1;
+                inner.stats.bytes_flushed += bytes.len() as u64;
+            }
+            Err(e) => {
+                // The log's state on disk is unknown now; refuse everything after.
+                inner.failed = Some(e.to_string());
+            }
+        }
+        let durable = inner.durable;
+        inner.waiters.retain(|(target, thread)| {
+            let covered = *target <= durable;
+            if covered {
+                thread.unpark();
+            }
+            !covered
+        });
+        inner
     }
 
     fn failed_error(&self, reason: &str) -> Error {
@@ -335,96 +488,6 @@ impl Log {
         }
         inner.segments.insert(index, file.clone());
         Ok(file)
-    }
-
-    /// Reads the record at `lsn` (durable or still buffered).
-    pub fn read(&self, lsn: Lsn) -> Result<Record> {
-        let page_size_max = self.options.page_size_max;
-        let size = self.options.segment_bytes;
-        let file = {
-            let inner = self.lock();
-            if lsn.0 >= inner.end {
-                return Err(Error::InvalidArgument(format!(
-                    "LSN {lsn} is past the end of the log ({})",
-                    inner.end
-                )));
-            }
-            if lsn.0 >= inner.buffer_start {
-                let at = (lsn.0 - inner.buffer_start) as usize;
-                let bytes = &inner.buffer[at..];
-                return decode_at(bytes, lsn, page_size_max).map_err(|reason| Error::CorruptLog {
-                    path: self.dir.clone(),
-                    offset: lsn.0,
-                    reason: format!("buffered record: {reason}"),
-                });
-            }
-            inner.segments.get(&(lsn.0 / size)).cloned()
-        };
-        let file = file.ok_or_else(|| Error::CorruptLog {
-            path: segment::segment_path(&self.dir, lsn.0 / size),
-            offset: 0,
-            reason: format!("segment holding LSN {lsn} is missing"),
-        })?;
-        let offset = SEGMENT_HEADER_BYTES + lsn.0 % size;
-        let mut header = [0u8; RECORD_HEADER_BYTES];
-        file.read_at(offset, &mut header)?;
-        let room = (size - lsn.0 % size) as usize;
-        let corrupt = |reason: String| Error::CorruptLog {
-            path: file.path().to_path_buf(),
-            offset,
-            reason,
-        };
-        let len = match record::header(&header, lsn, room) {
-            Ok(h) => h.len,
-            Err(e) => return Err(corrupt(describe(e))),
-        };
-        let mut bytes = vec![0u8; len];
-        file.read_at(offset, &mut bytes)?;
-        record::decode(&bytes, lsn, page_size_max).map_err(|e| corrupt(describe(e)))
-    }
-
-    /// Visits every durable record from `from` to the end of the log.
-    pub fn scan(&self, from: Lsn, visit: impl FnMut(Record) -> Result<()>) -> Result<LogEnd> {
-        self.flush_all()?;
-        let segments = self.lock().segments.clone();
-        Segments {
-            files: &segments,
-            segment_bytes: self.options.segment_bytes,
-            page_size_max: self.options.page_size_max,
-        }
-        .scan(from, visit)
-    }
-
-    /// Segments wholly before `lsn` are no longer needed: keep a few as spares, delete the rest.
-    pub fn recycle_before(&self, lsn: Lsn) -> Result<usize> {
-        let size = self.options.segment_bytes;
-        let old: Vec<u64> = {
-            let inner = self.lock();
-            inner
-                .segments
-                .keys()
-                .copied()
-                .filter(|&i| (i + 1) * size <= lsn.0)
-                .collect()
-        };
-        for &index in &old {
-            let path = segment::segment_path(&self.dir, index);
-            let keep = self.lock().spares.len() < self.options.spare_segments_max;
-            self.lock().segments.remove(&index);
-            if keep {
-                let spare = segment::spare_path(&self.dir, index);
-                self.fs.rename(&path, &spare)?;
-                self.lock().spares.push(spare);
-            } else {
-                self.fs.remove(&path)?;
-            }
-        }
-        Ok(old.len())
-    }
-
-    /// Number of segment files in use.
-    pub fn segment_count(&self) -> usize {
-        self.lock().segments.len()
     }
 }
 

@@ -94,6 +94,16 @@ impl Segments<'_> {
                         supported: u32::from(record::RECORD_FORMAT_VERSION),
                     })
                 }
+                Err(Invalid::Damaged(reason)) if position == from.0 => {
+                    // A scan starts where a record is known to be (the last checkpoint).
+                    return Err(Error::CorruptLog {
+                        path: self.files[&index].path().to_path_buf(),
+                        offset: SEGMENT_HEADER_BYTES + offset as u64,
+                        reason: format!(
+                            "no valid record at LSN {position}, where the scan must start (the last checkpoint): {reason}"
+                        ),
+                    });
+                }
                 Err(Invalid::Damaged(reason)) => {
                     return self.end_at(index, offset, bytes, reason);
                 }

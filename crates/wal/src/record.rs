@@ -20,7 +20,9 @@
 //!   checkpoint     u32 count, u32 0, per active transaction: u64 id, u64 first LSN,
 //!   begin          u64 last LSN
 //!   checkpoint end u64 LSN of its checkpoint begin
-//!   commit, abort, end, skip: no body (skip pads a segment's tail)
+//!   commit, abort, end, skip, flush mark: no body (skip pads a segment's tail; a flush mark
+//!                  ends every flushed batch, so that damage to the batch's last real record is
+//!                  followed by a valid record and is told apart from a torn tail)
 //! ```
 //! New kinds get new kind numbers; a new layout of an existing kind gets a new version, and a
 //! reader refuses versions it does not know instead of misreading them.
@@ -77,6 +79,8 @@ pub enum RecordBody {
     },
     /// Padding to the end of a segment.
     Skip,
+    /// Ends a flushed batch. Carries no meaning for recovery.
+    FlushMark,
 }
 
 impl RecordBody {
@@ -91,6 +95,7 @@ impl RecordBody {
             RecordBody::CheckpointBegin { .. } => 7,
             RecordBody::CheckpointEnd { .. } => 8,
             RecordBody::Skip => 9,
+            RecordBody::FlushMark => 10,
         }
     }
 
@@ -103,7 +108,11 @@ impl RecordBody {
             RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
             RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
             RecordBody::CheckpointEnd { .. } => 8,
-            RecordBody::Commit | RecordBody::Abort | RecordBody::End | RecordBody::Skip => 0,
+            RecordBody::Commit
+            | RecordBody::Abort
+            | RecordBody::End
+            | RecordBody::Skip
+            | RecordBody::FlushMark => 0,
         }
     }
 
@@ -201,7 +210,11 @@ pub fn encode(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &RecordBody, out: &
         RecordBody::CheckpointEnd { begin } => {
             body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
         }
-        RecordBody::Commit | RecordBody::Abort | RecordBody::End | RecordBody::Skip => {}
+        RecordBody::Commit
+        | RecordBody::Abort
+        | RecordBody::End
+        | RecordBody::Skip
+        | RecordBody::FlushMark => {}
     }
     rec[34..36].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32c(&rec[4..]);
@@ -390,6 +403,7 @@ fn decode_body(
             }
         }
         9 => RecordBody::Skip,
+        10 => RecordBody::FlushMark,
         other => return Err(format!("unknown record kind {other}")),
     })
 }
@@ -448,6 +462,7 @@ mod tests {
             RecordBody::Abort,
             RecordBody::End,
             RecordBody::Skip,
+            RecordBody::FlushMark,
         ] {
             round_trip(body);
         }

@@ -62,11 +62,17 @@ fn records_round_trip_across_segments_and_reopen() {
     assert_eq!(found.discarded_bytes, 0);
     let mut seen = Vec::new();
     log.scan(Lsn(SEGMENT), |r| {
-        seen.push(r.lsn);
+        if r.body != RecordBody::FlushMark {
+            seen.push(r.lsn);
+        }
         Ok(())
     })
     .unwrap();
-    assert_eq!(seen, lsns);
+    assert_eq!(seen.len(), lsns.len());
+    assert!(
+        seen == lsns,
+        "scan returned other records than were written"
+    );
     // Appending after reopening continues the same sequence.
     let next = log.append(None, Lsn(0), &RecordBody::Commit).unwrap();
     assert_eq!(next, end);
@@ -87,22 +93,24 @@ fn torn_tail_is_discarded_and_reported() {
     let last = *lsns.last().unwrap();
     let end = log.end_lsn();
     drop(log);
-    // Tear the last record: keep its first 20 bytes, garbage after.
+    // Tear the last write inside its last record: its first 20 bytes stay, everything after
+    // them (the rest of the record and the batch's flush mark) is garbage, as a torn write
+    // leaves it.
     let file = segment_path(dir, last.0 / SEGMENT);
     let at = (SEGMENT_HEADER_BYTES + last.0 % SEGMENT) as usize;
     fs.with_file(&file, |bytes| {
-        for b in &mut bytes[at + 20..at + 300] {
+        for b in &mut bytes[at + 20..at + 4096] {
             *b = 0xA5;
         }
     })
     .unwrap();
     let (log, found) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
     assert_eq!(found.end, last, "ends before the torn record");
-    assert!(found.discarded_bytes >= 280, "{found:?}");
+    assert!(found.discarded_bytes >= 4000, "{found:?}");
     assert!(found.end < end);
     let mut count = 0;
-    log.scan(Lsn(SEGMENT), |_| {
-        count += 1;
+    log.scan(Lsn(SEGMENT), |r| {
+        count += u32::from(r.body != RecordBody::FlushMark);
         Ok(())
     })
     .unwrap();
@@ -113,7 +121,11 @@ fn torn_tail_is_discarded_and_reported() {
     drop(log);
     let (log, found) = Log::open(fs, dir, options(), Lsn(SEGMENT)).unwrap();
     assert_eq!(log.read(lsn).unwrap().body, RecordBody::Commit);
-    assert_eq!(found.end.0, lsn.0 + 40);
+    assert_eq!(
+        found.end.0,
+        lsn.0 + 80,
+        "the commit and its batch's flush mark"
+    );
 }
 
 #[test]
@@ -199,6 +211,35 @@ fn concurrent_committers_share_flushes() {
         }
     }
     let stats = log.stats();
-    assert_eq!(stats.records, 8 * 400);
+    // Every flush adds one flush mark.
+    assert_eq!(stats.records - stats.flushes, 8 * 400);
     assert!(stats.flushes <= 8 * 200, "{stats:?}");
+}
+
+/// Damage to the last real record of a durable batch (say, a commit) must not pass for a torn
+/// tail: the batch's flush mark follows it, so the reader reports the damage.
+#[test]
+fn damaged_last_commit_is_reported_not_truncated() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let update = log.append(Some(TxnId(1)), Lsn(0), &update(1)).unwrap();
+    let commit = log
+        .append(Some(TxnId(1)), update, &RecordBody::Commit)
+        .unwrap();
+    log.flush(commit).unwrap();
+    drop(log);
+    let file = segment_path(dir, commit.0 / SEGMENT);
+    let at = (SEGMENT_HEADER_BYTES + commit.0 % SEGMENT) as usize + 33;
+    fs.with_file(&file, |bytes| bytes[at] ^= 0x01).unwrap();
+    match Log::open(fs, dir, options(), Lsn(SEGMENT)) {
+        Err(Error::CorruptLog { reason, .. }) => {
+            assert!(reason.contains("valid record follows"), "{reason}")
+        }
+        Err(other) => panic!("unexpected error {other}"),
+        Ok((_, end)) => panic!(
+            "damaged commit taken for a torn tail, log ends at {}",
+            end.end
+        ),
+    }
 }

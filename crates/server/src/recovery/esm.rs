@@ -194,6 +194,7 @@ fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Los
         entry.1 = record.lsn;
         match record.body {
             RecordBody::Commit => {
+                // Committed: nothing of it is undone, and no end record will follow.
                 committed.insert(txn);
             }
             RecordBody::End => {

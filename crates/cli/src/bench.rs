@@ -1,0 +1,214 @@
+//! `lodestore bench commit`: committed transactions per second and commit latency for several
+//! numbers of threads, next to this machine's ceiling measured in the same run on the same file
+//! system: the latency of one small write plus fdatasync, and the bandwidth of large writes
+//! plus one fdatasync.
+
+use lodestore::{Error, Options, RealFileSystem, Result, Store};
+use lodestore_storage::{FileSystem, OpenMode};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+/// Bytes of each thread's object: more than half an 8 KiB page, so every thread updates a page
+/// of its own and the benchmark measures commits, not lock waits.
+const OBJECT_BYTES: usize = 5000;
+const PROBE_SYNCS: usize = 500;
+const PROBE_BATCH_BYTES: usize = 8 << 20;
+const PROBE_BATCHES: usize = 5;
+
+/// The machine's limits, measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Ceiling {
+    pub fdatasync_median_us: f64,
+    pub batched_sync_mb_per_s: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Measure {
+    threads: usize,
+    commits_per_s: f64,
+    median_us: f64,
+    p99_us: f64,
+    log_mb_per_s: f64,
+}
+
+pub fn commit(
+    path: &Path,
+    threads: &[usize],
+    seconds: f64,
+    runs: usize,
+    csv: Option<&Path>,
+) -> Result<ExitCode> {
+    if threads.is_empty() || threads.contains(&0) || runs == 0 || seconds.is_nan() || seconds <= 0.0
+    {
+        return Err(Error::InvalidArgument(
+            "bench commit needs thread counts of at least 1, at least one run and a positive duration".into(),
+        ));
+    }
+    std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create directory", e))?;
+    let mut rows: Vec<Vec<Measure>> = vec![Vec::new(); threads.len()];
+    let mut ceilings = Vec::new();
+    for run in 0..runs {
+        ceilings.push(ceiling(path)?);
+        for (i, &t) in threads.iter().enumerate() {
+            let dir = path.join(format!("bench-commit-{t}"));
+            remove_store(&dir)?;
+            let measure = measure(&dir, t, seconds)?;
+            remove_store(&dir)?;
+            eprintln!(
+                "run {}: {t:>2} threads {:>9.0} commits/s, median {:>7.1} us",
+                run + 1,
+                measure.commits_per_s,
+                measure.median_us
+            );
+            rows[i].push(measure);
+        }
+    }
+    let fsync = median(ceilings.iter().map(|c| c.fdatasync_median_us).collect());
+    let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
+    println!("ceiling (median of {runs} runs): write 512 B + fdatasync {fsync:.1} us; batched sync {bandwidth:.0} MB/s");
+    println!("threads  commits/s  median us  p99 us  log MB/s  x 1 thread  latency / fdatasync  log / batched");
+    let single = median(rows[0].iter().map(|m| m.commits_per_s).collect());
+    let mut lines = vec![
+        "threads,run,commits_per_s,median_us,p99_us,log_mb_per_s,fdatasync_us,batched_mb_per_s"
+            .to_string(),
+    ];
+    for (i, &t) in threads.iter().enumerate() {
+        let rate = median(rows[i].iter().map(|m| m.commits_per_s).collect());
+        let latency = median(rows[i].iter().map(|m| m.median_us).collect());
+        let p99 = median(rows[i].iter().map(|m| m.p99_us).collect());
+        let log = median(rows[i].iter().map(|m| m.log_mb_per_s).collect());
+        println!(
+            "{t:>7} {rate:>10.0} {latency:>10.1} {p99:>7.1} {log:>9.2} {:>11.2} {:>20.2} {:>14.4}",
+            rate / single,
+            latency / fsync,
+            log / bandwidth
+        );
+        for (run, m) in rows[i].iter().enumerate() {
+            lines.push(format!(
+                "{},{},{:.1},{:.2},{:.2},{:.3},{:.2},{:.1}",
+                m.threads,
+                run,
+                m.commits_per_s,
+                m.median_us,
+                m.p99_us,
+                m.log_mb_per_s,
+                ceilings[run].fdatasync_median_us,
+                ceilings[run].batched_sync_mb_per_s
+            ));
+        }
+    }
+    if let Some(csv) = csv {
+        std::fs::write(csv, lines.join("\n") + "\n").map_err(|e| Error::io(csv, "write", e))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn remove_store(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, "remove", e))?;
+    }
+    Ok(())
+}
+
+/// fdatasync latency and batched bandwidth, overwriting a pre-written file as the log does.
+fn ceiling(dir: &Path) -> Result<Ceiling> {
+    let path = dir.join("fsync-probe");
+    if path.exists() {
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+    }
+    let file = RealFileSystem.open(&path, OpenMode::CreateNew)?;
+    let zeros = vec![0u8; PROBE_BATCH_BYTES];
+    file.write_at(0, &zeros)?;
+    file.sync()?;
+    let small = [7u8; 512];
+    let mut latencies = Vec::with_capacity(PROBE_SYNCS);
+    for i in 0..PROBE_SYNCS {
+        let started = Instant::now();
+        file.write_at((i * 512) as u64, &small)?;
+        file.sync()?;
+        latencies.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    let batch = vec![9u8; PROBE_BATCH_BYTES];
+    let started = Instant::now();
+    for _ in 0..PROBE_BATCHES {
+        file.write_at(0, &batch)?;
+        file.sync()?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+    Ok(Ceiling {
+        fdatasync_median_us: median(latencies),
+        batched_sync_mb_per_s: (PROBE_BATCH_BYTES * PROBE_BATCHES) as f64 / seconds / 1e6,
+    })
+}
+
+fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
+    let store = Store::create(dir, Options::new())?;
+    let objects = {
+        let mut session = store.session()?;
+        let mut txn = session.begin()?;
+        let objects = (0..threads)
+            .map(|_| txn.alloc_zeroed(1, OBJECT_BYTES as u64))
+            .collect::<Result<Vec<_>>>()?;
+        txn.commit()?;
+        objects
+    };
+    let log_before = store.log_stats().bytes_flushed;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs_f64(seconds);
+    let latencies: Vec<Vec<f64>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = objects
+            .iter()
+            .map(|&oid| {
+                let store = &store;
+                scope.spawn(move || -> Result<Vec<f64>> {
+                    let mut session = store.session()?;
+                    let mut latencies = Vec::new();
+                    let mut counter = 0u64;
+                    while Instant::now() < deadline {
+                        let begun = Instant::now();
+                        let mut txn = session.begin()?;
+                        counter += 1;
+                        txn.write_at(oid, 0, &counter.to_le_bytes())?;
+                        txn.commit()?;
+                        latencies.push(begun.elapsed().as_secs_f64() * 1e6);
+                    }
+                    Ok(latencies)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("bench thread panicked"))
+            .collect::<Result<Vec<_>>>()
+    })?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let log_bytes = store.log_stats().bytes_flushed - log_before;
+    if std::env::var_os("LODESTORE_BENCH_DEBUG").is_some() {
+        eprintln!(
+            "{threads} threads: {:?} {:?}",
+            store.log_stats(),
+            store.server_stats()
+        );
+    }
+    let mut all: Vec<f64> = latencies.into_iter().flatten().collect();
+    all.sort_by(|a, b| a.total_cmp(b));
+    let p99 = all.get(all.len() * 99 / 100).copied().unwrap_or(0.0);
+    Ok(Measure {
+        threads,
+        commits_per_s: all.len() as f64 / elapsed,
+        median_us: median(all.clone()),
+        p99_us: p99,
+        log_mb_per_s: log_bytes as f64 / elapsed / 1e6,
+    })
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}

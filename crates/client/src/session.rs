@@ -28,6 +28,9 @@ const FIND_SPACE_ATTEMPTS_MAX: usize = 4;
 /// Dirty pages shipped in one call at commit.
 const SHIP_BATCH_PAGES: usize = 64;
 
+/// Frames of pages to ship, and the pages' images in those frames.
+type Shipment<'a> = (Vec<FrameId>, Vec<(PageId, &'a [u8])>);
+
 /// Size and kind of a stored object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -139,11 +142,13 @@ impl ClientSession {
         }
         let id = self.active()?.id;
         let dirty: Vec<PageId> = self.active()?.dirty.iter().copied().collect();
-        if let Err(e) = self.ship(id, &dirty) {
+        // All but the last batch go ahead; the last one travels with the commit request.
+        let last_batch = dirty.len().saturating_sub(1) / SHIP_BATCH_PAGES * SHIP_BATCH_PAGES;
+        if let Err(e) = self.ship(id, &dirty[..last_batch]) {
             self.abort()?;
             return Err(e);
         }
-        match self.server.commit(id) {
+        match self.ship_and_commit(id, &dirty[last_batch..]) {
             Ok(lsn) => {
                 for page in dirty {
                     if let Some(frame) = self.cache.peek(page) {
@@ -155,37 +160,62 @@ impl ClientSession {
                 Ok(lsn)
             }
             Err(e) => {
-                self.forget_transaction_pages();
-                self.txn = None;
+                // The server may still hold the transaction (a page was refused before its
+                // commit record): abort it there too. Nothing to undo if it already ended.
+                if let Err(abort_error) = self.abort() {
+                    tracing::debug!(error = %abort_error, "abort after a failed commit failed");
+                }
                 Err(e)
             }
         }
+    }
+
+    /// Ships `pages` with the commit request and stamps their cached copies.
+    fn ship_and_commit(&mut self, id: TxnId, pages: &[PageId]) -> Result<Lsn> {
+        let (frames, images) = self.images(pages)?;
+        let (lsns, lsn) = self.server.ship_and_commit(id, &images)?;
+        self.stamp(frames, lsns)?;
+        self.stats.pages_shipped += pages.len() as u64;
+        Ok(lsn)
+    }
+
+    /// The frames of dirty `pages` and their images, for shipping.
+    fn images(&self, pages: &[PageId]) -> Result<Shipment<'_>> {
+        let mut frames = Vec::with_capacity(pages.len());
+        let mut images = Vec::with_capacity(pages.len());
+        for &page in pages {
+            let frame = self.cache.peek(page).ok_or_else(|| {
+                Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
+            })?;
+            frames.push(frame);
+            images.push((page, self.cache.frame(frame)));
+        }
+        Ok((frames, images))
+    }
+
+    /// Stamps each shipped copy with the LSN the server gave it, so the next transaction
+    /// recognises the copy as current.
+    fn stamp(&mut self, frames: Vec<FrameId>, lsns: Vec<Lsn>) -> Result<()> {
+        if lsns.len() != frames.len() {
+            return Err(Error::InvalidArgument(format!(
+                "server answered {} LSNs for {} pages",
+                lsns.len(),
+                frames.len()
+            )));
+        }
+        for (frame, lsn) in frames.into_iter().zip(lsns) {
+            page::set_lsn(self.cache.frame_mut(frame), lsn);
+        }
+        Ok(())
     }
 
     /// Ships `pages` and stamps each cached copy with the LSN the server gave it, so the copy
     /// is recognised as current by the next transaction.
     fn ship(&mut self, id: TxnId, pages: &[PageId]) -> Result<()> {
         for batch in pages.chunks(SHIP_BATCH_PAGES) {
-            let mut frames = Vec::with_capacity(batch.len());
-            let mut images: Vec<(PageId, &[u8])> = Vec::with_capacity(batch.len());
-            for &page in batch {
-                let frame = self.cache.peek(page).ok_or_else(|| {
-                    Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
-                })?;
-                frames.push(frame);
-                images.push((page, self.cache.frame(frame)));
-            }
+            let (frames, images) = self.images(batch)?;
             let lsns = self.server.ship_dirty_pages(id, &images)?;
-            if lsns.len() != frames.len() {
-                return Err(Error::InvalidArgument(format!(
-                    "server answered {} LSNs for {} pages",
-                    lsns.len(),
-                    frames.len()
-                )));
-            }
-            for (frame, lsn) in frames.into_iter().zip(lsns) {
-                page::set_lsn(self.cache.frame_mut(frame), lsn);
-            }
+            self.stamp(frames, lsns)?;
             self.stats.pages_shipped += batch.len() as u64;
         }
         Ok(())

@@ -62,6 +62,13 @@ pub trait PageServer: Send + Sync {
     /// Commits `txn`: returns once its commit record is durable, with the record's LSN.
     fn commit(&self, txn: TxnId) -> Result<Lsn>;
 
+    /// Ships the last dirty pages of `txn` and commits it, in one request. Returns the pages'
+    /// new LSNs and the commit LSN.
+    fn ship_and_commit(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<(Vec<Lsn>, Lsn)> {
+        let lsns = self.ship_dirty_pages(txn, pages)?;
+        Ok((lsns, self.commit(txn)?))
+    }
+
     /// Aborts `txn`, discarding everything it shipped and releasing its locks.
     fn abort(&self, txn: TxnId) -> Result<()>;
 }

@@ -457,11 +457,14 @@ impl PageServer for Server {
 
     fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
         self.check_data_page(page)?;
-        if !self.usable_state()?.txns.contains_key(&txn) {
-            return Err(inactive(txn));
-        }
         self.locks.acquire(txn, page, mode)?;
         let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            // Not a transaction of this server: take back what was just granted.
+            drop(state);
+            self.locks.release_all(txn);
+            return Err(inactive(txn));
+        }
         self.cache_page(&mut state, page)?;
         Ok(page::lsn(state.pool.get(page).expect("page just cached")))
     }
@@ -587,41 +590,20 @@ impl PageServer for Server {
     }
 
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<Vec<Lsn>> {
-        let page_size = self.volume.page_size();
-        let mut lsns = Vec::with_capacity(pages.len());
-        for &(id, image) in pages {
-            self.check_data_page(id)?;
-            if image.len() != page_size || page::number(image) != id {
-                return Err(Error::InvalidArgument(format!(
-                    "shipped image for page {id} has {} bytes or names another page",
-                    image.len()
-                )));
-            }
-            if !self.locks.holds(txn, id, LockMode::Exclusive) {
-                return Err(Error::InvalidArgument(format!(
-                    "transaction {txn} shipped page {id} without an exclusive lock"
-                )));
-            }
-            validate_shipped(image).map_err(|reason| {
-                self.volume
-                    .corrupt(id, format!("client shipped it malformed: {reason}"))
-            })?;
-            let mut state = self.usable_state()?;
-            if !state.txns.contains_key(&txn) {
-                return Err(inactive(txn));
-            }
-            let lsn = self
-                .method
-                .log_page_change(self, &mut state, txn, id, image)?;
-            state.stats.dirty_pages_shipped += 1;
-            lsns.push(lsn);
-        }
-        Ok(lsns)
+        self.check_shipped(txn, pages)?;
+        let mut state = self.usable_state()?;
+        self.log_shipped(&mut state, txn, pages)
     }
 
     fn commit(&self, txn: TxnId) -> Result<Lsn> {
-        let commit_lsn = {
+        self.ship_and_commit(txn, &[]).map(|(_, lsn)| lsn)
+    }
+
+    fn ship_and_commit(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<(Vec<Lsn>, Lsn)> {
+        self.check_shipped(txn, pages)?;
+        let (lsns, commit_lsn) = {
             let mut state = self.usable_state()?;
+            let lsns = self.log_shipped(&mut state, txn, pages)?;
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             let freed = own.freed.clone();
             let mut blank = vec![0u8; self.volume.page_size()];
@@ -636,7 +618,7 @@ impl PageServer for Server {
                 self.finish(&mut state, txn, true)?;
                 drop(state);
                 self.locks.release_all(txn);
-                return Ok(self.log.durable_lsn());
+                return Ok((lsns, self.log.durable_lsn()));
             }
             // A durable commit record ends the transaction for recovery: no end record follows.
             let lsn = self
@@ -646,13 +628,13 @@ impl PageServer for Server {
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
             }
-            lsn
+            (lsns, lsn)
         };
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).
         let flushed = self.log.flush(commit_lsn);
         self.locks.release_all(txn);
-        flushed.map(|()| commit_lsn)
+        flushed.map(|()| (lsns, commit_lsn))
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {
@@ -671,6 +653,51 @@ impl PageServer for Server {
         };
         self.locks.release_all(txn);
         result
+    }
+}
+
+impl Server {
+    /// Checks shipped pages before anything is logged: size, identity, exclusive lock held,
+    /// structure.
+    fn check_shipped(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<()> {
+        let page_size = self.volume.page_size();
+        for &(id, image) in pages {
+            self.check_data_page(id)?;
+            if image.len() != page_size || page::number(image) != id {
+                return Err(Error::InvalidArgument(format!(
+                    "shipped image for page {id} has {} bytes or names another page",
+                    image.len()
+                )));
+            }
+            if !self.locks.holds(txn, id, LockMode::Exclusive) {
+                return Err(Error::InvalidArgument(format!(
+                    "transaction {txn} shipped page {id} without an exclusive lock"
+                )));
+            }
+            validate_shipped(image).map_err(|reason| {
+                self.volume
+                    .corrupt(id, format!("client shipped it malformed: {reason}"))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Makes the shipped pages recoverable and installs them; returns their new LSNs.
+    fn log_shipped(
+        &self,
+        state: &mut State,
+        txn: TxnId,
+        pages: &[(PageId, &[u8])],
+    ) -> Result<Vec<Lsn>> {
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        let mut lsns = Vec::with_capacity(pages.len());
+        for &(id, image) in pages {
+            lsns.push(self.method.log_page_change(self, state, txn, id, image)?);
+            state.stats.dirty_pages_shipped += 1;
+        }
+        Ok(lsns)
     }
 }
 

@@ -58,6 +58,7 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
 }
 
 pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
+    let mut recovery_failed = false;
     if recover_first {
         match recover(path) {
             Ok(()) => {}
@@ -69,7 +70,10 @@ pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
                 | lodestore::Error::UnsupportedFormat { .. }
                 | lodestore::Error::CorruptSuperblock { .. }),
             ) => return Err(e),
-            Err(e) => println!("problem: recovery failed: {e}"),
+            Err(e) => {
+                println!("problem: recovery failed: {e}");
+                recovery_failed = true;
+            }
         }
     }
     let report = lodestore::check(&RealFileSystem, path)?;
@@ -84,9 +88,9 @@ pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
         report.path,
         report.pages_checked,
         report.objects,
-        report.problems.len()
+        report.problems.len() + usize::from(recovery_failed)
     );
-    Ok(if report.is_sound() {
+    Ok(if report.is_sound() && !recovery_failed {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

@@ -142,3 +142,18 @@ fn bad_arguments_and_paths_fail_with_a_message() {
         assert!(text(&out.stdout).contains(command));
     }
 }
+
+#[test]
+fn check_fails_when_recovery_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    assert!(lodestore(&["init", arg(&store)]).status.success());
+    // Make the log unreadable: recovery cannot run, and check must say so and fail.
+    std::fs::remove_dir_all(store.join("log")).unwrap();
+    let out = lodestore(&["check", arg(&store)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("recovery failed"));
+    // Without recovery the data file itself is sound.
+    let out = lodestore(&["check", arg(&store), "--no-recover"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}

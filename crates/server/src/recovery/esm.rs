@@ -11,10 +11,10 @@
 //! A crash during restart leaves compensation records that the next restart redoes and follows
 //! (their undo-next LSN), so restarting again gives the same result.
 
-use super::diff::changed_ranges;
 use super::{RecoveryMethod, RestartReport};
 use crate::server::{Server, State, TxnState};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::bytes::is_all_zero;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_wal::{LogEnd, Record, RecordBody};
@@ -38,10 +38,9 @@ impl RecoveryMethod for Esm {
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
         let old = state.pool.get(page).expect("page just cached").to_vec();
-        let page_size = old.len();
-        // The checksum (bytes 0..4) and the LSN (8..16) are the server's to set.
-        let mut ranges = changed_ranges(&old, image, 4..8);
-        ranges.extend(changed_ranges(&old, image, 16..page_size));
+        // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
+        // log traffic; checksum and LSN are the server's to set.
+        let ranges = page_ranges(&old, image, UPDATE_RECORD_FIXED_BYTES);
         let old_lsn = page::lsn(&old);
         if ranges.is_empty() {
             return Ok(old_lsn);

@@ -6,7 +6,6 @@
 //!   physical update records with before and after bytes, STEAL/NO-FORCE, fuzzy checkpoints,
 //!   restart by analysis, redo (repeating history) and undo with compensation records.
 
-pub mod diff;
 mod esm;
 
 use crate::server::{Server, State};

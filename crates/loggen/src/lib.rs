@@ -1,0 +1,17 @@
+//! Log generators: given the image of some bytes before a transaction changed them and the
+//! image now, decide which byte ranges to log so the log is as small as it can be.
+//!
+//! - [`diff`]: modified regions of two images (a word at a time) and the minimal-traffic merge
+//!   rule of QuickStore section 3.2.2.
+//! - [`page`]: page diffing: regions never span objects (nor header fields), as in ESM, where a
+//!   log record describes bytes of one object.
+//!
+//! The ESM recovery method uses page diffing on every shipped page. The other generators
+//! (sub-page diffing, sub-page logging, whole pages) and the client-side detectors that feed
+//! them come with the update-detection schemes.
+
+pub mod diff;
+pub mod page;
+
+pub use diff::{merge, modified_regions, traffic, UPDATE_RECORD_FIXED_BYTES};
+pub use page::page_ranges;

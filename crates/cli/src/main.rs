@@ -149,6 +149,15 @@ enum BenchCommand {
         #[arg(long)]
         csv: Option<PathBuf>,
     },
+    /// Page-diffing throughput (GB/s on one core) for unchanged and changed pages, next to a
+    /// plain comparison of the same bytes measured in the same run.
+    Diff {
+        #[arg(long, default_value_t = 8192)]
+        page_size: usize,
+        /// Seconds per figure.
+        #[arg(long, default_value_t = 1.0)]
+        seconds: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -188,6 +197,9 @@ fn main() -> ExitCode {
                     csv,
                 },
         } => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
+        Command::Bench {
+            which: BenchCommand::Diff { page_size, seconds },
+        } => bench::diff(page_size, seconds),
         Command::Torture {
             method,
             seed,

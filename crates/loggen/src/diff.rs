@@ -24,15 +24,27 @@ pub fn changed_ranges(
     merge(modified_regions(before, after, within), header)
 }
 
-/// The maximal runs of differing bytes inside `within`, in order. Skips equal bytes a word at
-/// a time.
+/// Block sizes used to skip equal stretches, largest first: slice equality of a block is one
+/// vectorised memcmp, far faster than a loop over bytes or words.
+const SKIP_BLOCKS_BYTES: [usize; 2] = [4096, 256];
+
+/// The maximal runs of differing bytes inside `within`, in order. An unchanged window costs
+/// one comparison; changed ones are narrowed down block by block, then a word, then a byte.
 pub fn modified_regions(before: &[u8], after: &[u8], within: Range<usize>) -> Vec<Range<usize>> {
     assert_eq!(before.len(), after.len());
     assert!(within.end <= before.len());
     let mut regions: Vec<Range<usize>> = Vec::new();
+    if before[within.clone()] == after[within.clone()] {
+        return regions;
+    }
     let mut at = within.start;
     let end = within.end;
     while at < end {
+        for block in SKIP_BLOCKS_BYTES {
+            while at + block <= end && before[at..at + block] == after[at..at + block] {
+                at += block;
+            }
+        }
         while at + 8 <= end && before[at..at + 8] == after[at..at + 8] {
             at += 8;
         }

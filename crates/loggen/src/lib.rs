@@ -6,12 +6,17 @@
 //! - [`page`]: page diffing: regions never span objects (nor header fields), as in ESM, where a
 //!   log record describes bytes of one object.
 //!
-//! The ESM recovery method uses page diffing on every shipped page. The other generators
-//! (sub-page diffing, sub-page logging, whole pages) and the client-side detectors that feed
-//! them come with the update-detection schemes.
+//! - [`generator`]: the generators by name (page diff, sub-page diff, sub-page log, whole
+//!   page), all checked by one property: replaying what they produce on the pre-image gives the
+//!   after-image.
+//!
+//! The ESM recovery method uses page diffing on every shipped page. The client-side detectors
+//! that feed the sub-page generators come with the update-detection schemes.
 
 pub mod diff;
+pub mod generator;
 pub mod page;
 
 pub use diff::{merge, modified_regions, traffic, UPDATE_RECORD_FIXED_BYTES};
+pub use generator::Generator;
 pub use page::page_ranges;

@@ -105,6 +105,12 @@ pub fn record(page: &[u8], slot: SlotId) -> Result<Option<Record>, String> {
     if slot >= slot_count(page) {
         return Ok(None);
     }
+    if SLOT_TABLE_AT + SLOT_BYTES * (slot + 1) > page.len() {
+        return Err(format!(
+            "slot table of {} slots runs past the page end",
+            slot_count(page)
+        ));
+    }
     let offset = slot_offset(page, slot);
     if offset == 0 {
         return Ok(None);
@@ -394,6 +400,14 @@ mod tests {
             insert(&mut page, TypeId(1), max, false).unwrap();
             validate(&page).unwrap();
         }
+    }
+
+    #[test]
+    fn slot_table_past_the_page_is_an_error_not_a_panic() {
+        let mut page = new_page(4096);
+        put_u16(&mut page, SLOT_COUNT_AT, u16::MAX);
+        assert!(record(&page, 3000).is_err());
+        assert!(validate(&page).is_err());
     }
 
     #[test]

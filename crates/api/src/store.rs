@@ -95,6 +95,11 @@ impl Store {
         self.server.checkpoint()
     }
 
+    /// Lock waits, deadlocks and timeouts since the store was opened.
+    pub fn lock_stats(&self) -> lodestore_server::LockStats {
+        self.server.lock_stats()
+    }
+
     /// Counters of the write-ahead log since the store was opened.
     pub fn log_stats(&self) -> lodestore_wal::LogStats {
         self.server.log().stats()

@@ -79,10 +79,18 @@ fn readers_share_writers_wait_for_commit() {
             txn.read_all(oid).unwrap()
         })
     };
-    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Wait until the reader is blocked on the lock (bounded), then check it really is.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while store.lock_stats().waits == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reader never waited for the writer's lock"
+        );
+        std::thread::yield_now();
+    }
     assert!(
         !reader.is_finished(),
-        "the reader did not wait for the writer's lock"
+        "the reader finished while the writer held the lock"
     );
     writer.commit().unwrap();
     assert_eq!(

@@ -194,6 +194,11 @@ impl LockManager {
     pub fn stats(&self) -> LockStats {
         self.lock().stats
     }
+
+    /// Transactions waiting for a lock right now.
+    pub fn waiting(&self) -> usize {
+        self.lock().waiting.len()
+    }
 }
 
 #[cfg(test)]
@@ -203,6 +208,19 @@ mod tests {
 
     fn manager() -> LockManager {
         LockManager::new(Duration::from_secs(5))
+    }
+
+    /// Returns once `count` transactions wait for a lock (at most 5 s), so tests order
+    /// threads by what they do, not by sleeping.
+    fn until_waiting(locks: &LockManager, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while locks.waiting() < count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "nobody started waiting"
+            );
+            std::thread::yield_now();
+        }
     }
 
     #[test]
@@ -220,7 +238,7 @@ mod tests {
                 locks.stats().waits
             })
         };
-        std::thread::sleep(Duration::from_millis(50));
+        until_waiting(&locks, 1);
         assert!(!locks.holds(b, p, LockMode::Exclusive));
         locks.release_all(a);
         assert!(waiter.join().unwrap() >= 1);
@@ -240,7 +258,7 @@ mod tests {
             let locks = locks.clone();
             std::thread::spawn(move || locks.acquire(a, q, LockMode::Exclusive))
         };
-        std::thread::sleep(Duration::from_millis(50));
+        until_waiting(&locks, 1);
         let second = locks.acquire(b, p, LockMode::Exclusive);
         assert!(matches!(second, Err(Error::Deadlock { page }) if page == p));
         assert_eq!(locks.stats().deadlocks, 1);

@@ -124,10 +124,6 @@ pub enum Error {
     #[error("no root named {name:?}")]
     RootNotFound { name: String },
 
-    /// Another transaction holds a conflicting lock. Retrying the transaction may succeed.
-    #[error("page {page} is locked by another transaction; retry the transaction")]
-    LockConflict { page: PageId },
-
     /// Waiting for the lock would close a cycle of waiting transactions; this one was chosen to
     /// give up. Abort and retry the transaction.
     #[error("deadlock waiting for page {page}; abort and retry the transaction")]
@@ -136,10 +132,6 @@ pub enum Error {
     /// The lock was not granted in time. Abort and retry the transaction.
     #[error("timed out after {waited_ms} ms waiting for a lock on page {page}; abort and retry")]
     LockTimeout { page: PageId, waited_ms: u64 },
-
-    /// The transaction needs more memory than the buffer pools grant it.
-    #[error("transaction too large: {reason}")]
-    TransactionTooLarge { reason: String },
 
     /// The transaction is no longer usable (it failed earlier and must be aborted).
     #[error("transaction is no longer active: {reason}")]
@@ -162,9 +154,6 @@ impl Error {
 
     /// Is retrying the whole transaction a sensible reaction?
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            Error::LockConflict { .. } | Error::Deadlock { .. } | Error::LockTimeout { .. }
-        )
+        matches!(self, Error::Deadlock { .. } | Error::LockTimeout { .. })
     }
 }

@@ -1,4 +1,5 @@
-//! Counters a server keeps, for `info` and the benchmark reports.
+//! Counters a server keeps, for `info` and the benchmark reports. Lock waits, deadlocks and
+//! timeouts are counted by the lock manager (`LockStats`).
 
 use serde::Serialize;
 
@@ -6,13 +7,11 @@ use serde::Serialize;
 pub struct ServerStats {
     pub pages_read: u64,
     pub pages_written: u64,
-    pub syncs: u64,
     pub pages_fetched_by_clients: u64,
     pub dirty_pages_shipped: u64,
     pub pool_hits: u64,
     pub pool_evictions: u64,
     pub commits: u64,
     pub aborts: u64,
-    pub lock_conflicts: u64,
     pub checkpoints: u64,
 }

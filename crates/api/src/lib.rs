@@ -30,7 +30,7 @@ mod options;
 mod store;
 mod transaction;
 
-pub use lodestore_client::ObjectInfo;
+pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Scheme};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};

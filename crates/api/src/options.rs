@@ -1,5 +1,6 @@
 //! Settings for opening or creating a store, as a builder.
 
+use lodestore_client::Scheme;
 use lodestore_core::limits::PAGE_SIZE_DEFAULT;
 use lodestore_server::{RecoveryMethodKind, ServerOptions};
 use lodestore_storage::{FileSystem, RealFileSystem};
@@ -23,6 +24,8 @@ pub struct Options {
     pub(crate) log_segment_bytes: u64,
     pub(crate) checkpoint_log_bytes: u64,
     pub(crate) lock_wait_timeout: Duration,
+    pub(crate) scheme: Scheme,
+    pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
 }
 
@@ -35,6 +38,8 @@ impl Default for Options {
             log_segment_bytes: 16 << 20,
             checkpoint_log_bytes: 64 << 20,
             lock_wait_timeout: Duration::from_secs(10),
+            scheme: Scheme::default(),
+            recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
         }
     }
@@ -49,6 +54,8 @@ impl std::fmt::Debug for Options {
             .field("log_segment_bytes", &self.log_segment_bytes)
             .field("checkpoint_log_bytes", &self.checkpoint_log_bytes)
             .field("lock_wait_timeout", &self.lock_wait_timeout)
+            .field("scheme", &self.scheme.name())
+            .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .finish_non_exhaustive()
     }
 }
@@ -95,6 +102,22 @@ impl Options {
     /// (default 10 s). Deadlocks are detected at once, whatever this is.
     pub fn lock_wait_timeout(mut self, timeout: Duration) -> Options {
         self.lock_wait_timeout = timeout;
+        self
+    }
+
+    /// How sessions detect updates and generate log records (default `SD-ESM`); see
+    /// [`Scheme`] for the names. Each session may differ; `PD-ESM` and `PAGES` install a
+    /// SIGSEGV handler that passes faults outside Lodestore's caches to the handler before it.
+    pub fn scheme(mut self, scheme: Scheme) -> Options {
+        self.scheme = scheme;
+        self
+    }
+
+    /// Memory of each session's recovery buffer, which holds pre-images of what the running
+    /// transaction changed (default 4 MiB, as in QuickStore's experiments; at least a page).
+    /// When it is full, log records of the oldest pre-images are generated and shipped early.
+    pub fn recovery_buffer_bytes(mut self, bytes: usize) -> Options {
+        self.recovery_buffer_bytes = bytes;
         self
     }
 

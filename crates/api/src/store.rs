@@ -2,7 +2,7 @@
 
 use crate::options::Options;
 use crate::transaction::Transaction;
-use lodestore_client::ClientSession;
+use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
 use lodestore_server::inspect::{self, StoreInfo};
 use lodestore_server::{pool_pages, RestartReport, Server, ServerStats};
@@ -73,7 +73,12 @@ impl Store {
         let page_size = self.page_size();
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;
         Ok(Session {
-            client: ClientSession::new(self.server.clone(), pages)?,
+            client: ClientSession::new(
+                self.server.clone(),
+                pages,
+                self.options.scheme,
+                self.options.recovery_buffer_bytes,
+            )?,
         })
     }
 
@@ -133,5 +138,16 @@ impl Session {
     /// Session counters: locks requested, pages fetched and shipped, evictions.
     pub fn stats(&self) -> lodestore_client::session::ClientStats {
         self.client.stats()
+    }
+
+    /// Counters of update detection and log generation: traps, pieces copied, bytes
+    /// compared, log records and bytes generated.
+    pub fn detection_stats(&self) -> DetectionStats {
+        self.client.detection_stats()
+    }
+
+    /// The scheme this session detects and logs updates with.
+    pub fn scheme(&self) -> Scheme {
+        self.client.scheme()
     }
 }

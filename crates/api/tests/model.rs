@@ -1,8 +1,9 @@
 //! 10,000 random allocations, frees, updates and reads, in transactions that commit or abort,
-//! checked against an in-memory model. Small pools force eviction throughout. The seed is
-//! printed on failure; set LODESTORE_MODEL_SEED to replay one.
+//! checked against an in-memory model, under every update-detection scheme. Small pools force
+//! eviction throughout, and a recovery buffer of one page forces log records out early. The
+//! seed is printed on failure; set LODESTORE_MODEL_SEED to replay one.
 
-use lodestore::{Options, RawOid, RealFileSystem, Store, Transaction};
+use lodestore::{Options, RawOid, RealFileSystem, Scheme, Store, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
@@ -33,14 +34,16 @@ fn verify(txn: &mut Transaction<'_>, model: &Model) {
     }
 }
 
-fn run(seed: u64) {
+fn run(seed: u64, scheme: Scheme, recovery_buffer_bytes: usize) {
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s");
     let options = Options::new()
         .page_size(PAGE_SIZE)
         .client_cache_bytes(16 * PAGE_SIZE)
-        .server_pool_bytes(16 * PAGE_SIZE);
+        .server_pool_bytes(16 * PAGE_SIZE)
+        .scheme(scheme)
+        .recovery_buffer_bytes(recovery_buffer_bytes);
     let store = Store::create(&path, options.clone()).unwrap();
     let mut session = store.session().unwrap();
     let mut committed = Model::new();
@@ -131,12 +134,31 @@ fn run(seed: u64) {
     assert!(report.is_sound(), "{:?}", report.problems);
 }
 
-#[test]
-fn ten_thousand_random_operations_match_the_model() {
+fn seed() -> u64 {
     let seed = std::env::var("LODESTORE_MODEL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x10DE_5702);
     eprintln!("model seed {seed} (replay: LODESTORE_MODEL_SEED={seed} cargo test --test model)");
-    run(seed);
+    seed
+}
+
+#[test]
+fn ten_thousand_random_operations_match_the_model() {
+    run(seed(), Scheme::default(), 4 << 20);
+}
+
+/// Every scheme, with a recovery buffer of one page: pre-images leave it all the time.
+#[test]
+fn every_scheme_matches_the_model_with_a_one_page_recovery_buffer() {
+    let only: Option<Scheme> = std::env::var("LODESTORE_MODEL_SCHEME")
+        .ok()
+        .map(|name| name.parse().unwrap());
+    for scheme in Scheme::all() {
+        if only.is_some_and(|only| only != scheme) {
+            continue;
+        }
+        eprintln!("scheme {scheme} (replay: LODESTORE_MODEL_SCHEME={scheme})");
+        run(seed(), scheme, PAGE_SIZE);
+    }
 }

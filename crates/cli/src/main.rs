@@ -69,26 +69,7 @@ enum Command {
     /// flipping a bit or misdirecting a write), recovery after each crash, and an oracle that
     /// checks every acknowledged commit survived and nothing else did. Exits 1 on the first
     /// violation, printing the command that replays it.
-    Torture {
-        /// Recovery method under test.
-        #[arg(long, default_value = "esm")]
-        method: String,
-        /// Seed of the campaign; the same seed replays the same crashes.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Number of crash points.
-        #[arg(long, default_value_t = 10_000)]
-        crashes: u64,
-        /// Crash at exactly this I/O of every workload instead of a random one.
-        #[arg(long)]
-        every: Option<u64>,
-        /// Only crashes: no flipped bits or misdirected writes.
-        #[arg(long)]
-        no_media_faults: bool,
-        /// Print the report as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Torture(torture::TortureArgs),
     /// Run bank transfers between accounts from several threads, appending one line per
     /// transfer to the acks file only after its commit returned: the commit LSN and the two
     /// account indexes. The root `bank` holds the account OIDs (u64 little-endian, in order);
@@ -200,14 +181,7 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Diff { page_size, seconds },
         } => bench::diff(page_size, seconds),
-        Command::Torture {
-            method,
-            seed,
-            crashes,
-            every,
-            no_media_faults,
-            json,
-        } => torture::run(&method, seed, crashes, every, !no_media_faults, json),
+        Command::Torture(args) => torture::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -1,30 +1,57 @@
 //! `lodestore torture`: a crash campaign with a progress bar and a summary.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lodestore::{RecoveryMethodKind, Result};
-use lodestore_torture::CampaignOptions;
+use lodestore::{RecoveryMethodKind, Result, Scheme};
+use lodestore_torture::{CampaignOptions, RECOVERY_BUFFER_PAGES_DEFAULT};
 use std::process::ExitCode;
 
-pub fn run(
-    method: &str,
+/// Arguments of `lodestore torture`.
+#[derive(clap::Args, Debug)]
+pub struct TortureArgs {
+    /// Recovery method under test.
+    #[arg(long, default_value = "esm")]
+    method: String,
+    /// Update-detection scheme of the workload's session (PD-ESM, SD-ESM, SL-ESM, WPL, OBJ,
+    /// REMSET, PAGES, CARD-16 ... CARD-4096).
+    #[arg(long, default_value = "SD-ESM")]
+    scheme: String,
+    /// Bytes of the session's recovery buffer (at least a page; small forces early logging).
+    #[arg(long, default_value_t = RECOVERY_BUFFER_PAGES_DEFAULT * 4096)]
+    recovery_buffer: usize,
+    /// Seed of the campaign; the same seed replays the same crashes.
+    #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Number of crash points.
+    #[arg(long, default_value_t = 10_000)]
     crashes: u64,
+    /// Crash at exactly this I/O of every workload instead of a random one.
+    #[arg(long)]
     every: Option<u64>,
-    media_faults: bool,
+    /// Only crashes: no flipped bits or misdirected writes.
+    #[arg(long)]
+    no_media_faults: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
     json: bool,
-) -> Result<ExitCode> {
-    let method: RecoveryMethodKind = method.parse()?;
-    if every == Some(0) {
+}
+
+pub fn run(args: &TortureArgs) -> Result<ExitCode> {
+    let method: RecoveryMethodKind = args.method.parse()?;
+    let scheme: Scheme = args.scheme.parse()?;
+    if args.every == Some(0) {
         return Err(lodestore::Error::InvalidArgument(
             "--every must be at least 1".into(),
         ));
     }
+    let (crashes, json) = (args.crashes, args.json);
     let options = CampaignOptions {
         method,
-        seed,
+        scheme,
+        recovery_buffer_bytes: args.recovery_buffer,
+        seed: args.seed,
         crashes,
-        every,
-        media_faults,
+        every: args.every,
+        media_faults: !args.no_media_faults,
         ..CampaignOptions::default()
     };
     let bar = ProgressBar::new(crashes);
@@ -48,8 +75,9 @@ pub fn run(
         );
     } else {
         println!(
-            "method {}  seed {}  crash points {}  in {:.1} s",
+            "method {}  scheme {}  seed {}  crash points {}  in {:.1} s",
             report.method,
+            report.scheme,
             report.seed,
             report.crashes,
             report.elapsed_ms as f64 / 1000.0

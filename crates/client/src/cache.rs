@@ -1,7 +1,9 @@
-//! The client cache: page frames in one anonymous memory mapping, a page table from page to
-//! frame, and clock replacement. Frames are aligned to the operating system's pages, so a later
-//! update detector can protect them one by one.
+//! The client cache: page frames in one memory mapping, a page table from page to frame, and
+//! clock replacement. Frames are aligned to the operating system's pages, so page protection
+//! can protect them one by one; with page protection the arena is a [`ProtectedArena`], whose
+//! frames the client fills through an always-writable second view.
 
+use crate::detect::protection::ProtectedArena;
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, PageId, Result, TxnId};
 use memmap2::MmapMut;
@@ -15,9 +17,17 @@ pub struct FrameState {
     pub validated_in: Option<TxnId>,
 }
 
+/// Where the frames live.
+enum Arena {
+    /// One writable anonymous mapping (software detectors).
+    Plain(MmapMut),
+    /// Protected frames with a writable shadow view (page protection).
+    Protected(ProtectedArena),
+}
+
 pub struct ClientCache {
     page_size: usize,
-    arena: MmapMut,
+    arena: Arena,
     table: FrameTable,
     states: Vec<FrameState>,
 }
@@ -29,7 +39,9 @@ pub struct Evicted {
 }
 
 impl ClientCache {
-    pub fn new(page_size: usize, frame_count: usize) -> Result<ClientCache> {
+    /// A cache of `frame_count` frames of `page_size` bytes; `protected` makes frames read-only
+    /// until a write faults (page protection).
+    pub fn new(page_size: usize, frame_count: usize, protected: bool) -> Result<ClientCache> {
         if frame_count == 0 {
             return Err(Error::InvalidArgument(
                 "client cache needs at least one page".into(),
@@ -38,8 +50,14 @@ impl ClientCache {
         let bytes = page_size.checked_mul(frame_count).ok_or_else(|| {
             Error::InvalidArgument(format!("client cache of {frame_count} pages is too large"))
         })?;
-        let arena = MmapMut::map_anon(bytes)
-            .map_err(|source| Error::io("client cache arena", "map", source))?;
+        let arena = if protected {
+            Arena::Protected(ProtectedArena::new(page_size, frame_count)?)
+        } else {
+            Arena::Plain(
+                MmapMut::map_anon(bytes)
+                    .map_err(|source| Error::io("client cache arena", "map", source))?,
+            )
+        };
         Ok(ClientCache {
             page_size,
             arena,
@@ -95,12 +113,68 @@ impl ClientCache {
         &mut self.states[frame]
     }
 
-    pub fn frame(&self, frame: FrameId) -> &[u8] {
-        &self.arena[frame * self.page_size..][..self.page_size]
+    /// The page in `frame`, if any.
+    pub fn page_of(&self, frame: FrameId) -> Option<PageId> {
+        self.table.page(frame)
     }
 
+    /// The protected arena, when the cache uses page protection.
+    pub fn protection(&self) -> Option<&ProtectedArena> {
+        match &self.arena {
+            Arena::Protected(arena) => Some(arena),
+            Arena::Plain(_) => None,
+        }
+    }
+
+    pub fn protection_mut(&mut self) -> Option<&mut ProtectedArena> {
+        match &mut self.arena {
+            Arena::Protected(arena) => Some(arena),
+            Arena::Plain(_) => None,
+        }
+    }
+
+    pub fn frame(&self, frame: FrameId) -> &[u8] {
+        assert!(frame < self.capacity());
+        match &self.arena {
+            Arena::Plain(map) => &map[frame * self.page_size..][..self.page_size],
+            // SAFETY: the user view maps `capacity * page_size` readable bytes for the life of
+            // the arena, and `frame` is in range.
+            Arena::Protected(arena) => unsafe {
+                std::slice::from_raw_parts(arena.user().add(frame * self.page_size), self.page_size)
+            },
+        }
+    }
+
+    /// The frame for writing as the application does: with page protection, the first write
+    /// faults and is captured. Callers tell the write tracker first.
     pub fn frame_mut(&mut self, frame: FrameId) -> &mut [u8] {
-        &mut self.arena[frame * self.page_size..][..self.page_size]
+        assert!(frame < self.capacity());
+        match &mut self.arena {
+            Arena::Plain(map) => &mut map[frame * self.page_size..][..self.page_size],
+            // SAFETY: as in `frame`; the user view is mapped shared and writes to protected
+            // frames fault into the capture handler, which makes them writable.
+            Arena::Protected(arena) => unsafe {
+                std::slice::from_raw_parts_mut(
+                    arena.user().add(frame * self.page_size),
+                    self.page_size,
+                )
+            },
+        }
+    }
+
+    /// The frame for filling from the server or stamping its LSN: never faults, never tracked.
+    pub fn fill_mut(&mut self, frame: FrameId) -> &mut [u8] {
+        assert!(frame < self.capacity());
+        match &mut self.arena {
+            Arena::Plain(map) => &mut map[frame * self.page_size..][..self.page_size],
+            // SAFETY: the shadow view maps the same bytes, always writable.
+            Arena::Protected(arena) => unsafe {
+                std::slice::from_raw_parts_mut(
+                    arena.shadow().add(frame * self.page_size),
+                    self.page_size,
+                )
+            },
+        }
     }
 
     /// Forgets `page` (its frame becomes free), dirty or not.

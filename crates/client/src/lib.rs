@@ -1,8 +1,13 @@
-//! The client layer: a client cache of page frames (one mmap'd arena) and the object operations
-//! a transaction runs against it. The client talks to its server only through `PageServer`.
+//! The client layer: a client cache of page frames (one mmap'd arena), the object operations a
+//! transaction runs against it, and update detection with log generation (`detect`), combined
+//! into named schemes (`scheme`). The client talks to its server only through `PageServer`.
 
 pub mod cache;
+pub mod detect;
+pub mod scheme;
 pub mod session;
 
 pub use cache::ClientCache;
+pub use detect::{DetectionStats, Detector};
+pub use scheme::Scheme;
 pub use session::{ClientSession, ObjectInfo};

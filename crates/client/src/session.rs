@@ -11,10 +11,12 @@
 //! may evict any frame.
 
 use crate::cache::ClientCache;
+use crate::detect::{DetectionStats, Write, WriteTracker};
+use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
-use lodestore_server::{LockMode, PageServer};
+use lodestore_server::{LockMode, PageServer, ShippedPage};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
@@ -29,7 +31,7 @@ const FIND_SPACE_ATTEMPTS_MAX: usize = 4;
 const SHIP_BATCH_PAGES: usize = 64;
 
 /// Frames of pages to ship, and the pages' images in those frames.
-type Shipment<'a> = (Vec<FrameId>, Vec<(PageId, &'a [u8])>);
+type Shipment<'a> = (Vec<FrameId>, Vec<ShippedPage<'a>>);
 
 /// Size and kind of a stored object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,6 +49,8 @@ pub struct ClientStats {
     pub pages_shipped: u64,
     pub evictions: u64,
     pub cache_revalidations: u64,
+    /// Batches of client-generated log records shipped (about a page of records each).
+    pub log_pages_shipped: u64,
     pub commits: u64,
     pub aborts: u64,
 }
@@ -65,6 +69,8 @@ struct ActiveTxn {
 pub struct ClientSession {
     server: Arc<dyn PageServer>,
     cache: ClientCache,
+    tracker: WriteTracker,
+    scheme: Scheme,
     page_size: usize,
     volume: VolumeId,
     txn: Option<ActiveTxn>,
@@ -72,10 +78,26 @@ pub struct ClientSession {
 }
 
 impl ClientSession {
-    pub fn new(server: Arc<dyn PageServer>, cache_pages: usize) -> Result<ClientSession> {
+    /// A session with a client cache of `cache_pages` frames, detecting and logging updates as
+    /// `scheme` says with a recovery buffer of `recovery_buffer_bytes`.
+    pub fn new(
+        server: Arc<dyn PageServer>,
+        cache_pages: usize,
+        scheme: Scheme,
+        recovery_buffer_bytes: usize,
+    ) -> Result<ClientSession> {
         let page_size = server.page_size();
+        let tracker = WriteTracker::new(
+            scheme.detector,
+            scheme.generator,
+            recovery_buffer_bytes,
+            page_size,
+            cache_pages,
+        )?;
         Ok(ClientSession {
-            cache: ClientCache::new(page_size, cache_pages)?,
+            cache: ClientCache::new(page_size, cache_pages, scheme.uses_page_protection())?,
+            tracker,
+            scheme,
             volume: server.volume_id(),
             server,
             page_size,
@@ -90,6 +112,15 @@ impl ClientSession {
 
     pub fn stats(&self) -> ClientStats {
         self.stats
+    }
+
+    /// Counters of update detection and log generation.
+    pub fn detection_stats(&self) -> DetectionStats {
+        self.tracker.stats(&self.cache)
+    }
+
+    pub fn scheme(&self) -> Scheme {
+        self.scheme
     }
 
     pub fn cache(&self) -> &ClientCache {
@@ -141,6 +172,17 @@ impl ClientSession {
             return Err(Error::TransactionInactive { reason });
         }
         let id = self.active()?.id;
+        // Log records first (QuickStore section 3.1: a page's records reach the server before
+        // the page does), then the dirty pages.
+        let generated = self
+            .tracker
+            .flush_all(&mut self.cache)
+            .and_then(|()| self.absorb_captures())
+            .and_then(|()| self.ship_log_records(id, true));
+        if let Err(e) = generated {
+            self.abort()?;
+            return Err(e);
+        }
         let dirty: Vec<PageId> = self.active()?.dirty.iter().copied().collect();
         // All but the last batch go ahead; the last one travels with the commit request.
         let last_batch = dirty.len().saturating_sub(1) / SHIP_BATCH_PAGES * SHIP_BATCH_PAGES;
@@ -156,6 +198,7 @@ impl ClientSession {
                     }
                 }
                 self.txn = None;
+                self.tracker.end_transaction(&mut self.cache)?;
                 self.stats.commits += 1;
                 Ok(lsn)
             }
@@ -188,7 +231,11 @@ impl ClientSession {
                 Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
             })?;
             frames.push(frame);
-            images.push((page, self.cache.frame(frame)));
+            images.push(ShippedPage {
+                page,
+                image: self.cache.frame(frame),
+                logged: !self.tracker.is_unlogged(frame),
+            });
         }
         Ok((frames, images))
     }
@@ -204,7 +251,7 @@ impl ClientSession {
             )));
         }
         for (frame, lsn) in frames.into_iter().zip(lsns) {
-            page::set_lsn(self.cache.frame_mut(frame), lsn);
+            page::set_lsn(self.cache.fill_mut(frame), lsn);
         }
         Ok(())
     }
@@ -227,10 +274,68 @@ impl ClientSession {
             return Ok(());
         };
         let result = self.server.abort(txn.id);
+        let reset = self.tracker.end_transaction(&mut self.cache);
         self.forget_transaction_pages();
         self.txn = None;
         self.stats.aborts += 1;
-        result
+        result.and(reset)
+    }
+
+    /// Ships the log records generated so far: all of them when `all`, else only once about a
+    /// page of them has gathered (QuickStore ships log records a page at a time).
+    fn ship_log_records(&mut self, id: TxnId, all: bool) -> Result<()> {
+        let pending = self.tracker.pending_bytes();
+        if pending == 0 || (!all && pending < self.page_size) {
+            return Ok(());
+        }
+        let records = self.tracker.take_pending();
+        if let Err(e) = self.server.ship_log_records(id, &records) {
+            self.poison(format!("shipping log records failed: {e}"));
+            return Err(e);
+        }
+        self.stats.log_pages_shipped += 1;
+        Ok(())
+    }
+
+    /// Forgets the cached copy of `page`, and the detector's state for its frame.
+    fn drop_cached(&mut self, page: PageId) -> Result<()> {
+        if let Some(frame) = self.cache.peek(page) {
+            self.tracker.forget_frame(&mut self.cache, frame, page)?;
+        }
+        self.cache.drop_page(page);
+        Ok(())
+    }
+
+    fn poison(&mut self, reason: String) {
+        if let Some(txn) = self.txn.as_mut() {
+            txn.poisoned.get_or_insert(reason);
+        }
+    }
+
+    /// Marks dirty the pages whose first write page protection caught since the last look.
+    fn absorb_captures(&mut self) -> Result<()> {
+        while let Some(page) = self.tracker.take_dirtied() {
+            if let Some(frame) = self.cache.peek(page) {
+                self.mark_dirty(page, frame)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The frame of `page`, locked exclusively and ready for `write`: the detector has seen
+    /// it, and the page is dirty if the detector says so.
+    fn writable(&mut self, page: PageId, write: Write) -> Result<FrameId> {
+        let frame = self.page(page, LockMode::Exclusive)?;
+        let dirty = self
+            .tracker
+            .before_write(&mut self.cache, frame, page, write)?;
+        self.absorb_captures()?;
+        if dirty {
+            self.mark_dirty(page, frame)?;
+        }
+        let id = self.active()?.id;
+        self.ship_log_records(id, false)?;
+        Ok(frame)
     }
 
     fn forget_transaction_pages(&mut self) {
@@ -242,6 +347,7 @@ impl ClientSession {
                 .map(|(page, _)| *page)
                 .collect();
             for page in written {
+                // The tracker was reset for every frame when the transaction ended.
                 self.cache.drop_page(page);
             }
         }
@@ -266,9 +372,6 @@ impl ClientSession {
             self.active()?.locks.insert(page, mode);
             self.current_frame(id, page, held.is_some(), committed_lsn)?
         };
-        if mode == LockMode::Exclusive {
-            self.mark_dirty(page, frame)?;
-        }
         Ok(frame)
     }
 
@@ -289,11 +392,9 @@ impl ClientSession {
             || (!state.dirty && page::lsn(self.cache.frame(frame)) == committed_lsn);
         if !current {
             self.stats.cache_revalidations += 1;
-            let fetched = self
-                .server
-                .fetch_page(id, page, self.cache.frame_mut(frame));
+            let fetched = self.server.fetch_page(id, page, self.cache.fill_mut(frame));
             if let Err(e) = fetched {
-                self.cache.drop_page(page);
+                self.drop_cached(page)?;
                 return Err(e);
             }
             self.stats.pages_fetched += 1;
@@ -304,15 +405,31 @@ impl ClientSession {
 
     /// Gives `page` a frame, shipping the evicted page if it was dirty, and fetches it.
     fn bring_in(&mut self, id: TxnId, page: PageId, fetch: bool) -> Result<FrameId> {
+        // A capture names its frame; collect it while the frame still holds its page.
+        self.tracker.collect(&mut self.cache)?;
+        self.absorb_captures()?;
         let (frame, evicted) = self.cache.assign(page)?;
         if let Some(evicted) = evicted {
             self.stats.evictions += 1;
             if evicted.dirty {
+                // The page's log records go first, then the page.
+                let logged = !self.tracker.is_unlogged(frame);
                 let shipped = self
-                    .server
-                    .ship_dirty_pages(id, &[(evicted.page, self.cache.frame(frame))]);
+                    .tracker
+                    .flush_evicted(&mut self.cache, frame, evicted.page)
+                    .and_then(|()| self.ship_log_records(id, true))
+                    .and_then(|()| {
+                        self.server.ship_dirty_pages(
+                            id,
+                            &[ShippedPage {
+                                page: evicted.page,
+                                image: self.cache.frame(frame),
+                                logged,
+                            }],
+                        )
+                    });
                 if let Err(e) = shipped {
-                    self.cache.drop_page(page);
+                    self.drop_cached(page)?;
                     let txn = self.active()?;
                     txn.poisoned = Some(format!(
                         "shipping evicted page {} failed: {e}",
@@ -323,13 +440,12 @@ impl ClientSession {
                 self.stats.pages_shipped += 1;
                 self.active()?.dirty.remove(&evicted.page);
             }
+            self.tracker
+                .forget_frame(&mut self.cache, frame, evicted.page)?;
         }
         if fetch {
-            if let Err(e) = self
-                .server
-                .fetch_page(id, page, self.cache.frame_mut(frame))
-            {
-                self.cache.drop_page(page);
+            if let Err(e) = self.server.fetch_page(id, page, self.cache.fill_mut(frame)) {
+                self.drop_cached(page)?;
                 return Err(e);
             }
             self.stats.pages_fetched += 1;
@@ -353,10 +469,12 @@ impl ClientSession {
         };
         if self.cache.lookup(page).is_some() {
             // A stale copy from before the page was freed; the new contents replace it.
-            self.cache.drop_page(page);
+            self.drop_cached(page)?;
         }
         let frame = self.bring_in(id, page, false)?;
-        format(self.cache.frame_mut(frame));
+        // A new page has no pre-image to keep: it is shipped whole and the server logs it.
+        format(self.cache.fill_mut(frame));
+        self.tracker.new_page(&mut self.cache, frame)?;
         self.mark_dirty(page, frame)?;
         Ok(frame)
     }
@@ -452,6 +570,12 @@ impl ClientSession {
         let (frame, record) = self.record(oid, LockMode::Exclusive)?;
         self.check_small(oid, frame, &record, expected)?;
         check_writable(oid, &record)?;
+        let write = Write::Object {
+            slot: oid.slot(),
+            object: record.payload(),
+            range: record.payload(),
+        };
+        let frame = self.writable(oid.page(), write)?;
         Ok(&mut self.cache.frame_mut(frame)[record.payload()])
     }
 
@@ -536,12 +660,14 @@ impl ClientSession {
         large: bool,
     ) -> Result<Option<Oid>> {
         let frame = self.page(page, LockMode::Exclusive)?;
-        let bytes = self.cache.frame_mut(frame);
-        if page::kind(bytes) != Some(PageKind::Slotted) {
+        let bytes = self.cache.frame(frame);
+        if page::kind(bytes) != Some(PageKind::Slotted) || !slotted::can_insert(bytes, len) {
             return Ok(None);
         }
-        Ok(slotted::insert(bytes, type_id, len, large)
-            .map(|slot| Oid::new(self.volume, page, slot)))
+        let frame = self.writable(page, Write::Structure)?;
+        let slot = slotted::insert(self.cache.frame_mut(frame), type_id, len, large);
+        debug_assert!(slot.is_some(), "can_insert said it fits");
+        Ok(slot.map(|slot| Oid::new(self.volume, page, slot)))
     }
 
     fn alloc_large(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
@@ -567,7 +693,13 @@ impl ClientSession {
             });
         }
         let oid = self.alloc_small(type_id, encoded, true)?;
-        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        let (_, record) = self.record(oid, LockMode::Exclusive)?;
+        let write = Write::Object {
+            slot: oid.slot(),
+            object: record.payload(),
+            range: record.payload(),
+        };
+        let frame = self.writable(oid.page(), write)?;
         descriptor.encode(&mut self.cache.frame_mut(frame)[record.payload()]);
         let volume = self.volume;
         for page in descriptor.pages() {
@@ -592,10 +724,11 @@ impl ClientSession {
                 txn.dirty.remove(&page);
             }
             for page in pages {
-                self.cache.drop_page(page);
+                self.drop_cached(page)?;
             }
         }
-        let (frame, _) = self.record(oid, LockMode::Exclusive)?;
+        self.record(oid, LockMode::Exclusive)?;
+        let frame = self.writable(oid.page(), Write::Structure)?;
         let removed = slotted::remove(self.cache.frame_mut(frame), oid.slot());
         debug_assert!(removed);
         Ok(())
@@ -622,7 +755,7 @@ impl ClientSession {
                 reason: "a small object cannot grow past one page".into(),
             });
         }
-        let frame = self.page(oid.page(), LockMode::Exclusive)?;
+        let frame = self.writable(oid.page(), Write::Structure)?;
         if !slotted::resize(self.cache.frame_mut(frame), oid.slot(), len as usize) {
             return Err(Error::ObjectTooLarge {
                 len,
@@ -681,8 +814,23 @@ impl ClientSession {
         len: usize,
         mut copy: impl FnMut(&mut [u8], usize, usize),
     ) -> Result<()> {
+        let (_, record) = self.record(oid, LockMode::Exclusive)?;
+        let object_payload = record.payload();
         for (page, start, at, piece) in self.pieces(oid, offset, len, LockMode::Exclusive)? {
-            let frame = self.page(page, LockMode::Exclusive)?;
+            if piece == 0 {
+                continue;
+            }
+            let range = start..start + piece;
+            let write = if page == oid.page() {
+                Write::Object {
+                    slot: oid.slot(),
+                    object: object_payload.clone(),
+                    range,
+                }
+            } else {
+                Write::Bytes { range }
+            };
+            let frame = self.writable(page, write)?;
             copy(&mut self.cache.frame_mut(frame)[start..], at, piece);
         }
         Ok(())
@@ -772,7 +920,13 @@ impl ClientSession {
             },
             other => other,
         })?;
-        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        let (_, record) = self.record(oid, LockMode::Exclusive)?;
+        let write = Write::Object {
+            slot: oid.slot(),
+            object: record.payload(),
+            range: record.payload(),
+        };
+        let frame = self.writable(oid.page(), write)?;
         directory::encode(&roots, &mut self.cache.frame_mut(frame)[record.payload()]);
         Ok(())
     }

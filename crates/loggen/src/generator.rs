@@ -1,79 +1,80 @@
-//! The log generators by name: given a page's pre-image, its current image and (for the
-//! sub-page schemes) which blocks were written, the byte ranges to ship as log records.
+//! The log generators by name. A client's detector copies the bytes a transaction is about to
+//! change into the recovery buffer, a *piece* at a time (a whole page, a sub-page block, a card
+//! or an object); a generator turns one piece and the page as it is now into the byte ranges to
+//! log.
 //!
-//! - `PageDiff`: diff the whole page, regions within objects (QuickStore section 3.2).
-//! - `SubPageDiff`: diff only the blocks a write barrier copied (QuickStore section 3.3).
-//! - `SubPageLog`: log the copied blocks whole, no diff (QuickStore section 3.3).
-//! - `WholePage`: the whole page (whole-page logging, QuickStore section 3.4).
+//! - `PageDiff`: diff, regions within objects (QuickStore section 3.2).
+//! - `SubPageDiff`: the same diff over a smaller piece: a block (QuickStore section 3.3), a card
+//!   or an object (Hosking section 2.2's diff of modified objects against their originals).
+//! - `SubPageLog`: log the piece whole, no diff (QuickStore section 3.3).
+//! - `WholePage`: no records at all; the page itself is shipped (whole-page logging, QuickStore
+//!   section 3.4). `piece_ranges` then gives the whole piece, for completeness.
 //!
+//! A piece that is the whole page is always diffed with objects taken from both images, because
+//! a whole-page copy is what detectors take before a page's structure changes (objects added,
+//! moved, removed), and the objects of the pre-image bound the regions too.
 //! The checksum (bytes 0..4) and the LSN (8..16) are never logged: the server sets them.
 
 use crate::diff::{changed_ranges, UPDATE_RECORD_FIXED_BYTES};
-use crate::page::page_ranges;
+use crate::page::{object_cuts, page_ranges, SERVER_OWNED};
 use std::ops::Range;
 
 /// How a client turns what changed into log records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Generator {
     PageDiff,
-    SubPageDiff { block_bytes: usize },
-    SubPageLog { block_bytes: usize },
+    SubPageDiff,
+    SubPageLog,
     WholePage,
 }
 
-/// Bytes of the page header the server owns: checksum, then LSN.
-const SERVER_OWNED: [Range<usize>; 2] = [0..4, 8..16];
-
 impl Generator {
-    /// The ranges of `after` to log. `written_blocks` are the indexes of the blocks of
-    /// `block_bytes` a sub-page detector copied (ignored by the other generators). Every byte
-    /// that differs between the images outside the server's header fields must lie in a
-    /// written block for the sub-page generators; the detectors guarantee it.
-    pub fn ranges(
-        self,
-        before: &[u8],
-        after: &[u8],
-        written_blocks: &[usize],
-    ) -> Vec<Range<usize>> {
-        assert_eq!(before.len(), after.len());
-        let size = before.len();
+    /// Does this generator ship records (rather than whole pages)?
+    pub fn logs_records(self) -> bool {
+        self != Generator::WholePage
+    }
+
+    /// The ranges of `page` to log for one piece: `before` holds bytes
+    /// `at..at + before.len()` of the page as they were when the piece was copied, `page` is
+    /// the page now. Ranges are in order, never overlap, and lie inside the piece.
+    pub fn piece_ranges(self, page: &[u8], at: usize, before: &[u8]) -> Vec<Range<usize>> {
+        let size = page.len();
+        let end = at + before.len();
+        assert!(
+            end <= size,
+            "piece {at}..{end} lies outside a page of {size} bytes"
+        );
+        if at == 0 && end == size && self != Generator::WholePage {
+            return page_ranges(before, page, UPDATE_RECORD_FIXED_BYTES);
+        }
         match self {
-            Generator::PageDiff => page_ranges(before, after, UPDATE_RECORD_FIXED_BYTES),
-            Generator::SubPageDiff { block_bytes } => blocks(written_blocks, block_bytes, size)
-                .flat_map(|block| {
-                    client_owned(block).into_iter().flat_map(|part| {
-                        changed_ranges(before, after, part, UPDATE_RECORD_FIXED_BYTES)
+            Generator::PageDiff | Generator::SubPageDiff => {
+                let now = &page[at..end];
+                segments(&object_cuts(&[page]), at..end)
+                    .flat_map(|segment| {
+                        let within = segment.start - at..segment.end - at;
+                        changed_ranges(before, now, within, UPDATE_RECORD_FIXED_BYTES)
+                            .into_iter()
+                            .map(|r| r.start + at..r.end + at)
                     })
-                })
-                .collect(),
-            Generator::SubPageLog { block_bytes } => blocks(written_blocks, block_bytes, size)
-                .flat_map(client_owned)
-                .collect(),
-            Generator::WholePage => client_owned(0..size),
+                    .collect()
+            }
+            Generator::SubPageLog | Generator::WholePage => client_owned(at..end),
         }
     }
 }
 
-/// The byte ranges of the written blocks, in order, each block once.
-fn blocks(
-    written: &[usize],
-    block_bytes: usize,
-    size: usize,
-) -> impl Iterator<Item = Range<usize>> {
-    assert!(
-        block_bytes > 0 && size.is_multiple_of(block_bytes),
-        "blocks must tile the page"
-    );
-    let mut indexes: Vec<usize> = written
+/// `range` split at `cuts` (sorted), without the server-owned header fields.
+fn segments(cuts: &[usize], range: Range<usize>) -> impl Iterator<Item = Range<usize>> + '_ {
+    let inner = cuts
         .iter()
         .copied()
-        .filter(|&b| b < size / block_bytes)
-        .collect();
-    indexes.sort_unstable();
-    indexes.dedup();
-    indexes
-        .into_iter()
-        .map(move |b| b * block_bytes..(b + 1) * block_bytes)
+        .filter(move |&c| c > range.start && c < range.end);
+    let starts = std::iter::once(range.start).chain(inner.clone());
+    let ends = inner.chain(std::iter::once(range.end));
+    starts
+        .zip(ends)
+        .flat_map(|(start, end)| client_owned(start..end))
 }
 
 /// `range` without the server-owned header bytes (at most three pieces).
@@ -95,6 +96,8 @@ fn client_owned(range: Range<usize>) -> Vec<Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lodestore_core::{PageId, TypeId};
+    use lodestore_storage::slotted;
     use proptest::prelude::*;
 
     const PAGE: usize = 1024;
@@ -102,63 +105,99 @@ mod tests {
     fn generators() -> impl Strategy<Value = Generator> {
         prop_oneof![
             Just(Generator::PageDiff),
-            prop_oneof![Just(8usize), Just(16), Just(32), Just(64)]
-                .prop_map(|block_bytes| Generator::SubPageDiff { block_bytes }),
-            prop_oneof![Just(8usize), Just(16), Just(32), Just(64)]
-                .prop_map(|block_bytes| Generator::SubPageLog { block_bytes }),
+            Just(Generator::SubPageDiff),
+            Just(Generator::SubPageLog),
             Just(Generator::WholePage),
         ]
     }
 
-    fn block_bytes(generator: Generator) -> usize {
-        match generator {
-            Generator::SubPageDiff { block_bytes } | Generator::SubPageLog { block_bytes } => {
-                block_bytes
-            }
-            _ => 8,
+    /// A slotted page with a few objects, so object cuts fall inside pieces.
+    fn page_with_objects(sizes: &[usize]) -> Vec<u8> {
+        let mut page = vec![0u8; PAGE];
+        slotted::init(&mut page, PageId(7), 0);
+        for &len in sizes {
+            slotted::insert(&mut page, TypeId(1), len, false);
         }
+        page
+    }
+
+    /// Replays `ranges` of `after` onto `before`.
+    fn replay(before: &[u8], after: &[u8], ranges: &[Range<usize>]) -> Vec<u8> {
+        let mut replayed = before.to_vec();
+        for range in ranges {
+            replayed[range.clone()].copy_from_slice(&after[range.clone()]);
+        }
+        replayed
     }
 
     proptest! {
-        /// For every generator: replaying its ranges (the after-bytes) on the pre-image yields
-        /// the after-image, everywhere but the server's header fields.
+        /// For every generator and every piece granularity: replaying the ranges generated for
+        /// the pieces that cover the written bytes, on the pre-image, yields the after-image
+        /// everywhere but the server's header fields; no range touches those fields or leaves
+        /// its piece.
         #[test]
         fn replaying_generated_ranges_rebuilds_the_after_image(
             generator in generators(),
-            before in proptest::collection::vec(any::<u8>(), PAGE..=PAGE),
+            piece_bytes in prop_oneof![Just(8usize), Just(16), Just(64), Just(256), Just(PAGE)],
+            sizes in proptest::collection::vec(8usize..200, 0..4),
             edits in proptest::collection::vec((16usize..PAGE, 1usize..40, any::<u8>()), 0..20),
         ) {
+            let before = page_with_objects(&sizes);
             let mut after = before.clone();
-            let block = block_bytes(generator);
-            let mut written = Vec::new();
+            let mut written = std::collections::BTreeSet::new();
             for (at, len, value) in edits {
                 let end = (at + len).min(PAGE);
-                for byte in &mut after[at..end] {
-                    *byte = value;
+                after[at..end].fill(value);
+                written.extend(at / piece_bytes..=(end - 1) / piece_bytes);
+            }
+            let mut ranges = Vec::new();
+            for piece in written {
+                let at = piece * piece_bytes;
+                let piece_ranges =
+                    generator.piece_ranges(&after, at, &before[at..at + piece_bytes]);
+                for range in &piece_ranges {
+                    prop_assert!(range.start >= at && range.end <= at + piece_bytes);
+                    prop_assert!(SERVER_OWNED.iter().all(|o| range.end <= o.start || range.start >= o.end));
                 }
-                written.extend(at / block..=(end - 1) / block);
+                ranges.extend(piece_ranges);
             }
-            let ranges = generator.ranges(&before, &after, &written);
-            let mut replayed = before.clone();
-            for range in &ranges {
-                prop_assert!(SERVER_OWNED.iter().all(|o| range.end <= o.start || range.start >= o.end));
-                replayed[range.clone()].copy_from_slice(&after[range.clone()]);
-            }
+            let replayed = replay(&before, &after, &ranges);
             prop_assert_eq!(&replayed[16..], &after[16..]);
             prop_assert_eq!(&replayed[4..8], &after[4..8]);
         }
     }
 
     #[test]
-    fn sub_page_log_ships_whole_blocks_and_diff_only_changes() {
+    fn sub_page_log_ships_whole_pieces_and_diff_only_changes() {
         let before = vec![0u8; PAGE];
         let mut after = before.clone();
         after[100] = 1;
-        let log = Generator::SubPageLog { block_bytes: 64 }.ranges(&before, &after, &[1]);
+        let log = Generator::SubPageLog.piece_ranges(&after, 64, &before[64..128]);
         assert_eq!(log, vec![64..128]);
-        let diff = Generator::SubPageDiff { block_bytes: 64 }.ranges(&before, &after, &[1]);
+        let diff = Generator::SubPageDiff.piece_ranges(&after, 64, &before[64..128]);
         assert_eq!(diff, vec![100..101]);
-        let whole = Generator::WholePage.ranges(&before, &after, &[]);
+        let whole = Generator::WholePage.piece_ranges(&after, 0, &before);
         assert_eq!(whole, vec![4..8, 16..PAGE]);
+    }
+
+    #[test]
+    fn piece_diff_does_not_merge_across_objects() {
+        // Records fill the page from its end: the second object lies just before the first.
+        let before = page_with_objects(&[8, 8]);
+        let first = slotted::record(&before, 0).unwrap().unwrap().payload();
+        let second = slotted::record(&before, 1).unwrap().unwrap().payload();
+        assert!(second.end < first.start);
+        let mut after = before.clone();
+        // The last byte of one object and the first of its neighbour: close enough to merge
+        // by distance (2 x 8 <= 56), but they belong to different objects.
+        after[second.end - 1] ^= 1;
+        after[first.start] ^= 1;
+        let at = second.start;
+        let piece = &before[at..first.end];
+        let ranges = Generator::SubPageDiff.piece_ranges(&after, at, piece);
+        assert_eq!(
+            ranges,
+            vec![second.end - 1..second.end, first.start..first.start + 1]
+        );
     }
 }

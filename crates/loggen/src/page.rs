@@ -13,23 +13,40 @@ use std::ops::Range;
 /// object by the minimal-traffic rule for records of fixed cost `header`.
 pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usize>> {
     assert_eq!(before.len(), after.len());
-    let size = before.len();
-    let mut cuts: BTreeSet<usize> = [4, 8, 16, size].into_iter().collect();
-    for image in [before, after] {
-        if page::kind(image) == Some(PageKind::Slotted) {
-            object_bounds(image, &mut cuts);
-        }
-    }
-    let cuts: Vec<usize> = cuts.into_iter().collect();
+    let cuts = object_cuts(&[before, after]);
     let mut ranges = Vec::new();
     for window in cuts.windows(2) {
         let (start, end) = (window[0], window[1]);
-        if start >= 8 && end <= 16 {
-            continue; // the LSN
+        if is_server_owned(start..end) {
+            continue;
         }
         ranges.extend(changed_ranges(before, after, start..end, header));
     }
     ranges
+}
+
+/// Bytes of the page header the server owns and sets itself: the checksum and the LSN.
+pub const SERVER_OWNED: [Range<usize>; 2] = [0..4, 8..16];
+
+/// Does `range` (between two neighbouring cuts) lie in a server-owned field?
+fn is_server_owned(range: Range<usize>) -> bool {
+    SERVER_OWNED
+        .iter()
+        .any(|owned| range.start >= owned.start && range.end <= owned.end)
+}
+
+/// Every offset where an object (or a header field, or the slot table) of any of `images`
+/// begins or ends, with 0 and the page size: a log record never spans two of them.
+pub fn object_cuts(images: &[&[u8]]) -> Vec<usize> {
+    let size = images[0].len();
+    let mut cuts: BTreeSet<usize> = [0, 4, 8, 16, size].into_iter().collect();
+    for image in images {
+        debug_assert_eq!(image.len(), size);
+        if page::kind(image) == Some(PageKind::Slotted) {
+            object_bounds(image, &mut cuts);
+        }
+    }
+    cuts.into_iter().collect()
 }
 
 /// Adds the bounds of a slotted page's header, slot table and records to `cuts`. Slots that

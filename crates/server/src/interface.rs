@@ -13,6 +13,27 @@ pub enum LockMode {
     Exclusive = 1,
 }
 
+/// A change a client logged itself (the update-detection schemes): bytes
+/// `offset..offset + after.len()` of `page` changed from `before` to `after`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageUpdate {
+    pub page: PageId,
+    pub offset: u32,
+    pub before: Vec<u8>,
+    pub after: Vec<u8>,
+}
+
+/// A dirty page on its way to the server.
+#[derive(Clone, Copy, Debug)]
+pub struct ShippedPage<'a> {
+    pub page: PageId,
+    pub image: &'a [u8],
+    /// The client already shipped log records for every change of this page since it last
+    /// shipped it: the server checks that the image matches them and logs nothing more.
+    /// Otherwise the server diffs the image against its own copy and logs the difference.
+    pub logged: bool,
+}
+
 /// What a client asks of a server.
 pub trait PageServer: Send + Sync {
     /// Page size of the volume, in bytes.
@@ -52,19 +73,21 @@ pub trait PageServer: Send + Sync {
     /// Frees pages at commit of `txn` (the caller holds exclusive locks on them).
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()>;
 
-    /// Ships a batch of log records for `txn`. Always before the pages they describe.
-    fn ship_log_records(&self, txn: TxnId, records: &[u8]) -> Result<()>;
+    /// Ships a batch of log records `txn` generated for pages it holds exclusively. Always
+    /// before the pages they describe. The server logs them and applies them to its copy of
+    /// each page; a record whose before bytes differ from the server's copy is refused.
+    fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()>;
 
     /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit). Returns
     /// the new LSN of each page, which the client stamps on its cached copy.
-    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<Vec<Lsn>>;
+    fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>>;
 
     /// Commits `txn`: returns once its commit record is durable, with the record's LSN.
     fn commit(&self, txn: TxnId) -> Result<Lsn>;
 
     /// Ships the last dirty pages of `txn` and commits it, in one request. Returns the pages'
     /// new LSNs and the commit LSN.
-    fn ship_and_commit(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<(Vec<Lsn>, Lsn)> {
+    fn ship_and_commit(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<(Vec<Lsn>, Lsn)> {
         let lsns = self.ship_dirty_pages(txn, pages)?;
         Ok((lsns, self.commit(txn)?))
     }

@@ -13,7 +13,7 @@ pub mod server;
 pub mod space;
 pub mod stats;
 
-pub use interface::{LockMode, PageServer};
+pub use interface::{LockMode, PageServer, PageUpdate, ShippedPage};
 pub use lock_table::LockStats;
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{pool_pages, Server, ServerOptions, LOG_DIR_NAME};

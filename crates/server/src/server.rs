@@ -7,7 +7,7 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::{BufferPool, Victim};
-use crate::interface::{LockMode, PageServer};
+use crate::interface::{LockMode, PageServer, PageUpdate, ShippedPage};
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
@@ -581,15 +581,22 @@ impl PageServer for Server {
         Ok(())
     }
 
-    fn ship_log_records(&self, _txn: TxnId, _records: &[u8]) -> Result<()> {
-        Err(Error::Unsupported(
-            "this server derives log records from shipped pages; client-generated records \
-             come with the update-detection schemes"
-                .into(),
-        ))
+    fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
+        self.check_updates(txn, records)?;
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        for same_page in records.chunk_by(|a, b| a.page == b.page) {
+            let page = same_page[0].page;
+            self.method
+                .log_client_updates(self, &mut state, txn, page, same_page)?;
+            state.stats.log_records_shipped += same_page.len() as u64;
+        }
+        Ok(())
     }
 
-    fn ship_dirty_pages(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<Vec<Lsn>> {
+    fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {
         self.check_shipped(txn, pages)?;
         let mut state = self.usable_state()?;
         self.log_shipped(&mut state, txn, pages)
@@ -599,7 +606,7 @@ impl PageServer for Server {
         self.ship_and_commit(txn, &[]).map(|(_, lsn)| lsn)
     }
 
-    fn ship_and_commit(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<(Vec<Lsn>, Lsn)> {
+    fn ship_and_commit(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<(Vec<Lsn>, Lsn)> {
         self.check_shipped(txn, pages)?;
         let (lsns, commit_lsn) = {
             let mut state = self.usable_state()?;
@@ -659,9 +666,10 @@ impl PageServer for Server {
 impl Server {
     /// Checks shipped pages before anything is logged: size, identity, exclusive lock held,
     /// structure.
-    fn check_shipped(&self, txn: TxnId, pages: &[(PageId, &[u8])]) -> Result<()> {
+    fn check_shipped(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<()> {
         let page_size = self.volume.page_size();
-        for &(id, image) in pages {
+        for shipped in pages {
+            let (id, image) = (shipped.page, shipped.image);
             self.check_data_page(id)?;
             if image.len() != page_size || page::number(image) != id {
                 return Err(Error::InvalidArgument(format!(
@@ -669,11 +677,7 @@ impl Server {
                     image.len()
                 )));
             }
-            if !self.locks.holds(txn, id, LockMode::Exclusive) {
-                return Err(Error::InvalidArgument(format!(
-                    "transaction {txn} shipped page {id} without an exclusive lock"
-                )));
-            }
+            self.check_exclusive(txn, id, "shipped")?;
             validate_shipped(image).map_err(|reason| {
                 self.volume
                     .corrupt(id, format!("client shipped it malformed: {reason}"))
@@ -682,19 +686,65 @@ impl Server {
         Ok(())
     }
 
+    /// Checks client log records before anything is logged: the page is one the transaction
+    /// holds exclusively, the range lies in it and leaves the server's header fields
+    /// (checksum, LSN) alone, and before and after have the same non-zero length.
+    fn check_updates(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
+        let page_size = self.volume.page_size();
+        for record in records {
+            self.check_data_page(record.page)?;
+            self.check_exclusive(txn, record.page, "logged")?;
+            let start = record.offset as usize;
+            let end = start.saturating_add(record.after.len());
+            let server_owned = |r: std::ops::Range<usize>| start < r.end && r.start < end;
+            if record.after.is_empty()
+                || record.before.len() != record.after.len()
+                || end > page_size
+                || server_owned(0..4)
+                || server_owned(8..16)
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "log record for bytes {start}..{end} of page {} (before {} bytes, after {} \
+                     bytes) is malformed or touches the page's checksum or LSN",
+                    record.page,
+                    record.before.len(),
+                    record.after.len()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_exclusive(&self, txn: TxnId, page: PageId, what: &str) -> Result<()> {
+        if self.locks.holds(txn, page, LockMode::Exclusive) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(format!(
+                "transaction {txn} {what} page {page} without an exclusive lock"
+            )))
+        }
+    }
+
     /// Makes the shipped pages recoverable and installs them; returns their new LSNs.
     fn log_shipped(
         &self,
         state: &mut State,
         txn: TxnId,
-        pages: &[(PageId, &[u8])],
+        pages: &[ShippedPage<'_>],
     ) -> Result<Vec<Lsn>> {
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
         }
         let mut lsns = Vec::with_capacity(pages.len());
-        for &(id, image) in pages {
-            lsns.push(self.method.log_page_change(self, state, txn, id, image)?);
+        for shipped in pages {
+            let (id, image) = (shipped.page, shipped.image);
+            let lsn = if shipped.logged {
+                self.method
+                    .accept_logged_page(self, state, txn, id, image)?
+            } else {
+                self.method.log_page_change(self, state, txn, id, image)?
+            };
+            lsns.push(lsn);
             state.stats.dirty_pages_shipped += 1;
         }
         Ok(lsns)

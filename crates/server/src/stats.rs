@@ -9,6 +9,8 @@ pub struct ServerStats {
     pub pages_written: u64,
     pub pages_fetched_by_clients: u64,
     pub dirty_pages_shipped: u64,
+    /// Log records clients generated and shipped themselves.
+    pub log_records_shipped: u64,
     pub pool_hits: u64,
     pub pool_evictions: u64,
     pub commits: u64,

@@ -15,7 +15,7 @@
 mod oracle;
 mod workload;
 
-use lodestore::{Options, RawOid, RecoveryMethodKind, Store};
+use lodestore::{Options, RawOid, RecoveryMethodKind, Scheme, Store};
 use lodestore_storage::{Fault, SimFileSystem};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -32,6 +32,10 @@ pub type Model = BTreeMap<RawOid, Vec<u8>>;
 #[derive(Clone, Debug)]
 pub struct CampaignOptions {
     pub method: RecoveryMethodKind,
+    /// How the workload's session detects and logs updates.
+    pub scheme: Scheme,
+    /// Its recovery buffer; small, so pre-images are logged early and re-armed often.
+    pub recovery_buffer_bytes: usize,
     pub seed: u64,
     /// Crash points to simulate.
     pub crashes: u64,
@@ -46,6 +50,8 @@ impl Default for CampaignOptions {
     fn default() -> Self {
         CampaignOptions {
             method: RecoveryMethodKind::Esm,
+            scheme: Scheme::default(),
+            recovery_buffer_bytes: RECOVERY_BUFFER_PAGES_DEFAULT * 4096,
             seed: 1,
             crashes: 1000,
             every: None,
@@ -54,6 +60,9 @@ impl Default for CampaignOptions {
         }
     }
 }
+
+/// Recovery buffer of a campaign, in pages: two, so that FIFO replacement runs all the time.
+pub const RECOVERY_BUFFER_PAGES_DEFAULT: usize = 2;
 
 /// A broken promise, with the command that replays it.
 #[derive(Clone, Debug, Serialize)]
@@ -68,6 +77,7 @@ pub struct Violation {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CampaignReport {
     pub method: String,
+    pub scheme: String,
     pub seed: u64,
     pub crashes: u64,
     pub crashes_by_fault: BTreeMap<String, u64>,
@@ -103,9 +113,16 @@ struct Subject {
     media_outstanding: bool,
 }
 
-pub(crate) fn store_options(fs: &Arc<SimFileSystem>, page_size: usize) -> Options {
+pub(crate) fn store_options(
+    fs: &Arc<SimFileSystem>,
+    page_size: usize,
+    scheme: Scheme,
+    recovery_buffer_bytes: usize,
+) -> Options {
     Options::new()
         .page_size(page_size)
+        .scheme(scheme)
+        .recovery_buffer_bytes(recovery_buffer_bytes.max(page_size))
         .client_cache_bytes(8 * page_size)
         .server_pool_bytes(6 * page_size)
         .log_segment_bytes(256 << 10)
@@ -114,11 +131,20 @@ pub(crate) fn store_options(fs: &Arc<SimFileSystem>, page_size: usize) -> Option
         .file_system(fs.clone())
 }
 
+fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Options {
+    store_options(
+        fs,
+        options.page_size,
+        options.scheme,
+        options.recovery_buffer_bytes,
+    )
+}
+
 impl Subject {
-    fn fresh(page_size: usize) -> Result<Subject, String> {
+    fn fresh(options: &CampaignOptions) -> Result<Subject, String> {
         let fs = Arc::new(SimFileSystem::new());
         let path = Path::new("/torture/store").to_path_buf();
-        drop(Store::create(&path, store_options(&fs, page_size)).map_err(|e| e.to_string())?);
+        drop(Store::create(&path, subject_options(&fs, options)).map_err(|e| e.to_string())?);
         Ok(Subject {
             fs,
             path,
@@ -135,10 +161,11 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
     let started = Instant::now();
     let mut report = CampaignReport {
         method: options.method.name().to_string(),
+        scheme: options.scheme.name().to_string(),
         seed: options.seed,
         ..CampaignReport::default()
     };
-    let mut subject = match Subject::fresh(options.page_size) {
+    let mut subject = match Subject::fresh(options) {
         Ok(subject) => subject,
         Err(message) => {
             report.violations.push(violation(
@@ -173,8 +200,10 @@ fn violation(
     message: String,
 ) -> Violation {
     let mut reproduce = format!(
-        "lodestore torture --method {} --seed {} --crashes {}",
+        "lodestore torture --method {} --scheme {} --recovery-buffer {} --seed {} --crashes {}",
         options.method.name(),
+        options.scheme.name(),
+        options.recovery_buffer_bytes,
         options.seed,
         crash + 1
     );
@@ -205,7 +234,7 @@ fn iteration(
     if crash_in_recovery {
         subject.fs.arm(rng.random_range(1..=40));
     }
-    let opened = Store::open(&subject.path, store_options(&subject.fs, options.page_size));
+    let opened = Store::open(&subject.path, subject_options(&subject.fs, options));
     let store = match opened {
         Ok(store) => store,
         Err(_) if subject.fs.has_crashed() => {
@@ -216,7 +245,7 @@ fn iteration(
         Err(error) if media => {
             report.media_faults_detected += 1;
             let _ = error;
-            *subject = Subject::fresh(options.page_size)?;
+            *subject = Subject::fresh(options)?;
             return Ok(());
         }
         Err(error) => return Err(format!("recovery failed: {error}")),
@@ -237,7 +266,7 @@ fn iteration(
         Err(oracle::Failure::Detected(_)) if media => {
             report.media_faults_detected += 1;
             drop(store);
-            *subject = Subject::fresh(options.page_size)?;
+            *subject = Subject::fresh(options)?;
             return Ok(());
         }
         Err(oracle::Failure::Detected(message)) | Err(oracle::Failure::Wrong(message)) => {

@@ -1,7 +1,10 @@
-//! Crash campaigns in the test suite: 100,000 simulated crash points in all, across every fault
-//! kind (four seeds of 25,000, run in parallel), plus a campaign crashing at a fixed I/O.
-//! Longer campaigns: `lodestore torture --seed S --crashes N`.
+//! Crash campaigns in the test suite: 100,000 simulated crash points across every fault kind
+//! (four seeds of 25,000, run in parallel, each under one of QuickStore's schemes), 2,500 more
+//! under each of the other schemes, and a campaign crashing at a fixed I/O. The recovery buffer
+//! is two pages, so log records are generated early and pieces re-armed all the time.
+//! Longer campaigns: `lodestore torture --scheme NAME --seed S --crashes N`.
 
+use lodestore::Scheme;
 use lodestore_torture::{run, CampaignOptions};
 
 fn campaign(options: CampaignOptions) {
@@ -31,32 +34,46 @@ fn campaign(options: CampaignOptions) {
     );
 }
 
-fn seeded(seed: u64) {
+fn seeded(seed: u64, scheme: Scheme, crashes: u64) {
     campaign(CampaignOptions {
         seed,
-        crashes: 25_000,
+        scheme,
+        crashes,
         ..CampaignOptions::default()
     });
 }
 
 #[test]
-fn crash_campaign_seed_1() {
-    seeded(1);
+fn crash_campaign_seed_1_page_diffing() {
+    seeded(1, Scheme::PD_ESM, 25_000);
 }
 
 #[test]
-fn crash_campaign_seed_2() {
-    seeded(2);
+fn crash_campaign_seed_2_sub_page_diffing() {
+    seeded(2, Scheme::SD_ESM, 25_000);
 }
 
 #[test]
-fn crash_campaign_seed_3() {
-    seeded(3);
+fn crash_campaign_seed_3_sub_page_logging() {
+    seeded(3, Scheme::SL_ESM, 25_000);
 }
 
 #[test]
-fn crash_campaign_seed_4() {
-    seeded(4);
+fn crash_campaign_seed_4_whole_pages() {
+    seeded(4, Scheme::WPL, 25_000);
+}
+
+#[test]
+fn crash_campaigns_of_the_other_schemes() {
+    let covered = [Scheme::PD_ESM, Scheme::SD_ESM, Scheme::SL_ESM, Scheme::WPL];
+    for (index, scheme) in Scheme::all()
+        .into_iter()
+        .filter(|s| !covered.contains(s))
+        .enumerate()
+    {
+        eprintln!("scheme {scheme}");
+        seeded(10 + index as u64, scheme, 2_500);
+    }
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! (their undo-next LSN), so restarting again gives the same result.
 
 use super::{RecoveryMethod, RestartReport};
+use crate::interface::PageUpdate;
 use crate::server::{Server, State, TxnState};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
@@ -37,50 +38,74 @@ impl RecoveryMethod for Esm {
         image: &[u8],
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
-        let old = state.pool.get(page).expect("page just cached").to_vec();
+        let old = state.pool.get(page).expect("page just cached");
         // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
         // log traffic; checksum and LSN are the server's to set.
-        let ranges = page_ranges(&old, image, UPDATE_RECORD_FIXED_BYTES);
-        let old_lsn = page::lsn(&old);
-        if ranges.is_empty() {
-            return Ok(old_lsn);
-        }
-        let own = state
-            .txns
-            .get(&txn)
-            .expect("caller checked the transaction");
-        let mut prev = own.last_lsn;
-        let mut first = None;
-        if old_lsn < state.redo_lsn {
-            prev = server.log.append(
-                Some(txn),
-                prev,
-                &RecordBody::PageImage {
-                    page,
-                    image: old.clone(),
-                },
-            )?;
-            first = Some(prev);
-        }
-        for range in ranges {
-            let before = &old[range.clone()];
-            let body = RecordBody::Update {
-                page,
-                offset: range.start as u32,
-                before: (!is_all_zero(before)).then(|| before.to_vec()),
+        let changes: Vec<Change> = page_ranges(old, image, UPDATE_RECORD_FIXED_BYTES)
+            .into_iter()
+            .map(|range| Change {
+                offset: range.start,
+                before: old[range.clone()].to_vec(),
                 after: image[range].to_vec(),
-            };
-            prev = server.log.append(Some(txn), prev, &body)?;
-            first.get_or_insert(prev);
+            })
+            .collect();
+        log_changes(server, state, txn, page, changes)
+    }
+
+    fn log_client_updates(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        updates: &[PageUpdate],
+    ) -> Result<Lsn> {
+        server.cache_page(state, page)?;
+        // Each record's before bytes are checked against the page with the records before it
+        // in the batch applied.
+        let mut current = state.pool.get(page).expect("page just cached").to_vec();
+        let mut changes = Vec::with_capacity(updates.len());
+        for update in updates {
+            debug_assert_eq!(update.page, page);
+            let range = update.offset as usize..update.offset as usize + update.before.len();
+            if current[range.clone()] != update.before[..] {
+                // The client's pre-image is not what the server holds: its copy was stale or
+                // its detector lost a write. Logging it would make undo restore wrong bytes.
+                return Err(Error::InvalidArgument(format!(
+                    "transaction {txn} logged bytes {}..{} of page {page} with before bytes \
+                     that differ from the page's current contents",
+                    range.start, range.end
+                )));
+            }
+            current[range.clone()].copy_from_slice(&update.after);
+            changes.push(Change {
+                offset: range.start,
+                before: update.before.clone(),
+                after: update.after.clone(),
+            });
         }
-        server.put_changed(state, page, image, prev);
-        let own = state.txns.get_mut(&txn).expect("checked");
-        if own.first_lsn == Lsn::ZERO {
-            own.first_lsn = first.expect("at least one record");
+        log_changes(server, state, txn, page, changes)
+    }
+
+    fn accept_logged_page(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        image: &[u8],
+    ) -> Result<Lsn> {
+        server.cache_page(state, page)?;
+        let current = state.pool.get(page).expect("page just cached");
+        // The records already made the server's copy what the client holds; a difference is a
+        // write the client's detector missed, which a crash would lose.
+        if let Some(offset) = first_client_difference(current, image) {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {txn} shipped page {page} with a change at byte {offset} that no \
+                 log record describes"
+            )));
         }
-        own.last_lsn = prev;
-        own.touched.insert(page);
-        Ok(prev)
+        Ok(page::lsn(current))
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
@@ -156,6 +181,84 @@ impl RecoveryMethod for Esm {
         report.elapsed_us = started.elapsed().as_micros() as u64;
         Ok(report)
     }
+}
+
+/// One changed range of a page: its bytes before and after.
+struct Change {
+    offset: usize,
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+/// Logs `changes` of `page` (in the pool) for `txn` and applies them to the pool's copy. The
+/// first change of a page after a checkpoint began is preceded by a full image of the page.
+fn log_changes(
+    server: &Server,
+    state: &mut State,
+    txn: TxnId,
+    page: PageId,
+    changes: Vec<Change>,
+) -> Result<Lsn> {
+    let mut image = state
+        .pool
+        .get(page)
+        .expect("caller cached the page")
+        .to_vec();
+    let old_lsn = page::lsn(&image);
+    if changes.is_empty() {
+        return Ok(old_lsn);
+    }
+    let own = state
+        .txns
+        .get(&txn)
+        .expect("caller checked the transaction");
+    let mut prev = own.last_lsn;
+    let mut first = None;
+    if old_lsn < state.redo_lsn {
+        prev = server.log.append(
+            Some(txn),
+            prev,
+            &RecordBody::PageImage {
+                page,
+                image: image.clone(),
+            },
+        )?;
+        first = Some(prev);
+    }
+    for change in changes {
+        debug_assert_eq!(change.before.len(), change.after.len());
+        let range = change.offset..change.offset + change.after.len();
+        image[range].copy_from_slice(&change.after);
+        let body = RecordBody::Update {
+            page,
+            offset: change.offset as u32,
+            before: (!is_all_zero(&change.before)).then_some(change.before),
+            after: change.after,
+        };
+        prev = server.log.append(Some(txn), prev, &body)?;
+        first.get_or_insert(prev);
+    }
+    server.put_changed(state, page, &image, prev);
+    let own = state.txns.get_mut(&txn).expect("checked");
+    if own.first_lsn == Lsn::ZERO {
+        own.first_lsn = first.expect("at least one record");
+    }
+    own.last_lsn = prev;
+    own.touched.insert(page);
+    Ok(prev)
+}
+
+/// The first byte where two images of a page differ outside the server's own header fields
+/// (checksum and LSN).
+fn first_client_difference(server_copy: &[u8], client_copy: &[u8]) -> Option<usize> {
+    debug_assert_eq!(server_copy.len(), client_copy.len());
+    [4..8, 16..server_copy.len()].into_iter().find_map(|range| {
+        server_copy[range.clone()]
+            .iter()
+            .zip(&client_copy[range.clone()])
+            .position(|(a, b)| a != b)
+            .map(|at| range.start + at)
+    })
 }
 
 /// Transactions to undo, each with its first and last LSN.

@@ -8,6 +8,7 @@
 
 mod esm;
 
+use crate::interface::PageUpdate;
 use crate::server::{Server, State};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_wal::LogEnd;
@@ -79,6 +80,29 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// A client shipped `image` as the new content of `page` for `txn`: make the change
     /// recoverable and install it in the pool. Returns the page's new LSN.
     fn log_page_change(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        image: &[u8],
+    ) -> Result<Lsn>;
+
+    /// A client shipped log records of its own for `page` (all of `updates` are for it, checked
+    /// against the page's bounds and the client's lock): make them recoverable and apply them
+    /// to the server's copy. Returns the page's new LSN.
+    fn log_client_updates(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        updates: &[PageUpdate],
+    ) -> Result<Lsn>;
+
+    /// A client shipped `image` of `page` after shipping log records for all its changes: make
+    /// sure the records describe it. Returns the page's LSN.
+    fn accept_logged_page(
         &self,
         server: &Server,
         state: &mut State,

@@ -1,0 +1,631 @@
+//! Update detection: how a client learns which bytes a transaction changed, and the log records
+//! it makes of them.
+//!
+//! Every write path of a session (typed `get_mut`, byte slices, `write_at` on large objects,
+//! allocation, free, resize, roots) calls [`WriteTracker::before_write`] with what it is about
+//! to change. The detector decides whether that is a first write, and if so copies the piece's
+//! pre-image into the [`RecoveryBuffer`]:
+//!
+//! | detector | first write is found by | piece copied |
+//! |---|---|---|
+//! | page protection | a write fault on a read-only frame ([`protection`]) | the page |
+//! | sub-page blocks | a byte per block of the page | each block written |
+//! | cards | a byte per card (a shift, an index, a store) | each card written |
+//! | remembered set | a hash set of modified objects | each object written |
+//! | object marking | a dirty bit per object | each object written |
+//! | none | nothing: the page is shipped whole | nothing |
+//!
+//! A change of a page's structure (an object added, moved, resized or removed) always takes a
+//! whole-page pre-image, whatever the detector, because objects move.
+//!
+//! Log records are generated from the buffer's pieces when the buffer is full (oldest first),
+//! when a dirty page leaves the client cache, and at commit; each piece's detector state is
+//! then re-armed so a later write copies it again. Lodestore updates objects in place in the
+//! client cache (QuickStore's design), so the software detectors copy originals at the first
+//! write; Hosking's copying system diffed against originals it kept anyway.
+
+pub mod protection;
+pub mod recovery_buffer;
+
+use crate::cache::ClientCache;
+use lodestore_core::frames::FrameId;
+use lodestore_core::{Error, PageId, Result, SlotId};
+use lodestore_loggen::{Generator, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_server::PageUpdate;
+use lodestore_storage::page::{self, PageKind};
+use lodestore_storage::slotted;
+use recovery_buffer::{EntrySeq, Granule, RecoveryBuffer};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::ops::Range;
+
+/// How a client learns what a transaction changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Detector {
+    /// Write faults on read-only frames (SIGSEGV and mprotect).
+    PageProtection,
+    /// A software write barrier copying blocks of `block_bytes` (8 to 64) at their first write.
+    SubPageBlocks { block_bytes: usize },
+    /// A card table of one byte per `card_bytes` (16 to 4096).
+    Cards { card_bytes: usize },
+    /// A hash set of modified objects.
+    RememberedSet,
+    /// A dirty bit per object; commit scans every cached object.
+    ObjectMarking,
+    /// Every page written is dirty as a whole.
+    None,
+}
+
+impl Detector {
+    /// Bytes of the unit a unit-based detector tracks.
+    fn unit_bytes(self) -> Option<usize> {
+        match self {
+            Detector::SubPageBlocks { block_bytes } => Some(block_bytes),
+            Detector::Cards { card_bytes } => Some(card_bytes),
+            _ => None,
+        }
+    }
+}
+
+/// What a write is about to change.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Bytes `range` of the object in `slot`, whose payload is `object` (page offsets).
+    Object {
+        slot: SlotId,
+        object: Range<usize>,
+        range: Range<usize>,
+    },
+    /// Bytes `range` of a page that holds no objects (a large object's data page).
+    Bytes { range: Range<usize> },
+    /// The page's structure (slot table, records moving): anything on the page.
+    Structure,
+}
+
+/// Counters of a session's detection and log generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DetectionStats {
+    /// Write faults taken (page protection).
+    pub traps: u64,
+    /// Whole pages copied into the recovery buffer.
+    pub pages_copied: u64,
+    /// Blocks, cards or objects copied into the recovery buffer.
+    pub pieces_copied: u64,
+    pub bytes_copied: u64,
+    /// Bytes compared by diffing.
+    pub bytes_compared: u64,
+    /// Card table entries scanned at commit.
+    pub cards_scanned: u64,
+    /// Cached objects scanned for marks at commit.
+    pub objects_scanned: u64,
+    /// Pieces whose records were generated early because the recovery buffer was full.
+    pub buffer_evictions: u64,
+    pub log_records: u64,
+    /// Bytes of the log records generated (record header, before and after bytes).
+    pub log_bytes: u64,
+}
+
+/// Detector state of one frame of the client cache.
+#[derive(Clone, Debug, Default)]
+struct FrameTrack {
+    /// A whole-page pre-image is live in the recovery buffer.
+    page_copied: bool,
+    /// Unit detectors: non-zero once the unit was copied (blocks) or marked (cards).
+    units: Option<Box<[u8]>>,
+    /// Object marking: a bit per slot.
+    marks: Vec<u64>,
+    /// The page is shipped whole and the server diffs it (new pages, detector `None`).
+    unlogged: bool,
+}
+
+/// The detector, the recovery buffer and the log generator of one session.
+pub struct WriteTracker {
+    detector: Detector,
+    generator: Generator,
+    page_size: usize,
+    buffer: RecoveryBuffer,
+    frames: Vec<FrameTrack>,
+    remembered: HashSet<(PageId, SlotId)>,
+    /// Live entries of each page.
+    by_page: BTreeMap<PageId, Vec<EntrySeq>>,
+    pending: Vec<PageUpdate>,
+    pending_bytes: usize,
+    /// Pages whose first write page protection captured, for the session to mark dirty.
+    dirtied: Vec<PageId>,
+    stats: DetectionStats,
+}
+
+impl WriteTracker {
+    pub fn new(
+        detector: Detector,
+        generator: Generator,
+        recovery_buffer_bytes: usize,
+        page_size: usize,
+        frame_count: usize,
+    ) -> Result<WriteTracker> {
+        if recovery_buffer_bytes < page_size {
+            return Err(Error::InvalidArgument(format!(
+                "the recovery buffer ({recovery_buffer_bytes} bytes) must hold at least one \
+                 {page_size}-byte page"
+            )));
+        }
+        if let Some(unit) = detector.unit_bytes() {
+            if !unit.is_power_of_two() || unit < 8 || unit > page_size {
+                return Err(Error::InvalidArgument(format!(
+                    "block or card size {unit} must be a power of two from 8 to the page size"
+                )));
+            }
+        }
+        Ok(WriteTracker {
+            detector,
+            generator,
+            page_size,
+            buffer: RecoveryBuffer::new(recovery_buffer_bytes, page_size),
+            frames: vec![FrameTrack::default(); frame_count],
+            remembered: HashSet::new(),
+            by_page: BTreeMap::new(),
+            pending: Vec::new(),
+            pending_bytes: 0,
+            dirtied: Vec::new(),
+            stats: DetectionStats::default(),
+        })
+    }
+
+    pub fn detector(&self) -> Detector {
+        self.detector
+    }
+
+    pub fn stats(&self, cache: &ClientCache) -> DetectionStats {
+        DetectionStats {
+            traps: cache.protection().map_or(0, |p| p.traps()),
+            ..self.stats
+        }
+    }
+
+    /// Is `frame` shipped whole, for the server to diff?
+    pub fn is_unlogged(&self, frame: FrameId) -> bool {
+        self.frames[frame].unlogged
+    }
+
+    /// Bytes of log records waiting to be shipped.
+    pub fn pending_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// The log records generated since the last call, oldest first.
+    pub fn take_pending(&mut self) -> Vec<PageUpdate> {
+        self.pending_bytes = 0;
+        std::mem::take(&mut self.pending)
+    }
+
+    /// A page new in this transaction now occupies `frame`: it has no pre-image, it is shipped
+    /// whole, and writes to it are not tracked.
+    pub fn new_page(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
+        self.frames[frame].unlogged = true;
+        if let Some(protection) = cache.protection_mut() {
+            protection.unprotect(frame)?;
+        }
+        Ok(())
+    }
+
+    /// Called before `write` changes the page in `frame`. Copies pre-images as the detector
+    /// requires; may generate log records for older pieces to make room. Returns whether the
+    /// page must be shipped at commit (with page protection it is known only once the write
+    /// faults: see `collect`).
+    pub fn before_write(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+        write: Write,
+    ) -> Result<bool> {
+        self.collect(cache)?;
+        if self.frames[frame].unlogged {
+            if let Some(protection) = cache.protection_mut() {
+                protection.unprotect(frame)?;
+            }
+            return Ok(true);
+        }
+        match (self.detector, write) {
+            (Detector::None, _) => {
+                self.frames[frame].unlogged = true;
+                Ok(true)
+            }
+            (Detector::PageProtection, _) => {
+                self.arm(cache, frame)?;
+                Ok(false)
+            }
+            (_, Write::Structure) => {
+                self.copy_page(cache, frame, page)?;
+                Ok(true)
+            }
+            (_, _) if self.frames[frame].page_copied => Ok(true),
+            (Detector::SubPageBlocks { .. } | Detector::Cards { .. }, write) => {
+                let range = match write {
+                    Write::Object { range, .. } | Write::Bytes { range } => range,
+                    Write::Structure => unreachable!("handled above"),
+                };
+                self.copy_units(cache, frame, page, range)?;
+                Ok(true)
+            }
+            (_, Write::Bytes { .. }) => {
+                // Object detectors track objects; a large object's data page is copied whole.
+                self.copy_page(cache, frame, page)?;
+                Ok(true)
+            }
+            (Detector::RememberedSet, Write::Object { slot, object, .. }) => {
+                if self.remembered.insert((page, slot)) {
+                    self.copy_piece(cache, frame, page, Granule::Object(slot), object)?;
+                }
+                Ok(true)
+            }
+            (Detector::ObjectMarking, Write::Object { slot, object, .. }) => {
+                let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
+                let marks = &mut self.frames[frame].marks;
+                if marks.len() <= word {
+                    marks.resize(word + 1, 0);
+                }
+                if marks[word] & bit == 0 {
+                    marks[word] |= bit;
+                    self.copy_piece(cache, frame, page, Granule::Object(slot), object)?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Page protection: makes room for a page and arms `frame`, unless it is writable already.
+    fn arm(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
+        let protection = cache.protection().expect("page protection has an arena");
+        if protection.is_writable(frame) {
+            return Ok(());
+        }
+        while protection_needs_room(cache) && self.buffer.oldest().is_some() {
+            self.evict_oldest(cache)?;
+        }
+        self.make_room(cache, self.page_size)?;
+        let slot = self.buffer.reserve(self.page_size).as_mut_ptr();
+        cache
+            .protection_mut()
+            .expect("page protection has an arena")
+            .arm(frame, slot);
+        Ok(())
+    }
+
+    /// A page whose first write page protection captured (it is dirty now), if any is left.
+    pub fn take_dirtied(&mut self) -> Option<PageId> {
+        self.dirtied.pop()
+    }
+
+    /// Page protection: takes in the pre-image the fault handler captured, if the armed frame
+    /// was written; its page goes on the dirtied list.
+    pub fn collect(&mut self, cache: &mut ClientCache) -> Result<()> {
+        let Some(protection) = cache.protection_mut() else {
+            return Ok(());
+        };
+        let Some(frame) = protection.take_capture() else {
+            return Ok(());
+        };
+        let page = cache.page_of(frame).ok_or_else(|| {
+            Error::InvalidArgument(format!("captured frame {frame} holds no page"))
+        })?;
+        let seq = self
+            .buffer
+            .push_reserved(page, Granule::Page, 0, self.page_size);
+        self.by_page.entry(page).or_default().push(seq);
+        self.frames[frame].page_copied = true;
+        self.stats.pages_copied += 1;
+        self.stats.bytes_copied += self.page_size as u64;
+        self.dirtied.push(page);
+        Ok(())
+    }
+
+    /// Copies the whole page as one piece, after generating the records of the smaller pieces
+    /// already copied (they would be wrong to diff against a page whose objects move).
+    fn copy_page(&mut self, cache: &mut ClientCache, frame: FrameId, page: PageId) -> Result<()> {
+        if self.frames[frame].page_copied {
+            return Ok(());
+        }
+        self.flush_page(cache, page)?;
+        self.copy_piece(cache, frame, page, Granule::Page, 0..self.page_size)?;
+        self.frames[frame].page_copied = true;
+        Ok(())
+    }
+
+    /// Copies the units of `range` not copied yet. Room for every unit of the range is made
+    /// first: making room one unit at a time could evict (and re-arm) a unit of this same
+    /// write before the write happens. A range the buffer cannot hold takes a page copy.
+    fn copy_units(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+        range: Range<usize>,
+    ) -> Result<()> {
+        let unit = self.detector.unit_bytes().expect("a unit detector");
+        debug_assert!(range.start < range.end && range.end <= self.page_size);
+        let shift = unit.trailing_zeros();
+        let (first, last) = (range.start >> shift, (range.end - 1) >> shift);
+        // One more unit covers the bytes skipped if the ring wraps once.
+        let room = (last - first + 2) * unit;
+        if room > self.buffer.capacity() {
+            return self.copy_page(cache, frame, page);
+        }
+        while self.buffer.free_bytes() < room {
+            self.evict_oldest(cache)?;
+        }
+        let units_per_page = self.page_size >> shift;
+        for index in first..=last {
+            let table = self.frames[frame]
+                .units
+                .get_or_insert_with(|| vec![0u8; units_per_page].into_boxed_slice());
+            if table[index] != 0 {
+                continue;
+            }
+            table[index] = 1;
+            let at = index << shift;
+            debug_assert!(
+                self.buffer.has_room(unit),
+                "room was made for the whole write"
+            );
+            self.copy_piece(
+                cache,
+                frame,
+                page,
+                Granule::Unit(index as u32),
+                at..at + unit,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Copies bytes `range` of the page in `frame` into the buffer, making room first.
+    fn copy_piece(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+        granule: Granule,
+        range: Range<usize>,
+    ) -> Result<()> {
+        self.make_room(cache, range.len())?;
+        let seq = self.buffer.push(
+            page,
+            granule,
+            range.start,
+            &cache.frame(frame)[range.clone()],
+        );
+        self.by_page.entry(page).or_default().push(seq);
+        if granule == Granule::Page {
+            self.stats.pages_copied += 1;
+        } else {
+            self.stats.pieces_copied += 1;
+        }
+        self.stats.bytes_copied += range.len() as u64;
+        Ok(())
+    }
+
+    /// Generates records for the oldest pieces until `len` bytes fit (FIFO replacement).
+    fn make_room(&mut self, cache: &mut ClientCache, len: usize) -> Result<()> {
+        while !self.buffer.has_room(len) {
+            self.evict_oldest(cache)?;
+        }
+        Ok(())
+    }
+
+    fn evict_oldest(&mut self, cache: &mut ClientCache) -> Result<()> {
+        let (seq, entry) = self.buffer.oldest().expect("a full buffer has entries");
+        if entry.live {
+            self.stats.buffer_evictions += 1;
+            self.generate(cache, seq)?;
+        }
+        self.buffer.pop_oldest();
+        Ok(())
+    }
+
+    /// Generates the records of live entry `seq`, kills it and re-arms its piece.
+    fn generate(&mut self, cache: &mut ClientCache, seq: EntrySeq) -> Result<()> {
+        let entry = self.buffer.get(seq).expect("entry in the ring");
+        let frame = cache.peek(entry.page).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "page {} has a pre-image but left the client cache",
+                entry.page
+            ))
+        })?;
+        self.generate_in(cache, seq, frame)
+    }
+
+    /// `generate` for a page known to be in `frame` (the cache may already have given the
+    /// frame to another page, when the page is being evicted).
+    fn generate_in(
+        &mut self,
+        cache: &mut ClientCache,
+        seq: EntrySeq,
+        frame: FrameId,
+    ) -> Result<()> {
+        let entry = self.buffer.get(seq).expect("entry in the ring");
+        debug_assert!(entry.live);
+        let before = self.buffer.bytes(&entry);
+        let now = cache.frame(frame);
+        let at = entry.at as usize;
+        let ranges = self.generator.piece_ranges(now, at, before);
+        if self.generator != Generator::SubPageLog || entry.granule == Granule::Page {
+            self.stats.bytes_compared += entry.len as u64;
+        }
+        for range in ranges {
+            let len = range.len();
+            self.pending.push(PageUpdate {
+                page: entry.page,
+                offset: range.start as u32,
+                before: before[range.start - at..range.end - at].to_vec(),
+                after: now[range].to_vec(),
+            });
+            let bytes = UPDATE_RECORD_FIXED_BYTES + 2 * len;
+            self.pending_bytes += bytes;
+            self.stats.log_records += 1;
+            self.stats.log_bytes += bytes as u64;
+        }
+        self.buffer.kill(seq);
+        if let Some(seqs) = self.by_page.get_mut(&entry.page) {
+            seqs.retain(|s| *s != seq);
+            if seqs.is_empty() {
+                self.by_page.remove(&entry.page);
+            }
+        }
+        self.rearm(cache, frame, entry.page, entry.granule)
+    }
+
+    /// After a piece's records were generated: its next write must copy it again.
+    fn rearm(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+        granule: Granule,
+    ) -> Result<()> {
+        let track = &mut self.frames[frame];
+        match granule {
+            Granule::Page => {
+                track.page_copied = false;
+                if let Some(protection) = cache.protection_mut() {
+                    protection.protect(frame)?;
+                }
+            }
+            Granule::Unit(index) => {
+                if let Some(table) = track.units.as_mut() {
+                    table[index as usize] = 0;
+                }
+            }
+            Granule::Object(slot) => {
+                self.remembered.remove(&(page, slot));
+                if let Some(word) = track.marks.get_mut(slot as usize / 64) {
+                    *word &= !(1u64 << (slot % 64));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Generates the records of every piece of `page` (before it is shipped).
+    pub fn flush_page(&mut self, cache: &mut ClientCache, page: PageId) -> Result<()> {
+        self.collect(cache)?;
+        let seqs = self.by_page.get(&page).cloned().unwrap_or_default();
+        for seq in seqs {
+            self.generate(cache, seq)?;
+        }
+        debug_assert!(!self.by_page.contains_key(&page));
+        Ok(())
+    }
+
+    /// Generates the records of every piece of `page`, which is leaving `frame` (the cache
+    /// already gave the frame to the next page; its bytes are still the evicted page's).
+    pub fn flush_evicted(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+    ) -> Result<()> {
+        let seqs = self.by_page.get(&page).cloned().unwrap_or_default();
+        for seq in seqs {
+            self.generate_in(cache, seq, frame)?;
+        }
+        Ok(())
+    }
+
+    /// Generates the records of every live piece, oldest first (at commit), then runs the
+    /// commit-time scans of the card and marking detectors.
+    pub fn flush_all(&mut self, cache: &mut ClientCache) -> Result<()> {
+        self.collect(cache)?;
+        let live: Vec<EntrySeq> = self.buffer.live().map(|(seq, _)| seq).collect();
+        for seq in live {
+            self.generate(cache, seq)?;
+        }
+        self.commit_scans(cache);
+        Ok(())
+    }
+
+    /// Hosking's commit work that does not depend on what was written: cards scans the card
+    /// table of every page it touched, object marking scans every cached object's mark.
+    fn commit_scans(&mut self, cache: &ClientCache) {
+        match self.detector {
+            Detector::Cards { .. } => {
+                for track in &mut self.frames {
+                    if let Some(table) = track.units.as_mut() {
+                        self.stats.cards_scanned += table.len() as u64;
+                        table.fill(0);
+                    }
+                }
+            }
+            Detector::ObjectMarking => {
+                for (_, frame) in cache.pages() {
+                    let image = cache.frame(frame);
+                    if page::kind(image) != Some(PageKind::Slotted) {
+                        continue;
+                    }
+                    let marks = &mut self.frames[frame].marks;
+                    for slot in slotted::live_slots(image) {
+                        self.stats.objects_scanned += 1;
+                        if let Some(word) = marks.get_mut(slot as usize / 64) {
+                            *word &= !(1u64 << (slot % 64));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// `frame` stops holding its page (dropped, or shipped and given up): its pieces are
+    /// discarded without records and its detector state reset.
+    pub fn forget_frame(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+    ) -> Result<()> {
+        self.collect(cache)?;
+        if let Some(seqs) = self.by_page.remove(&page) {
+            for seq in seqs {
+                self.buffer.kill(seq);
+            }
+        }
+        self.remembered.retain(|(p, _)| *p != page);
+        self.frames[frame] = FrameTrack::default();
+        if let Some(protection) = cache.protection_mut() {
+            protection.protect(frame)?;
+        }
+        Ok(())
+    }
+
+    /// The transaction ended (its records shipped, or it aborted): every frame is read-only
+    /// and clean of detector state again, and the buffer is empty.
+    pub fn end_transaction(&mut self, cache: &mut ClientCache) -> Result<()> {
+        if let Some(protection) = cache.protection_mut() {
+            let _ = protection.take_capture();
+            protection.protect_all()?;
+        }
+        self.buffer.clear();
+        self.by_page.clear();
+        self.remembered.clear();
+        for track in &mut self.frames {
+            if track.page_copied
+                || track.units.is_some()
+                || !track.marks.is_empty()
+                || track.unlogged
+            {
+                *track = FrameTrack::default();
+            }
+        }
+        self.pending.clear();
+        self.pending_bytes = 0;
+        self.dirtied.clear();
+        Ok(())
+    }
+}
+
+/// Page protection: are as many frames writable as the arena allows?
+fn protection_needs_room(cache: &ClientCache) -> bool {
+    cache
+        .protection()
+        .is_some_and(|p| p.writable_frames() >= protection::WRITABLE_FRAMES_MAX)
+}

@@ -68,15 +68,28 @@ impl Store {
         }
     }
 
-    /// A new session with its own client cache.
+    /// A new session with its own client cache, using the store's scheme.
     pub fn session(&self) -> Result<Session> {
+        self.session_with_scheme(self.options.scheme)
+    }
+
+    /// A new session that detects and logs updates with `scheme` instead of the store's
+    /// (schemes differ only at the client; the server's recovery method must match).
+    pub fn session_with_scheme(&self, scheme: Scheme) -> Result<Session> {
+        if scheme.method.name() != self.server.recovery_method() {
+            return Err(lodestore_core::Error::InvalidArgument(format!(
+                "scheme {scheme} needs the {} recovery method; this store uses {}",
+                scheme.method.name(),
+                self.server.recovery_method()
+            )));
+        }
         let page_size = self.page_size();
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;
         Ok(Session {
             client: ClientSession::new(
                 self.server.clone(),
                 pages,
-                self.options.scheme,
+                scheme,
                 self.options.recovery_buffer_bytes,
             )?,
         })

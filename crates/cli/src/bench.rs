@@ -105,7 +105,7 @@ pub fn commit(
     Ok(ExitCode::SUCCESS)
 }
 
-fn remove_store(dir: &Path) -> Result<()> {
+pub(crate) fn remove_store(dir: &Path) -> Result<()> {
     if dir.exists() {
         std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, "remove", e))?;
     }
@@ -206,7 +206,7 @@ fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
     })
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
     }

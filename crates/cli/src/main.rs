@@ -1,6 +1,7 @@
 //! `lodestore`: the command-line face of Lodestore.
 
 mod bench;
+mod bench_detect;
 mod demo;
 mod inspect;
 mod stress;
@@ -130,6 +131,17 @@ enum BenchCommand {
         #[arg(long)]
         csv: Option<PathBuf>,
     },
+    /// What update detection costs per scheme: nanoseconds per update of a hot loop rewriting
+    /// objects already written (as a ratio to the same loop with detection off) and per first
+    /// write of a page (as a ratio to a bare write fault with a page copy, measured in the same
+    /// run).
+    Detect {
+        /// Folder for the benchmark store.
+        path: PathBuf,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+    },
     /// Page-diffing throughput (GB/s on one core) for unchanged and changed pages, next to a
     /// plain comparison of the same bytes measured in the same run.
     Diff {
@@ -181,6 +193,9 @@ fn main() -> ExitCode {
         Command::Bench {
             which: BenchCommand::Diff { page_size, seconds },
         } => bench::diff(page_size, seconds),
+        Command::Bench {
+            which: BenchCommand::Detect { path, runs },
+        } => bench_detect::detect(&path, runs),
         Command::Torture(args) => torture::run(&args),
     };
     match result {

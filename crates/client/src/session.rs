@@ -455,6 +455,9 @@ impl ClientSession {
     }
 
     fn mark_dirty(&mut self, page: PageId, frame: FrameId) -> Result<()> {
+        if self.cache.state(frame).dirty {
+            return Ok(());
+        }
         self.cache.state_mut(frame).dirty = true;
         self.active()?.dirty.insert(page);
         Ok(())

@@ -35,8 +35,9 @@ use lodestore_server::PageUpdate;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
 use recovery_buffer::{EntrySeq, Granule, RecoveryBuffer};
+use rustc_hash::FxHashSet;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 /// How a client learns what a transaction changed.
@@ -125,7 +126,8 @@ pub struct WriteTracker {
     page_size: usize,
     buffer: RecoveryBuffer,
     frames: Vec<FrameTrack>,
-    remembered: HashSet<(PageId, SlotId)>,
+    /// Modified objects. A fast non-cryptographic hash: the set is probed on every write.
+    remembered: FxHashSet<(PageId, SlotId)>,
     /// Live entries of each page.
     by_page: BTreeMap<PageId, Vec<EntrySeq>>,
     pending: Vec<PageUpdate>,
@@ -162,7 +164,7 @@ impl WriteTracker {
             page_size,
             buffer: RecoveryBuffer::new(recovery_buffer_bytes, page_size),
             frames: vec![FrameTrack::default(); frame_count],
-            remembered: HashSet::new(),
+            remembered: FxHashSet::default(),
             by_page: BTreeMap::new(),
             pending: Vec::new(),
             pending_bytes: 0,
@@ -332,9 +334,10 @@ impl WriteTracker {
         Ok(())
     }
 
-    /// Copies the units of `range` not copied yet. Room for every unit of the range is made
-    /// first: making room one unit at a time could evict (and re-arm) a unit of this same
-    /// write before the write happens. A range the buffer cannot hold takes a page copy.
+    /// Copies the units of `range` not copied yet, each run of them as one piece. Room for the
+    /// whole range is made first: making room run by run could evict (and re-arm) a run of
+    /// this same write before the write happens. A range the buffer cannot hold takes a page
+    /// copy.
     fn copy_units(
         &mut self,
         cache: &mut ClientCache,
@@ -346,8 +349,15 @@ impl WriteTracker {
         debug_assert!(range.start < range.end && range.end <= self.page_size);
         let shift = unit.trailing_zeros();
         let (first, last) = (range.start >> shift, (range.end - 1) >> shift);
-        // One more unit covers the bytes skipped if the ring wraps once.
-        let room = (last - first + 2) * unit;
+        // The common case of a hot loop: every unit is copied already.
+        if let Some(table) = &self.frames[frame].units {
+            if table[first..=last].iter().all(|&copied| copied != 0) {
+                return Ok(());
+            }
+        }
+        // Twice the range: the runs are placed one after another, and the ring wraps at most
+        // once among them, skipping less than one run.
+        let room = 2 * (last - first + 1) * unit;
         if room > self.buffer.capacity() {
             return self.copy_page(cache, frame, page);
         }
@@ -355,26 +365,32 @@ impl WriteTracker {
             self.evict_oldest(cache)?;
         }
         let units_per_page = self.page_size >> shift;
+        let table = self.frames[frame]
+            .units
+            .get_or_insert_with(|| vec![0u8; units_per_page].into_boxed_slice());
+        // Runs of units not copied yet, each copied as one piece.
+        let mut runs: Vec<(usize, usize)> = Vec::new();
         for index in first..=last {
-            let table = self.frames[frame]
-                .units
-                .get_or_insert_with(|| vec![0u8; units_per_page].into_boxed_slice());
             if table[index] != 0 {
                 continue;
             }
             table[index] = 1;
-            let at = index << shift;
+            match runs.last_mut() {
+                Some((start, count)) if *start + *count == index => *count += 1,
+                _ => runs.push((index, 1)),
+            }
+        }
+        for (start, count) in runs {
+            let at = start << shift;
+            let granule = Granule::Units {
+                first: start as u32,
+                count: count as u32,
+            };
             debug_assert!(
-                self.buffer.has_room(unit),
-                "room was made for the whole write"
+                self.buffer.has_room(count * unit),
+                "room was made for the write"
             );
-            self.copy_piece(
-                cache,
-                frame,
-                page,
-                Granule::Unit(index as u32),
-                at..at + unit,
-            )?;
+            self.copy_piece(cache, frame, page, granule, at..at + count * unit)?;
         }
         Ok(())
     }
@@ -491,9 +507,9 @@ impl WriteTracker {
                     protection.protect(frame)?;
                 }
             }
-            Granule::Unit(index) => {
+            Granule::Units { first, count } => {
                 if let Some(table) = track.units.as_mut() {
-                    table[index as usize] = 0;
+                    table[first as usize..(first + count) as usize].fill(0);
                 }
             }
             Granule::Object(slot) => {

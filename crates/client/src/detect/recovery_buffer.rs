@@ -15,8 +15,9 @@ use std::collections::VecDeque;
 pub enum Granule {
     /// The whole page.
     Page,
-    /// Unit `index` of the detector's unit size (a block or a card).
-    Unit(u32),
+    /// `count` consecutive units from `first`, of the detector's unit size (blocks or cards):
+    /// a run copied by one write is one entry.
+    Units { first: u32, count: u32 },
     /// The object in this slot.
     Object(u16),
 }
@@ -58,8 +59,15 @@ impl RecoveryBuffer {
             capacity_bytes >= piece_bytes_max && piece_bytes_max > 0,
             "a recovery buffer of {capacity_bytes} bytes cannot hold a {piece_bytes_max}-byte piece"
         );
+        // Touch every page now, so no first write of a transaction pays for the kernel
+        // mapping a zero page (a zeroed allocation is mapped lazily).
+        let mut ring = vec![0u8; capacity_bytes].into_boxed_slice();
+        for byte in ring.iter_mut().step_by(4096) {
+            // SAFETY: a valid, aligned pointer into `ring`.
+            unsafe { std::ptr::write_volatile(byte, 0) };
+        }
         RecoveryBuffer {
-            ring: vec![0u8; capacity_bytes].into_boxed_slice(),
+            ring,
             entries: VecDeque::new(),
             front_seq: 0,
             tail: 0,
@@ -211,7 +219,12 @@ mod tests {
         assert_eq!(buffer.oldest().unwrap().0, a);
         buffer.pop_oldest();
         assert!(buffer.has_room(40));
-        let c = buffer.push(PageId(3), Granule::Unit(1), 8, &[3; 40]);
+        let c = buffer.push(
+            PageId(3),
+            Granule::Units { first: 1, count: 1 },
+            8,
+            &[3; 40],
+        );
         // c wrapped to the ring's start: 20 bytes at the end were skipped.
         assert_eq!(buffer.bytes(&buffer.get(c).unwrap()), &[3; 40]);
         assert_eq!(buffer.bytes(&buffer.get(b).unwrap()), &[2; 40]);

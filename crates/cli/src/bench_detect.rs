@@ -1,0 +1,257 @@
+//! `lodestore bench detect`: what update detection costs, per scheme, measured in one run.
+//!
+//! - Hot loop: a transaction rewrites objects it already wrote, through `get_mut`, round after
+//!   round. Reported as nanoseconds per update and as a ratio to the same loop under `WPL`
+//!   (detector none: the API path without any detection work).
+//! - First write: a transaction writes one object on each of many pages it has not written
+//!   yet. The cost detection adds is this time minus the same under `WPL`; for page protection
+//!   it is reported as a ratio to a bare write fault with a page copy (a protected arena armed,
+//!   written, captured) measured in the same run.
+//!
+//! Each figure is the median of the runs.
+
+use bytemuck::{Pod, Zeroable};
+use lodestore::{DetectionStats, Oid, Options, Persistent, Result, Scheme, Store};
+use lodestore_client::detect::protection::ProtectedArena;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// A small object, as OO7's atomic parts are.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+struct Part {
+    id: u64,
+    x: u64,
+    y: u64,
+    build_date: u64,
+    payload: [u64; 4],
+}
+impl Persistent for Part {
+    const TYPE_ID: u32 = 0x0B_0001;
+}
+
+/// A part padded to more than half a page, so each lies on a page of its own.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+struct PagePart {
+    part: Part,
+    padding: [u64; 512],
+}
+impl Persistent for PagePart {
+    const TYPE_ID: u32 = 0x0B_0002;
+}
+
+const PAGE_SIZE: usize = 8192;
+const HOT_OBJECTS: usize = 4096;
+const HOT_ROUNDS: usize = 200;
+const FIRST_WRITE_PAGES: usize = 2000;
+
+/// The schemes measured: the detector-off baseline first.
+fn schemes() -> Vec<Scheme> {
+    let mut schemes = vec![
+        Scheme::WPL,
+        Scheme::PD_ESM,
+        Scheme::SD_ESM,
+        Scheme::REMSET,
+        Scheme::OBJ,
+    ];
+    for name in ["CARD-16", "CARD-256", "CARD-4096"] {
+        schemes.push(name.parse().expect("a named scheme"));
+    }
+    schemes
+}
+
+#[derive(Clone, Debug, Default)]
+struct Figures {
+    hot_ns: f64,
+    first_write_ns: f64,
+    stats: DetectionStats,
+}
+
+pub fn detect(path: &Path, runs: usize) -> Result<ExitCode> {
+    if runs == 0 {
+        return Err(lodestore::Error::InvalidArgument(
+            "bench detect needs at least one run".into(),
+        ));
+    }
+    let dir = path.join("bench-detect");
+    crate::bench::remove_store(&dir)?;
+    let options = Options::new()
+        .page_size(PAGE_SIZE)
+        .client_cache_bytes(64 << 20)
+        .server_pool_bytes(64 << 20)
+        .recovery_buffer_bytes(32 << 20);
+    let store = Store::create(&dir, options)?;
+    let (hot, pages) = populate(&store)?;
+    let schemes = schemes();
+    let mut all: Vec<Vec<Figures>> = vec![Vec::new(); schemes.len()];
+    let mut raw = Vec::new();
+    for run in 0..runs {
+        raw.push(raw_trap_and_copy_ns(FIRST_WRITE_PAGES)?);
+        for (i, scheme) in schemes.iter().enumerate() {
+            let figures = measure(&store, *scheme, &hot, &pages)?;
+            eprintln!(
+                "run {}: {:<9} hot {:>6.1} ns/update, first write {:>7.0} ns/page",
+                run + 1,
+                scheme.name(),
+                figures.hot_ns,
+                figures.first_write_ns
+            );
+            all[i].push(figures);
+        }
+    }
+    drop(store);
+    crate::bench::remove_store(&dir)?;
+
+    let raw_ns = crate::bench::median(raw);
+    let medians: Vec<Figures> = all
+        .iter()
+        .map(|runs| Figures {
+            hot_ns: crate::bench::median(runs.iter().map(|f| f.hot_ns).collect()),
+            first_write_ns: crate::bench::median(runs.iter().map(|f| f.first_write_ns).collect()),
+            stats: runs.last().expect("a run").stats,
+        })
+        .collect();
+    let base = medians[0].clone();
+    println!(
+        "bare write fault + {PAGE_SIZE}-byte copy (protected arena): {raw_ns:.0} ns  \
+         (median of {runs} runs)"
+    );
+    println!(
+        "{:<10} {:>10} {:>8} {:>12} {:>12} {:>9} {:>7} {:>8} {:>8} {:>9}",
+        "scheme",
+        "hot ns/upd",
+        "x none",
+        "first ns/pg",
+        "+ over none",
+        "x fault",
+        "traps",
+        "copied",
+        "records",
+        "log KiB"
+    );
+    for (scheme, figures) in schemes.iter().zip(&medians) {
+        let extra = figures.first_write_ns - base.first_write_ns;
+        let versus_fault = if scheme.uses_page_protection() {
+            format!("{:.2}", extra / raw_ns)
+        } else {
+            "-".into()
+        };
+        let stats = figures.stats;
+        println!(
+            "{:<10} {:>10.1} {:>8.3} {:>12.0} {:>12.0} {:>9} {:>7} {:>8} {:>8} {:>9.0}",
+            scheme.name(),
+            figures.hot_ns,
+            figures.hot_ns / base.hot_ns,
+            figures.first_write_ns,
+            extra,
+            versus_fault,
+            stats.traps,
+            stats.pages_copied + stats.pieces_copied,
+            stats.log_records,
+            stats.log_bytes as f64 / 1024.0
+        );
+    }
+    println!(
+        "hot: {HOT_ROUNDS} rounds over {HOT_OBJECTS} objects already written; first write: \
+         one object on each of {FIRST_WRITE_PAGES} pages; counters of the last run."
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Small parts packed on pages, and page-sized parts.
+type Objects = (Vec<Oid<Part>>, Vec<Oid<PagePart>>);
+
+/// Creates the objects: small ones packed on pages, and page-sized ones.
+fn populate(store: &Store) -> Result<Objects> {
+    let mut session = store.session()?;
+    let mut txn = session.begin()?;
+    let zero = Part::zeroed();
+    let hot = (0..HOT_OBJECTS)
+        .map(|_| txn.alloc(&zero))
+        .collect::<Result<Vec<_>>>()?;
+    let pages = (0..FIRST_WRITE_PAGES)
+        .map(|_| txn.alloc(&PagePart::zeroed()))
+        .collect::<Result<Vec<_>>>()?;
+    txn.commit()?;
+    store.checkpoint()?;
+    Ok((hot, pages))
+}
+
+fn measure(
+    store: &Store,
+    scheme: Scheme,
+    hot: &[Oid<Part>],
+    pages: &[Oid<PagePart>],
+) -> Result<Figures> {
+    let mut session = store.session_with_scheme(scheme)?;
+    // Warm the client cache so no figure includes page fetches.
+    let mut txn = session.begin()?;
+    for &oid in hot {
+        txn.get(oid)?;
+    }
+    for &oid in pages {
+        txn.get(oid)?;
+    }
+    txn.commit()?;
+
+    let mut txn = session.begin()?;
+    let started = Instant::now();
+    for &oid in pages {
+        txn.get_mut(oid)?.part.x += 1;
+    }
+    let first_write_ns = started.elapsed().as_nanos() as f64 / pages.len() as f64;
+    txn.commit()?;
+
+    let mut txn = session.begin()?;
+    for &oid in hot {
+        txn.get_mut(oid)?.x += 1;
+    }
+    let started = Instant::now();
+    for _ in 0..HOT_ROUNDS {
+        for &oid in hot {
+            let part = txn.get_mut(oid)?;
+            part.x += 1;
+            part.y += 1;
+        }
+    }
+    let hot_ns = started.elapsed().as_nanos() as f64 / (HOT_ROUNDS * hot.len()) as f64;
+    txn.commit()?;
+    Ok(Figures {
+        hot_ns,
+        first_write_ns,
+        stats: session.detection_stats(),
+    })
+}
+
+/// A bare write fault with a page copy: a protected arena's frame armed, written once, the
+/// capture taken; per page.
+fn raw_trap_and_copy_ns(frames: usize) -> Result<f64> {
+    let mut arena = ProtectedArena::new(PAGE_SIZE, frames)?;
+    let mut pre_images = vec![1u8; PAGE_SIZE * frames];
+    // Populate the memory and the user view's page tables first, as a warm client cache is:
+    // the figure is the fault and the copy, not the kernel allocating pages.
+    // SAFETY: both views span `frames * PAGE_SIZE` bytes; the shadow view is writable.
+    let mut sum = 0u64;
+    unsafe {
+        std::ptr::write_bytes(arena.shadow(), 0, frames * PAGE_SIZE);
+        for offset in (0..frames * PAGE_SIZE).step_by(4096) {
+            sum += std::ptr::read_volatile(arena.user().add(offset)) as u64;
+        }
+    }
+    std::hint::black_box(sum);
+    let started = Instant::now();
+    for frame in 0..frames {
+        arena.arm(frame, pre_images[frame * PAGE_SIZE..].as_mut_ptr());
+        // SAFETY: the frame lies in the arena's user view and is armed: the write faults,
+        // the handler copies the frame and makes it writable, and the write completes.
+        unsafe {
+            std::ptr::write_volatile(arena.user().add(frame * PAGE_SIZE + 64), 1u8);
+        }
+        arena.take_capture();
+    }
+    let ns = started.elapsed().as_nanos() as f64 / frames as f64;
+    arena.protect_all()?;
+    Ok(ns)
+}

@@ -1,0 +1,66 @@
+//! Page protection with tens of thousands of dirty pages in one transaction. Each frame made
+//! writable splits the cache's mapping, and Linux refuses mprotect past `vm.max_map_count`
+//! (65,530 by default) mappings, which scattered writes to about 32,000 pages reach. Lodestore
+//! bounds the writable frames (re-arming the oldest) so the transaction still commits.
+
+use bytemuck::{Pod, Zeroable};
+use lodestore::{Oid, Options, Persistent, Scheme, Store};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+const PAGE_SIZE: usize = 4096;
+/// Pages written; twice as many exist, and every other one is written, so no two writable
+/// frames are neighbours and no mappings merge.
+const PAGES: usize = 40_000;
+
+/// More than half a page: one per page.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+struct Big {
+    value: u64,
+    padding: [u64; 256],
+}
+impl Persistent for Big {
+    const TYPE_ID: u32 = 11;
+}
+
+#[test]
+fn forty_thousand_scattered_dirty_pages_commit_under_page_protection() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options::new()
+        .page_size(PAGE_SIZE)
+        .scheme(Scheme::PD_ESM)
+        .client_cache_bytes((2 * PAGES + 1000) * PAGE_SIZE)
+        .recovery_buffer_bytes((PAGES + 1000) * PAGE_SIZE)
+        .server_pool_bytes(16 << 20);
+    let store = Store::create(dir.path().join("s"), options.clone()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let all: Vec<Oid<Big>> = (0..2 * PAGES)
+        .map(|_| txn.alloc(&Big::zeroed()).unwrap())
+        .collect();
+    txn.commit().unwrap();
+    let mut oids: Vec<Oid<Big>> = all.iter().copied().step_by(2).collect();
+
+    oids.shuffle(&mut rand::rngs::StdRng::seed_from_u64(7));
+    let mut txn = session.begin().unwrap();
+    for (i, &oid) in oids.iter().enumerate() {
+        txn.get_mut(oid).unwrap().value = i as u64 + 1;
+    }
+    txn.commit().unwrap();
+    let stats = session.detection_stats();
+    assert!(stats.traps >= PAGES as u64, "{stats:?}");
+    assert!(
+        stats.buffer_evictions > 0,
+        "writable frames were never bounded: {stats:?}"
+    );
+    drop(session);
+    drop(store);
+
+    let store = Store::open(dir.path().join("s"), options).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    for (i, &oid) in oids.iter().enumerate() {
+        assert_eq!(txn.get(oid).unwrap().value, i as u64 + 1);
+    }
+}

@@ -12,7 +12,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use lodestore::{DetectionStats, Oid, Options, Persistent, Result, Scheme, Store};
-use lodestore_client::detect::protection::ProtectedArena;
+use lodestore_client::detect::protection::{FaultMechanism, ProtectedArena};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -52,6 +52,7 @@ fn schemes() -> Vec<Scheme> {
     let mut schemes = vec![
         Scheme::WPL,
         Scheme::PD_ESM,
+        Scheme::PD_UFFD_ESM,
         Scheme::SD_ESM,
         Scheme::REMSET,
         Scheme::OBJ,
@@ -228,7 +229,7 @@ fn measure(
 /// A bare write fault with a page copy: a protected arena's frame armed, written once, the
 /// capture taken; per page.
 fn raw_trap_and_copy_ns(frames: usize) -> Result<f64> {
-    let mut arena = ProtectedArena::new(PAGE_SIZE, frames)?;
+    let mut arena = ProtectedArena::new(PAGE_SIZE, frames, FaultMechanism::Signal)?;
     let mut pre_images = vec![1u8; PAGE_SIZE * frames];
     // Populate the memory and the user view's page tables first, as a warm client cache is:
     // the figure is the fault and the copy, not the kernel allocating pages.

@@ -3,7 +3,7 @@
 //! can protect them one by one; with page protection the arena is a [`ProtectedArena`], whose
 //! frames the client fills through an always-writable second view.
 
-use crate::detect::protection::ProtectedArena;
+use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, PageId, Result, TxnId};
 use memmap2::MmapMut;
@@ -39,9 +39,13 @@ pub struct Evicted {
 }
 
 impl ClientCache {
-    /// A cache of `frame_count` frames of `page_size` bytes; `protected` makes frames read-only
-    /// until a write faults (page protection).
-    pub fn new(page_size: usize, frame_count: usize, protected: bool) -> Result<ClientCache> {
+    /// A cache of `frame_count` frames of `page_size` bytes; with `protection`, frames are
+    /// read-only until a write faults, delivered by that mechanism (page protection).
+    pub fn new(
+        page_size: usize,
+        frame_count: usize,
+        protection: Option<FaultMechanism>,
+    ) -> Result<ClientCache> {
         if frame_count == 0 {
             return Err(Error::InvalidArgument(
                 "client cache needs at least one page".into(),
@@ -50,8 +54,8 @@ impl ClientCache {
         let bytes = page_size.checked_mul(frame_count).ok_or_else(|| {
             Error::InvalidArgument(format!("client cache of {frame_count} pages is too large"))
         })?;
-        let arena = if protected {
-            Arena::Protected(ProtectedArena::new(page_size, frame_count)?)
+        let arena = if let Some(mechanism) = protection {
+            Arena::Protected(ProtectedArena::new(page_size, frame_count, mechanism)?)
         } else {
             Arena::Plain(
                 MmapMut::map_anon(bytes)

@@ -3,7 +3,8 @@
 //!
 //! | name | detector | generator | paper |
 //! |---|---|---|---|
-//! | `PD-ESM` | page protection | page diff | QuickStore 3.2 |
+//! | `PD-ESM` | page protection (SIGSEGV) | page diff | QuickStore 3.2 |
+//! | `PD-UFFD-ESM` | page protection (userfaultfd) | page diff | QuickStore 3.2 |
 //! | `SD-ESM` | 64-byte sub-page blocks | sub-page diff | QuickStore 3.3 |
 //! | `SL-ESM` | 64-byte sub-page blocks | sub-page log (no diff) | QuickStore 3.3 |
 //! | `WPL` | none | whole page (the server diffs it until the WPL method exists) | QuickStore 3.4 |
@@ -15,6 +16,7 @@
 //! `PAGES` and `PD-ESM` are the same mechanisms under the two papers' names: page diffing here
 //! never lets a record span two objects, which is what Hosking's per-object diff gives.
 
+use crate::detect::protection::FaultMechanism;
 use crate::detect::Detector;
 use lodestore_core::{Error, Result};
 use lodestore_loggen::Generator;
@@ -43,7 +45,17 @@ impl Scheme {
         }
     }
 
-    pub const PD_ESM: Scheme = Scheme::new("PD-ESM", Detector::PageProtection, Generator::PageDiff);
+    pub const PD_ESM: Scheme = Scheme::new(
+        "PD-ESM",
+        Detector::PageProtection(FaultMechanism::Signal),
+        Generator::PageDiff,
+    );
+    /// Page diffing with faults delivered by userfaultfd instead of SIGSEGV.
+    pub const PD_UFFD_ESM: Scheme = Scheme::new(
+        "PD-UFFD-ESM",
+        Detector::PageProtection(FaultMechanism::Userfaultfd),
+        Generator::PageDiff,
+    );
     pub const SD_ESM: Scheme = Scheme::new(
         "SD-ESM",
         Detector::SubPageBlocks {
@@ -62,7 +74,11 @@ impl Scheme {
     pub const OBJ: Scheme = Scheme::new("OBJ", Detector::ObjectMarking, Generator::SubPageDiff);
     pub const REMSET: Scheme =
         Scheme::new("REMSET", Detector::RememberedSet, Generator::SubPageDiff);
-    pub const PAGES: Scheme = Scheme::new("PAGES", Detector::PageProtection, Generator::PageDiff);
+    pub const PAGES: Scheme = Scheme::new(
+        "PAGES",
+        Detector::PageProtection(FaultMechanism::Signal),
+        Generator::PageDiff,
+    );
 
     const CARDS: [Scheme; 9] = [
         Scheme::card("CARD-16", 16),
@@ -84,6 +100,7 @@ impl Scheme {
     pub fn all() -> Vec<Scheme> {
         let mut all = vec![
             Scheme::PD_ESM,
+            Scheme::PD_UFFD_ESM,
             Scheme::SD_ESM,
             Scheme::SL_ESM,
             Scheme::WPL,
@@ -101,7 +118,15 @@ impl Scheme {
 
     /// Does the scheme need page protection (a SIGSEGV handler and a protected arena)?
     pub fn uses_page_protection(&self) -> bool {
-        self.detector == Detector::PageProtection
+        self.fault_mechanism().is_some()
+    }
+
+    /// How page protection's write faults are delivered, if the scheme uses it.
+    pub fn fault_mechanism(&self) -> Option<FaultMechanism> {
+        match self.detector {
+            Detector::PageProtection(faults) => Some(faults),
+            _ => None,
+        }
     }
 }
 

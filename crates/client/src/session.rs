@@ -95,7 +95,7 @@ impl ClientSession {
             cache_pages,
         )?;
         Ok(ClientSession {
-            cache: ClientCache::new(page_size, cache_pages, scheme.uses_page_protection())?,
+            cache: ClientCache::new(page_size, cache_pages, scheme.fault_mechanism())?,
             tracker,
             scheme,
             volume: server.volume_id(),

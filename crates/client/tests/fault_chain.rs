@@ -2,7 +2,7 @@
 //! the program as they would have. Each case runs in a child process (this test binary, run
 //! again with an environment variable naming the case) and the parent checks how it died.
 
-use lodestore_client::detect::protection::{os_page_bytes, ProtectedArena};
+use lodestore_client::detect::protection::{os_page_bytes, FaultMechanism, ProtectedArena};
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 
@@ -32,7 +32,7 @@ fn child_entry_point() {
     let Ok(case) = std::env::var(CASE_VARIABLE) else {
         return; // Run as a normal test: nothing to do.
     };
-    let _arena = ProtectedArena::new(os_page_bytes(), 4).unwrap();
+    let _arena = ProtectedArena::new(os_page_bytes(), 4, FaultMechanism::Signal).unwrap();
     match case.as_str() {
         "stray-write" => {
             // A read-only page that is not Lodestore's.

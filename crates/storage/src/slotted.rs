@@ -289,9 +289,11 @@ pub fn compact(page: &mut [u8]) {
     debug_assert_eq!(end - table_end, free_bytes(page));
 }
 
-/// Slots holding records, in slot order.
+/// Slots holding records, in slot order. A slot count that runs past the page end (a page
+/// garbled in memory) is cut at the page end rather than read out of bounds.
 pub fn live_slots(page: &[u8]) -> impl Iterator<Item = SlotId> + '_ {
-    (0..slot_count(page))
+    let fits = page.len().saturating_sub(SLOT_TABLE_AT) / SLOT_BYTES;
+    (0..slot_count(page).min(fits))
         .filter(move |&s| slot_offset(page, s) != 0)
         .map(|s| s as SlotId)
 }
@@ -368,6 +370,15 @@ mod tests {
         let mut page = vec![0u8; size];
         init(&mut page, PageId(9), 0);
         page
+    }
+
+    #[test]
+    fn live_slots_of_a_garbled_slot_count_stay_inside_the_page() {
+        let mut page = new_page(4096);
+        put_u16(&mut page, SLOT_COUNT_AT, u16::MAX);
+        page[SLOT_TABLE_AT..].fill(8);
+        let fits = (4096 - SLOT_TABLE_AT) / SLOT_BYTES;
+        assert_eq!(live_slots(&page).count(), fits);
     }
 
     #[test]

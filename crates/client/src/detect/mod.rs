@@ -26,6 +26,7 @@
 
 pub mod protection;
 pub mod recovery_buffer;
+pub mod userfaultfd;
 
 use crate::cache::ClientCache;
 use lodestore_core::frames::FrameId;
@@ -34,6 +35,7 @@ use lodestore_loggen::{Generator, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_server::PageUpdate;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
+use protection::FaultMechanism;
 use recovery_buffer::{EntrySeq, Granule, RecoveryBuffer};
 use rustc_hash::FxHashSet;
 use serde::Serialize;
@@ -43,8 +45,8 @@ use std::ops::Range;
 /// How a client learns what a transaction changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Detector {
-    /// Write faults on read-only frames (SIGSEGV and mprotect).
-    PageProtection,
+    /// Write faults on read-only frames, delivered by a signal handler or by userfaultfd.
+    PageProtection(FaultMechanism),
     /// A software write barrier copying blocks of `block_bytes` (8 to 64) at their first write.
     SubPageBlocks { block_bytes: usize },
     /// A card table of one byte per `card_bytes` (16 to 4096).
@@ -233,7 +235,7 @@ impl WriteTracker {
                 self.frames[frame].unlogged = true;
                 Ok(true)
             }
-            (Detector::PageProtection, _) => {
+            (Detector::PageProtection(_), _) => {
                 self.arm(cache, frame)?;
                 Ok(false)
             }
@@ -643,7 +645,7 @@ impl WriteTracker {
 fn protection_needs_room(cache: &ClientCache) -> bool {
     cache
         .protection()
-        .is_some_and(|p| p.writable_frames() >= protection::WRITABLE_FRAMES_MAX)
+        .is_some_and(|p| p.writable_frames() >= p.writable_frames_max())
 }
 
 #[cfg(test)]
@@ -658,7 +660,8 @@ mod tests {
 
     fn detectors() -> impl Strategy<Value = Detector> {
         prop_oneof![
-            Just(Detector::PageProtection),
+            Just(Detector::PageProtection(FaultMechanism::Signal)),
+            Just(Detector::PageProtection(FaultMechanism::Userfaultfd)),
             prop_oneof![Just(8usize), Just(16), Just(64)]
                 .prop_map(|block_bytes| Detector::SubPageBlocks { block_bytes }),
             prop_oneof![Just(16usize), Just(256), Just(1024), Just(4096)]
@@ -743,8 +746,11 @@ mod tests {
             buffer_pages in 1usize..3,
             writes in writes(),
         ) {
-            let mut cache = ClientCache::new(PAGE, PAGES, detector == Detector::PageProtection)
-                .unwrap();
+            let faults = match detector {
+                Detector::PageProtection(faults) => Some(faults),
+                _ => None,
+            };
+            let mut cache = ClientCache::new(PAGE, PAGES, faults).unwrap();
             let mut tracker =
                 WriteTracker::new(detector, generator, buffer_pages * PAGE, PAGE, PAGES).unwrap();
             let mut frames = Vec::new();

@@ -1,7 +1,12 @@
 //! Page protection (QuickStore section 3.2.1; Hosking section 2.2's "pages"): the client cache's
 //! frames are read-only until a transaction writes them. The first write to a frame faults; the
-//! SIGSEGV handler copies the frame into the recovery buffer (its pre-image), makes the frame
-//! writable and returns, and the write runs again. Later writes to the frame cost nothing.
+//! fault is *captured*: the frame is copied into the recovery buffer (its pre-image) and made
+//! writable, and the write runs again. Later writes to the frame cost nothing.
+//!
+//! Two mechanisms deliver the fault ([`FaultMechanism`]): a SIGSEGV handler with mprotect, run
+//! on the writing thread; or userfaultfd write protection (see [`super::userfaultfd`]), where
+//! the writing thread waits while the arena's handler thread captures, and which never splits
+//! the mapping.
 //!
 //! The arena is one memory file mapped twice: the *user view*, whose frames are protected and
 //! into which references handed to the application point, and the *shadow view*, always
@@ -20,12 +25,24 @@
 //! [`WRITABLE_FRAMES_MAX`]; re-protecting the whole view at the end of a transaction merges it
 //! back into one mapping.
 
+use super::userfaultfd::{self, Event};
 use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, Result};
 use std::ffi::c_void;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+
+/// How write faults on protected frames reach Lodestore.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FaultMechanism {
+    /// A SIGSEGV handler on the writing thread; mprotect changes protection.
+    Signal,
+    /// userfaultfd write protection with a handler thread; ioctls change protection.
+    Userfaultfd,
+}
 
 /// Frames of one arena that may be writable at once; past it the session evicts the oldest
 /// pre-images first. Each writable run of frames costs up to two kernel mappings.
@@ -41,6 +58,8 @@ const NO_FRAME: usize = usize::MAX;
 /// What the fault handler reads and writes for one arena. Lives at a fixed address (boxed) for
 /// as long as the arena is registered.
 struct TrapShared {
+    /// The userfaultfd, or -1 with the signal mechanism.
+    uffd: libc::c_int,
     user: usize,
     shadow: usize,
     frame_bytes: usize,
@@ -53,6 +72,17 @@ struct TrapShared {
 }
 
 impl TrapShared {
+    /// Makes `len` bytes at `address` of the user view writable or read-only. With
+    /// userfaultfd, making them writable also wakes the thread waiting to write them.
+    /// Async-signal-safe.
+    fn set_writable(&self, address: usize, len: usize, writable: bool) -> bool {
+        if self.uffd >= 0 {
+            userfaultfd::set_writable(self.uffd, address, len, writable)
+        } else {
+            set_protection(address, len, writable)
+        }
+    }
+
     /// Handles a write fault at `address` inside this arena. False if it is not a write the
     /// session allowed: a real fault.
     ///
@@ -60,8 +90,16 @@ impl TrapShared {
     fn capture(&self, address: usize) -> bool {
         let frame = (address - self.user) / self.frame_bytes;
         match self.states[frame].load(Ordering::Acquire) {
-            // Another thread's fault on this frame won the race; the write can proceed.
-            WRITABLE => true,
+            // Already captured (a second OS page of the frame, or a race): let the write
+            // proceed, waking the writer if it waits on userfaultfd.
+            WRITABLE => {
+                self.uffd < 0
+                    || self.set_writable(
+                        self.user + frame * self.frame_bytes,
+                        self.frame_bytes,
+                        true,
+                    )
+            }
             ARMED => {
                 let target = self.pre_image.swap(ptr::null_mut(), Ordering::AcqRel);
                 if target.is_null() {
@@ -81,13 +119,15 @@ impl TrapShared {
                         self.frame_bytes,
                     );
                 }
-                if !set_protection(self.user + offset, self.frame_bytes, true) {
-                    report_in_handler(b"lodestore: mprotect failed while enabling a write\n");
-                    return false;
-                }
+                // Published before the protection goes: with userfaultfd, removing it wakes the
+                // writer, which may then look for the capture.
                 self.states[frame].store(WRITABLE, Ordering::Release);
                 self.captured.store(frame, Ordering::Release);
                 self.traps.fetch_add(1, Ordering::Relaxed);
+                if !self.set_writable(self.user + offset, self.frame_bytes, true) {
+                    report_in_handler(b"lodestore: could not enable a write to a frame\n");
+                    return false;
+                }
                 true
             }
             _ => false,
@@ -118,8 +158,14 @@ static PREVIOUS_ACTION: OnceLock<libc::sigaction> = OnceLock::new();
 
 /// A client cache arena whose frames are write-protected until written.
 pub struct ProtectedArena {
-    shared: Box<TrapShared>,
-    slot: usize,
+    shared: Arc<TrapShared>,
+    mechanism: FaultMechanism,
+    /// Registry slot (signal mechanism).
+    slot: Option<usize>,
+    /// The userfaultfd, its handler thread and the pipe end that stops it.
+    uffd: Option<OwnedFd>,
+    handler: Option<JoinHandle<()>>,
+    stop: Option<OwnedFd>,
     len: usize,
     armed: Option<FrameId>,
     writable: usize,
@@ -130,8 +176,12 @@ unsafe impl Send for ProtectedArena {}
 
 impl ProtectedArena {
     /// Maps `frame_count` frames of `frame_bytes` (a multiple of the OS page size), all
-    /// protected, and registers them with the fault handler.
-    pub fn new(frame_bytes: usize, frame_count: usize) -> Result<ProtectedArena> {
+    /// protected, with faults delivered by `mechanism`.
+    pub fn new(
+        frame_bytes: usize,
+        frame_count: usize,
+        mechanism: FaultMechanism,
+    ) -> Result<ProtectedArena> {
         let os_page = os_page_bytes();
         if !frame_bytes.is_multiple_of(os_page) {
             return Err(Error::InvalidArgument(format!(
@@ -141,9 +191,16 @@ impl ProtectedArena {
         let len = frame_bytes
             .checked_mul(frame_count)
             .ok_or_else(|| Error::InvalidArgument("client cache is too large".into()))?;
-        install_handler()?;
-        let (user, shadow) = map_twice(len)?;
-        let shared = Box::new(TrapShared {
+        let uffd = match mechanism {
+            FaultMechanism::Signal => {
+                install_handler()?;
+                None
+            }
+            FaultMechanism::Userfaultfd => Some(userfaultfd::open()?),
+        };
+        let (user, shadow) = map_twice(len, uffd.is_some())?;
+        let shared = Arc::new(TrapShared {
+            uffd: uffd.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
             user,
             shadow,
             frame_bytes,
@@ -152,19 +209,96 @@ impl ProtectedArena {
             captured: AtomicUsize::new(NO_FRAME),
             traps: AtomicU64::new(0),
         });
-        let Some(slot) = claim_slot(user, len, &shared) else {
-            unmap(user, shadow, len);
-            return Err(Error::InvalidArgument(format!(
-                "at most {ARENAS_MAX} sessions may use page protection at once"
-            )));
-        };
-        Ok(ProtectedArena {
+        // From here on, dropping the arena unmaps the views and stops any handler thread.
+        let mut arena = ProtectedArena {
             shared,
-            slot,
+            mechanism,
+            slot: None,
+            uffd: None,
+            handler: None,
+            stop: None,
             len,
             armed: None,
             writable: 0,
-        })
+        };
+        match uffd {
+            None => {
+                arena.slot = claim_slot(user, len, &arena.shared);
+                if arena.slot.is_none() {
+                    return Err(Error::InvalidArgument(format!(
+                        "at most {ARENAS_MAX} sessions may use signal page protection at once"
+                    )));
+                }
+            }
+            Some(fd) => arena.start_handler_thread(fd)?,
+        }
+        Ok(arena)
+    }
+
+    /// userfaultfd: populates the user view (so every page-table entry exists to be
+    /// protected), registers it, protects it all and starts the thread that captures faults.
+    fn start_handler_thread(&mut self, fd: OwnedFd) -> Result<()> {
+        let (user, len) = (self.shared.user, self.len);
+        // SAFETY: both views span `len` bytes; the shadow view is writable.
+        unsafe {
+            ptr::write_bytes(self.shadow(), 0, len);
+            let mut sum = 0u8;
+            for offset in (0..len).step_by(os_page_bytes()) {
+                sum = sum.wrapping_add(ptr::read_volatile((user + offset) as *const u8));
+            }
+            std::hint::black_box(sum);
+        }
+        userfaultfd::register(&fd, user, len)?;
+        if !userfaultfd::set_writable(fd.as_raw_fd(), user, len, false) {
+            return Err(Error::io(
+                "userfaultfd",
+                "UFFDIO_WRITEPROTECT",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        let (stop_read, stop_write) = userfaultfd::stop_pipe()?;
+        let shared = Arc::clone(&self.shared);
+        let raw = fd.as_raw_fd();
+        let handler = std::thread::Builder::new()
+            .name("lodestore-uffd".into())
+            .spawn(move || loop {
+                match userfaultfd::next_event(raw, stop_read.as_raw_fd()) {
+                    Ok(Event::Stop) => return,
+                    Ok(Event::WriteFault(address)) => {
+                        if !shared.capture(address) {
+                            // A write into the cache that Lodestore did not allow: the process
+                            // would have crashed on it without page protection, so it does.
+                            eprintln!(
+                                "lodestore: write to a protected client cache page at \
+                                 {address:#x} that no transaction allowed; aborting"
+                            );
+                            std::process::abort();
+                        }
+                    }
+                    Err(error) => {
+                        eprintln!("lodestore: userfaultfd handler failed: {error}; aborting");
+                        std::process::abort();
+                    }
+                }
+            })
+            .map_err(|e| Error::io("userfaultfd", "spawn handler thread", e))?;
+        self.uffd = Some(fd);
+        self.stop = Some(stop_write);
+        self.handler = Some(handler);
+        Ok(())
+    }
+
+    pub fn mechanism(&self) -> FaultMechanism {
+        self.mechanism
+    }
+
+    /// How many frames may be writable at once: bounded with mprotect, whose every writable
+    /// frame splits the mapping; not with userfaultfd.
+    pub fn writable_frames_max(&self) -> usize {
+        match self.mechanism {
+            FaultMechanism::Signal => WRITABLE_FRAMES_MAX,
+            FaultMechanism::Userfaultfd => usize::MAX,
+        }
     }
 
     /// Start of the user view (protected frames).
@@ -234,8 +368,11 @@ impl ProtectedArena {
             self.disarm();
         }
         let offset = frame * self.shared.frame_bytes;
-        if !set_protection(self.shared.user + offset, self.shared.frame_bytes, true) {
-            return Err(mprotect_error("enable writes to"));
+        if !self
+            .shared
+            .set_writable(self.shared.user + offset, self.shared.frame_bytes, true)
+        {
+            return Err(protection_error("enable writes to"));
         }
         self.shared.states[frame].store(WRITABLE, Ordering::Release);
         self.writable += 1;
@@ -251,8 +388,11 @@ impl ProtectedArena {
             return Ok(());
         }
         let offset = frame * self.shared.frame_bytes;
-        if !set_protection(self.shared.user + offset, self.shared.frame_bytes, false) {
-            return Err(mprotect_error("protect"));
+        if !self
+            .shared
+            .set_writable(self.shared.user + offset, self.shared.frame_bytes, false)
+        {
+            return Err(protection_error("protect"));
         }
         self.shared.states[frame].store(PROTECTED, Ordering::Release);
         self.writable -= 1;
@@ -266,8 +406,8 @@ impl ProtectedArena {
         if self.writable == 0 {
             return Ok(());
         }
-        if !set_protection(self.shared.user, self.len, false) {
-            return Err(mprotect_error("protect"));
+        if !self.shared.set_writable(self.shared.user, self.len, false) {
+            return Err(protection_error("protect"));
         }
         for state in self.shared.states.iter() {
             state.store(PROTECTED, Ordering::Release);
@@ -284,26 +424,32 @@ impl ProtectedArena {
 
 impl Drop for ProtectedArena {
     fn drop(&mut self) {
-        let slot = &REGISTRY[self.slot];
-        slot.len.store(0, Ordering::Release);
-        slot.shared.store(ptr::null_mut(), Ordering::Release);
-        slot.start.store(0, Ordering::Release);
-        slot.claimed.store(false, Ordering::Release);
+        if let Some(index) = self.slot {
+            let slot = &REGISTRY[index];
+            slot.len.store(0, Ordering::Release);
+            slot.shared.store(ptr::null_mut(), Ordering::Release);
+            slot.start.store(0, Ordering::Release);
+            slot.claimed.store(false, Ordering::Release);
+        }
+        // Closing the pipe's write end stops the handler thread; the userfaultfd closes after.
+        drop(self.stop.take());
+        if let Some(handler) = self.handler.take() {
+            let _ = handler.join();
+        }
+        drop(self.uffd.take());
         unmap(self.shared.user, self.shared.shadow, self.len);
     }
 }
 
-fn claim_slot(start: usize, len: usize, shared: &TrapShared) -> Option<usize> {
+fn claim_slot(start: usize, len: usize, shared: &Arc<TrapShared>) -> Option<usize> {
     let index = REGISTRY.iter().position(|slot| {
         slot.claimed
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     })?;
     let slot = &REGISTRY[index];
-    slot.shared.store(
-        shared as *const TrapShared as *mut TrapShared,
-        Ordering::Release,
-    );
+    slot.shared
+        .store(Arc::as_ptr(shared) as *mut TrapShared, Ordering::Release);
     slot.start.store(start, Ordering::Release);
     slot.len.store(len, Ordering::Release);
     Some(index)
@@ -319,8 +465,9 @@ pub fn os_page_bytes() -> usize {
     }
 }
 
-/// Maps one anonymous memory file twice: the user view read-only, the shadow view writable.
-fn map_twice(len: usize) -> Result<(usize, usize)> {
+/// Maps one anonymous memory file twice: the user view read-only (or writable, when userfaultfd
+/// protects it), the shadow view writable.
+fn map_twice(len: usize, user_writable: bool) -> Result<(usize, usize)> {
     let os_error = |operation: &'static str| {
         Error::io(
             "client cache arena",
@@ -342,7 +489,11 @@ fn map_twice(len: usize) -> Result<(usize, usize)> {
         }
         let map =
             |protection| libc::mmap(ptr::null_mut(), len, protection, libc::MAP_SHARED, fd, 0);
-        let user = map(libc::PROT_READ);
+        let user = map(if user_writable {
+            libc::PROT_READ | libc::PROT_WRITE
+        } else {
+            libc::PROT_READ
+        });
         if user == libc::MAP_FAILED {
             let e = os_error("mmap");
             libc::close(fd);
@@ -381,10 +532,10 @@ fn set_protection(address: usize, len: usize, writable: bool) -> bool {
     unsafe { libc::mprotect(address as *mut c_void, len, protection) == 0 }
 }
 
-fn mprotect_error(what: &str) -> Error {
+fn protection_error(what: &str) -> Error {
     Error::io(
         "client cache arena",
-        "mprotect",
+        "change protection",
         std::io::Error::other(format!(
             "could not {what} a frame: {}",
             std::io::Error::last_os_error()
@@ -492,9 +643,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_write_captures_the_pre_image_and_later_writes_do_not_fault() {
+    fn first_write_captures_the_pre_image_with_signals() {
+        first_write_captures_the_pre_image_and_later_writes_do_not_fault(FaultMechanism::Signal);
+    }
+
+    #[test]
+    fn first_write_captures_the_pre_image_with_userfaultfd() {
+        first_write_captures_the_pre_image_and_later_writes_do_not_fault(
+            FaultMechanism::Userfaultfd,
+        );
+    }
+
+    fn first_write_captures_the_pre_image_and_later_writes_do_not_fault(mechanism: FaultMechanism) {
         let frame_bytes = os_page_bytes() * 2;
-        let mut arena = ProtectedArena::new(frame_bytes, 4).unwrap();
+        let mut arena = ProtectedArena::new(frame_bytes, 4, mechanism).unwrap();
         // SAFETY: the shadow view is writable; frame 1 lies inside it.
         unsafe { ptr::write_bytes(arena.shadow().add(frame_bytes), 7, frame_bytes) };
         let mut pre_image = vec![0u8; frame_bytes];

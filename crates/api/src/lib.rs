@@ -30,6 +30,7 @@ mod options;
 mod store;
 mod transaction;
 
+pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Scheme};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
 pub use lodestore_server::check::{CheckReport, Problem};

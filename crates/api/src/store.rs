@@ -148,8 +148,9 @@ impl Session {
         Ok(Transaction::new(&mut self.client))
     }
 
-    /// Session counters: locks requested, pages fetched and shipped, evictions.
-    pub fn stats(&self) -> lodestore_client::session::ClientStats {
+    /// Session counters: locks requested, pages fetched and shipped, evictions, and the time
+    /// of committed transactions by phase.
+    pub fn stats(&self) -> crate::ClientStats {
         self.client.stats()
     }
 

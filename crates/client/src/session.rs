@@ -22,6 +22,7 @@ use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Pages a transaction keeps open for placing new small objects.
 const ALLOCATION_WINDOW_PAGES: usize = 4;
@@ -53,6 +54,37 @@ pub struct ClientStats {
     pub log_pages_shipped: u64,
     pub commits: u64,
     pub aborts: u64,
+    /// Time of the committed transactions, by phase.
+    pub phases: PhaseTimes,
+}
+
+/// Where committed transactions spent their time, in the phases Hosking, Brown & Moss report
+/// (section 5): *running* the application until commit is asked; at commit, *old objects*
+/// (finding what changed in existing objects and generating their log records), *new objects*
+/// (shipping the pages created in the transaction, whole), *write* (shipping the log records,
+/// the pages of existing objects and the commit request, which forces the log), and *other*
+/// (the rest of commit: stamping LSNs, re-protecting frames, clearing detector state).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PhaseTimes {
+    pub running: Duration,
+    pub old_objects: Duration,
+    pub new_objects: Duration,
+    pub write: Duration,
+    pub other: Duration,
+}
+
+impl PhaseTimes {
+    fn add(&mut self, other: &PhaseTimes) {
+        self.running += other.running;
+        self.old_objects += other.old_objects;
+        self.new_objects += other.new_objects;
+        self.write += other.write;
+        self.other += other.other;
+    }
+
+    pub fn total(&self) -> Duration {
+        self.running + self.old_objects + self.new_objects + self.write + self.other
+    }
 }
 
 struct ActiveTxn {
@@ -64,6 +96,7 @@ struct ActiveTxn {
     allocation_window: Vec<PageId>,
     /// Set when an operation failed half way; the transaction can then only abort.
     poisoned: Option<String>,
+    began: Instant,
 }
 
 pub struct ClientSession {
@@ -145,6 +178,7 @@ impl ClientSession {
             dirty: BTreeSet::new(),
             allocation_window: Vec::new(),
             poisoned: None,
+            began: Instant::now(),
         });
         Ok(id)
     }
@@ -171,28 +205,58 @@ impl ClientSession {
             self.abort()?;
             return Err(Error::TransactionInactive { reason });
         }
-        let id = self.active()?.id;
+        let (id, began) = {
+            let txn = self.active()?;
+            (txn.id, txn.began)
+        };
+        let entered = Instant::now();
+        let mut phases = PhaseTimes {
+            running: entered - began,
+            ..PhaseTimes::default()
+        };
         // Log records first (QuickStore section 3.1: a page's records reach the server before
         // the page does), then the dirty pages.
+        let mut clock = Instant::now();
+        let mut lap = |phase: &mut Duration| {
+            let now = Instant::now();
+            *phase += now - clock;
+            clock = now;
+        };
         let generated = self
             .tracker
             .flush_all(&mut self.cache)
-            .and_then(|()| self.absorb_captures())
-            .and_then(|()| self.ship_log_records(id, true));
+            .and_then(|()| self.absorb_captures());
+        lap(&mut phases.old_objects);
+        let generated = generated.and_then(|()| self.ship_log_records(id, true));
+        lap(&mut phases.write);
         if let Err(e) = generated {
             self.abort()?;
             return Err(e);
         }
+        // Pages new in this transaction go first, whole; then the pages of existing objects,
+        // all but the last batch ahead, the last one with the commit request.
         let dirty: Vec<PageId> = self.active()?.dirty.iter().copied().collect();
-        // All but the last batch go ahead; the last one travels with the commit request.
+        let (new, dirty): (Vec<PageId>, Vec<PageId>) = dirty.into_iter().partition(|&page| {
+            self.cache
+                .peek(page)
+                .is_some_and(|frame| self.tracker.is_new(frame))
+        });
+        let shipped = self.ship(id, &new);
+        if !new.is_empty() {
+            lap(&mut phases.new_objects);
+        }
         let last_batch = dirty.len().saturating_sub(1) / SHIP_BATCH_PAGES * SHIP_BATCH_PAGES;
-        if let Err(e) = self.ship(id, &dirty[..last_batch]) {
+        let shipped = shipped.and_then(|()| self.ship(id, &dirty[..last_batch]));
+        lap(&mut phases.write);
+        if let Err(e) = shipped {
             self.abort()?;
             return Err(e);
         }
-        match self.ship_and_commit(id, &dirty[last_batch..]) {
+        let committed = self.ship_and_commit(id, &dirty[last_batch..]);
+        lap(&mut phases.write);
+        match committed {
             Ok(lsn) => {
-                for page in dirty {
+                for page in new.into_iter().chain(dirty) {
                     if let Some(frame) = self.cache.peek(page) {
                         self.cache.state_mut(frame).dirty = false;
                     }
@@ -200,6 +264,10 @@ impl ClientSession {
                 self.txn = None;
                 self.tracker.end_transaction(&mut self.cache)?;
                 self.stats.commits += 1;
+                phases.other = entered
+                    .elapsed()
+                    .saturating_sub(phases.old_objects + phases.new_objects + phases.write);
+                self.stats.phases.add(&phases);
                 Ok(lsn)
             }
             Err(e) => {

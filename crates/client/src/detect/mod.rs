@@ -119,6 +119,8 @@ struct FrameTrack {
     marks: Vec<u64>,
     /// The page is shipped whole and the server diffs it (new pages, detector `None`).
     unlogged: bool,
+    /// The page was created in this transaction (so also `unlogged`).
+    new: bool,
 }
 
 /// The detector, the recovery buffer and the log generator of one session.
@@ -191,6 +193,11 @@ impl WriteTracker {
         self.frames[frame].unlogged
     }
 
+    /// Was the page in `frame` created in this transaction?
+    pub fn is_new(&self, frame: FrameId) -> bool {
+        self.frames[frame].new
+    }
+
     /// Bytes of log records waiting to be shipped.
     pub fn pending_bytes(&self) -> usize {
         self.pending_bytes
@@ -206,6 +213,7 @@ impl WriteTracker {
     /// whole, and writes to it are not tracked.
     pub fn new_page(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
         self.frames[frame].unlogged = true;
+        self.frames[frame].new = true;
         if let Some(protection) = cache.protection_mut() {
             protection.unprotect(frame)?;
         }

@@ -47,6 +47,11 @@ pub enum FaultMechanism {
 /// Frames of one arena that may be writable at once; past it the session evicts the oldest
 /// pre-images first. Each writable run of frames costs up to two kernel mappings.
 pub const WRITABLE_FRAMES_MAX: usize = 16_384;
+/// How long the userfaultfd handler thread polls for the next fault before it sleeps. A
+/// sleeping handler makes each fault wait for its CPU to wake: measured here (two virtual
+/// CPUs) at about 60 us per fault, against 16 us when it polls; 20, 50 and 100 us of polling
+/// measured the same, so the shortest is kept.
+const HANDLER_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
 /// Protected arenas (sessions using page protection) in one process at once.
 pub const ARENAS_MAX: usize = 256;
 
@@ -262,7 +267,7 @@ impl ProtectedArena {
         let handler = std::thread::Builder::new()
             .name("lodestore-uffd".into())
             .spawn(move || loop {
-                match userfaultfd::next_event(raw, stop_read.as_raw_fd()) {
+                match userfaultfd::next_event(raw, stop_read.as_raw_fd(), HANDLER_SPIN) {
                     Ok(Event::Stop) => return,
                     Ok(Event::WriteFault(address)) => {
                         if !shared.capture(address) {

@@ -10,6 +10,7 @@
 use lodestore_core::{Error, Result};
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 const UFFD_API: u64 = 0xAA;
 /// `_IOWR(0xAA, 0x3F, struct uffdio_api)`.
@@ -149,9 +150,19 @@ pub enum Event {
     Stop,
 }
 
-/// Waits for the next write-protect fault on `fd`, or for a byte on `stop`.
-pub fn next_event(fd: libc::c_int, stop: libc::c_int) -> Result<Event> {
+/// Waits for the next write-protect fault on `fd`, or for a byte on `stop`. For `spin` it
+/// polls the queue without sleeping first: faults come in bursts (a transaction's first
+/// writes), and a sleeping handler costs each fault a wake-up of its CPU.
+pub fn next_event(fd: libc::c_int, stop: libc::c_int, spin: Duration) -> Result<Event> {
+    let spinning_since = Instant::now();
     loop {
+        if let Some(event) = try_read(fd)? {
+            return Ok(event);
+        }
+        if spinning_since.elapsed() < spin {
+            std::hint::spin_loop();
+            continue;
+        }
         let mut polled = [
             libc::pollfd {
                 fd,
@@ -175,31 +186,33 @@ pub fn next_event(fd: libc::c_int, stop: libc::c_int) -> Result<Event> {
         if polled[1].revents != 0 {
             return Ok(Event::Stop);
         }
-        let mut message = UffdMsg::default();
-        // SAFETY: reading at most one `struct uffd_msg` into a buffer of its size.
-        let read = unsafe {
-            libc::read(
-                fd,
-                &mut message as *mut UffdMsg as *mut c_void,
-                size_of::<UffdMsg>(),
-            )
-        };
-        if read < 0 {
-            let error = std::io::Error::last_os_error();
-            if error.kind() == std::io::ErrorKind::WouldBlock
-                || error.kind() == std::io::ErrorKind::Interrupted
-            {
-                continue;
-            }
-            return Err(Error::io("userfaultfd", "read", error));
-        }
-        if read as usize == size_of::<UffdMsg>()
-            && message.event == UFFD_EVENT_PAGEFAULT
-            && message.flags & UFFD_PAGEFAULT_FLAG_WP != 0
-        {
-            return Ok(Event::WriteFault(message.address as usize));
-        }
     }
+}
+
+/// Reads one message if one is queued: the fault it reports, or None.
+fn try_read(fd: libc::c_int) -> Result<Option<Event>> {
+    let mut message = UffdMsg::default();
+    // SAFETY: reading at most one `struct uffd_msg` into a buffer of its size.
+    let read = unsafe {
+        libc::read(
+            fd,
+            &mut message as *mut UffdMsg as *mut c_void,
+            size_of::<UffdMsg>(),
+        )
+    };
+    if read < 0 {
+        let error = std::io::Error::last_os_error();
+        if error.kind() == std::io::ErrorKind::WouldBlock
+            || error.kind() == std::io::ErrorKind::Interrupted
+        {
+            return Ok(None);
+        }
+        return Err(Error::io("userfaultfd", "read", error));
+    }
+    let fault = read as usize == size_of::<UffdMsg>()
+        && message.event == UFFD_EVENT_PAGEFAULT
+        && message.flags & UFFD_PAGEFAULT_FLAG_WP != 0;
+    Ok(fault.then_some(Event::WriteFault(message.address as usize)))
 }
 
 /// A pipe whose write end, once written or closed, stops the handler thread.

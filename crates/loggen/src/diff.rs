@@ -7,6 +7,7 @@
 //! that gap alone, so deciding gap by gap gives the least traffic over all ways of covering the
 //! regions with records (QuickStore section 3.2.2; proven here against a brute-force search).
 
+use crate::compare::{first_difference, first_equal};
 use std::ops::Range;
 
 /// H for update records: the 40-byte record header plus the update's 16 bytes of fields (page,
@@ -24,41 +25,23 @@ pub fn changed_ranges(
     merge(modified_regions(before, after, within), header)
 }
 
-/// Block sizes used to skip equal stretches, largest first: slice equality of a block is one
-/// vectorised memcmp, far faster than a loop over bytes or words.
-const SKIP_BLOCKS_BYTES: [usize; 2] = [4096, 256];
-
-/// The maximal runs of differing bytes inside `within`, in order. An unchanged window costs
-/// one comparison; changed ones are narrowed down block by block, then a word, then a byte.
+/// The maximal runs of differing bytes inside `within`, in order: a wide scan to the next
+/// differing byte, then a word scan to the end of its run.
 pub fn modified_regions(before: &[u8], after: &[u8], within: Range<usize>) -> Vec<Range<usize>> {
     assert_eq!(before.len(), after.len());
     assert!(within.end <= before.len());
+    let (before, after) = (&before[within.clone()], &after[within.clone()]);
     let mut regions: Vec<Range<usize>> = Vec::new();
-    if before[within.clone()] == after[within.clone()] {
-        return regions;
-    }
-    let mut at = within.start;
-    let end = within.end;
-    while at < end {
-        for block in SKIP_BLOCKS_BYTES {
-            while at + block <= end && before[at..at + block] == after[at..at + block] {
-                at += block;
-            }
-        }
-        while at + 8 <= end && before[at..at + 8] == after[at..at + 8] {
-            at += 8;
-        }
-        while at < end && before[at] == after[at] {
-            at += 1;
-        }
-        if at >= end {
+    let mut at = 0;
+    while at < before.len() {
+        at += first_difference(&before[at..], &after[at..]);
+        if at == before.len() {
             break;
         }
         let start = at;
-        while at < end && before[at] != after[at] {
-            at += 1;
-        }
-        regions.push(start..at);
+        at += first_equal(&before[at..], &after[at..]);
+        debug_assert!(at > start);
+        regions.push(within.start + start..within.start + at);
     }
     regions
 }

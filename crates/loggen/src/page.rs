@@ -6,7 +6,6 @@
 use crate::diff::changed_ranges;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted::{self, SLOT_BYTES, SLOT_TABLE_AT};
-use std::collections::BTreeSet;
 use std::ops::Range;
 
 /// The ranges to log for a page that changed from `before` to `after`, merged within each
@@ -39,27 +38,30 @@ fn is_server_owned(range: Range<usize>) -> bool {
 /// begins or ends, with 0 and the page size: a log record never spans two of them.
 pub fn object_cuts(images: &[&[u8]]) -> Vec<usize> {
     let size = images[0].len();
-    let mut cuts: BTreeSet<usize> = [0, 4, 8, 16, size].into_iter().collect();
+    let mut cuts = vec![0, 4, 8, 16, size];
     for image in images {
         debug_assert_eq!(image.len(), size);
         if page::kind(image) == Some(PageKind::Slotted) {
             object_bounds(image, &mut cuts);
         }
     }
-    cuts.into_iter().collect()
+    // Sorting a vector beats building a tree: this runs for every page diffed.
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
 }
 
 /// Adds the bounds of a slotted page's header, slot table and records to `cuts`. Slots that
 /// point nowhere sensible are ignored (the page is validated elsewhere).
-fn object_bounds(image: &[u8], cuts: &mut BTreeSet<usize>) {
+fn object_bounds(image: &[u8], cuts: &mut Vec<usize>) {
     let size = image.len();
-    cuts.insert(SLOT_TABLE_AT);
+    cuts.push(SLOT_TABLE_AT);
     let count = slotted::slot_count(image);
-    cuts.insert((SLOT_TABLE_AT + SLOT_BYTES * count).min(size));
+    cuts.push((SLOT_TABLE_AT + SLOT_BYTES * count).min(size));
     for slot in 0..count.min(u16::MAX as usize) {
         if let Ok(Some(record)) = slotted::record(image, slot as u16) {
-            cuts.insert(record.offset);
-            cuts.insert((record.offset + slotted::record_bytes(record.payload_len)).min(size));
+            cuts.push(record.offset);
+            cuts.push((record.offset + slotted::record_bytes(record.payload_len)).min(size));
         }
     }
 }

@@ -11,8 +11,8 @@ pub struct TortureArgs {
     /// Recovery method under test.
     #[arg(long, default_value = "esm")]
     method: String,
-    /// Update-detection scheme of the workload's session (PD-ESM, SD-ESM, SL-ESM, WPL, OBJ,
-    /// REMSET, PAGES, CARD-16 ... CARD-4096).
+    /// Update-detection scheme of the workload's session (PD-ESM, PD-UFFD-ESM, SD-ESM, SL-ESM,
+    /// WPL, OBJ, REMSET, PAGES, CARD-16 ... CARD-4096).
     #[arg(long, default_value = "SD-ESM")]
     scheme: String,
     /// Bytes of the session's recovery buffer (at least a page; small forces early logging).

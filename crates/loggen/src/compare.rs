@@ -97,12 +97,12 @@ mod x86 {
                 _mm256_and_si256(equal[2], equal[3]),
             );
             if _mm256_movemask_epi8(all) as u32 != u32::MAX {
-                for (i, vector) in equal.iter().enumerate() {
-                    let differing = !(_mm256_movemask_epi8(*vector) as u32);
-                    if differing != 0 {
-                        return at + 32 * i + differing.trailing_zeros() as usize;
-                    }
-                }
+                // One 128-bit mask of the step's equal bytes: the first differing byte is its
+                // lowest clear bit, found without a branch per vector.
+                let equal_bits = equal.iter().enumerate().fold(0u128, |bits, (i, vector)| {
+                    bits | (u128::from(_mm256_movemask_epi8(*vector) as u32) << (32 * i))
+                });
+                return at + (!equal_bits).trailing_zeros() as usize;
             }
             at += 2 * STEP;
         }

@@ -22,7 +22,43 @@ pub fn changed_ranges(
     within: Range<usize>,
     header: usize,
 ) -> Vec<Range<usize>> {
-    merge(modified_regions(before, after, within), header)
+    let mut ranges = Vec::new();
+    push_changed_ranges(before, after, within, header, &mut ranges);
+    ranges
+}
+
+/// [`changed_ranges`] appended to `out`, scanning and merging in one pass with no allocation
+/// of its own (diffing a page calls it once per object). Ranges already in `out` are never
+/// merged with.
+pub fn push_changed_ranges(
+    before: &[u8],
+    after: &[u8],
+    within: Range<usize>,
+    header: usize,
+    out: &mut Vec<Range<usize>>,
+) {
+    assert_eq!(before.len(), after.len());
+    assert!(within.end <= before.len());
+    let first = out.len();
+    let (before, after) = (&before[within.clone()], &after[within.clone()]);
+    let mut at = 0;
+    while at < before.len() {
+        at += first_difference(&before[at..], &after[at..]);
+        if at == before.len() {
+            break;
+        }
+        let start = at;
+        at += first_equal(&before[at..], &after[at..]);
+        debug_assert!(at > start);
+        let region = within.start + start..within.start + at;
+        let merges = out.len() > first;
+        match out.last_mut() {
+            Some(last) if merges && 2 * (region.start - last.end) <= header => {
+                last.end = region.end
+            }
+            _ => out.push(region),
+        }
+    }
 }
 
 /// The maximal runs of differing bytes inside `within`, in order: a wide scan to the next
@@ -135,6 +171,12 @@ mod tests {
                 rebuilt[r.clone()].copy_from_slice(&after[r.clone()]);
             }
             prop_assert_eq!(&rebuilt, &after);
+            // The one-pass scan-and-merge equals merging the maximal regions afterwards.
+            let two_pass = merge(
+                modified_regions(&before, &after, 0..before.len()),
+                UPDATE_RECORD_FIXED_BYTES,
+            );
+            prop_assert_eq!(&ranges, &two_pass);
             for pair in ranges.windows(2) {
                 prop_assert!(2 * (pair[1].start - pair[0].end) > UPDATE_RECORD_FIXED_BYTES);
             }

@@ -3,7 +3,7 @@
 //! header fields and slot table count as objects of their own. The checksum (bytes 0..4) and
 //! the LSN (8..16) are never logged: the server sets them.
 
-use crate::diff::changed_ranges;
+use crate::diff::push_changed_ranges;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted::{self, SLOT_BYTES, SLOT_TABLE_AT};
 use std::ops::Range;
@@ -19,7 +19,7 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
         if is_server_owned(start..end) {
             continue;
         }
-        ranges.extend(changed_ranges(before, after, start..end, header));
+        push_changed_ranges(before, after, start..end, header, &mut ranges);
     }
     ranges
 }

@@ -242,13 +242,7 @@ fn measure(
     let first_write_ns = started.elapsed().as_nanos() as f64 / pages.len() as f64;
     txn.commit()?;
     let after = session.stats().phases;
-    let phases = PhaseTimes {
-        running: after.running - before.running,
-        old_objects: after.old_objects - before.old_objects,
-        new_objects: after.new_objects - before.new_objects,
-        write: after.write - before.write,
-        other: after.other - before.other,
-    };
+    let phases = after.since(&before);
 
     let mut txn = session.begin()?;
     for &oid in hot {

@@ -134,7 +134,7 @@ enum BenchCommand {
     /// What update detection costs per scheme: nanoseconds per update of a hot loop rewriting
     /// objects already written (as a ratio to the same loop with detection off) and per first
     /// write of a page (as a ratio to a bare write fault with a page copy, measured in the same
-    /// run).
+    /// run), then the commit's time by Hosking's phases (running, old, new, write, other).
     Detect {
         /// Folder for the benchmark store.
         path: PathBuf,

@@ -82,6 +82,17 @@ impl PhaseTimes {
         self.other += other.other;
     }
 
+    /// The time spent between an `earlier` reading of the same counters and this one.
+    pub fn since(&self, earlier: &PhaseTimes) -> PhaseTimes {
+        PhaseTimes {
+            running: self.running.saturating_sub(earlier.running),
+            old_objects: self.old_objects.saturating_sub(earlier.old_objects),
+            new_objects: self.new_objects.saturating_sub(earlier.new_objects),
+            write: self.write.saturating_sub(earlier.write),
+            other: self.other.saturating_sub(earlier.other),
+        }
+    }
+
     pub fn total(&self) -> Duration {
         self.running + self.old_objects + self.new_objects + self.write + self.other
     }

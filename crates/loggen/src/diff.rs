@@ -37,20 +37,8 @@ pub fn push_changed_ranges(
     header: usize,
     out: &mut Vec<Range<usize>>,
 ) {
-    assert_eq!(before.len(), after.len());
-    assert!(within.end <= before.len());
     let first = out.len();
-    let (before, after) = (&before[within.clone()], &after[within.clone()]);
-    let mut at = 0;
-    while at < before.len() {
-        at += first_difference(&before[at..], &after[at..]);
-        if at == before.len() {
-            break;
-        }
-        let start = at;
-        at += first_equal(&before[at..], &after[at..]);
-        debug_assert!(at > start);
-        let region = within.start + start..within.start + at;
+    for_each_region(before, after, within, |region| {
         let merges = out.len() > first;
         match out.last_mut() {
             Some(last) if merges && 2 * (region.start - last.end) <= header => {
@@ -58,16 +46,27 @@ pub fn push_changed_ranges(
             }
             _ => out.push(region),
         }
-    }
+    });
 }
 
-/// The maximal runs of differing bytes inside `within`, in order: a wide scan to the next
-/// differing byte, then a word scan to the end of its run.
+/// The maximal runs of differing bytes inside `within`, in order.
 pub fn modified_regions(before: &[u8], after: &[u8], within: Range<usize>) -> Vec<Range<usize>> {
+    let mut regions = Vec::new();
+    for_each_region(before, after, within, |region| regions.push(region));
+    regions
+}
+
+/// Calls `found` with each maximal run of differing bytes inside `within`, in order: a wide
+/// scan to the next differing byte, then a word scan to the end of its run.
+fn for_each_region(
+    before: &[u8],
+    after: &[u8],
+    within: Range<usize>,
+    mut found: impl FnMut(Range<usize>),
+) {
     assert_eq!(before.len(), after.len());
     assert!(within.end <= before.len());
     let (before, after) = (&before[within.clone()], &after[within.clone()]);
-    let mut regions: Vec<Range<usize>> = Vec::new();
     let mut at = 0;
     while at < before.len() {
         at += first_difference(&before[at..], &after[at..]);
@@ -77,9 +76,8 @@ pub fn modified_regions(before: &[u8], after: &[u8], within: Range<usize>) -> Ve
         let start = at;
         at += first_equal(&before[at..], &after[at..]);
         debug_assert!(at > start);
-        regions.push(within.start + start..within.start + at);
+        found(within.start + start..within.start + at);
     }
-    regions
 }
 
 /// Merges neighbouring regions whenever `2 * gap <= header`.

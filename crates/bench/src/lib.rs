@@ -1,0 +1,6 @@
+//! Lodestore's benchmark suite: the OO7 and OO1 workloads, the experiments of the QuickStore
+//! and Hosking/Brown/Moss papers run scheme against scheme, and their reports (terminal tables,
+//! CSV, `summary.json` and plots).
+
+pub mod lists;
+pub mod oo7;

@@ -3,4 +3,5 @@
 //! CSV, `summary.json` and plots).
 
 pub mod lists;
+pub mod oo1;
 pub mod oo7;

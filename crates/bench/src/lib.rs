@@ -2,6 +2,10 @@
 //! and Hosking/Brown/Moss papers run scheme against scheme, and their reports (terminal tables,
 //! CSV, `summary.json` and plots).
 
+pub mod experiments;
 pub mod lists;
 pub mod oo1;
 pub mod oo7;
+pub mod record;
+pub mod report;
+pub mod workspace;

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_detect;
+mod bench_suite;
 mod demo;
 mod inspect;
 mod stress;
@@ -89,10 +90,18 @@ enum Command {
         #[arg(long)]
         acks: PathBuf,
     },
-    /// Benchmarks.
+    /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
+    /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
+    /// the Hosking experiments (OO1 lookup, traversal, update at p = 0 to 1, long-running
+    /// transactions) for every scheme, in a few minutes, printing tables and writing
+    /// runs.csv, summary.json and plots to --out. The subcommands run one experiment with
+    /// every knob, or one of the micro-benchmarks.
+    #[command(args_conflicts_with_subcommands = true)]
     Bench {
         #[command(subcommand)]
-        which: BenchCommand,
+        which: Option<BenchCommand>,
+        #[command(flatten)]
+        suite: bench_suite::SuiteArgs,
     },
     /// Run the demo workload: create a store, build an object graph, commit, reopen, verify
     /// the graph and print `info`.
@@ -113,6 +122,16 @@ enum Command {
 
 #[derive(Subcommand)]
 enum BenchCommand {
+    /// OO7 traversals (QuickStore section 4, Thor section 6.2): each traversal one transaction,
+    /// repeated with the client cache kept, per scheme, recovery buffer size and client count.
+    /// Prints a table per configuration; writes runs.csv, summary.json and plots (response
+    /// time, throughput against clients, pages and log pages shipped per transaction).
+    Oo7(bench_suite::Oo7Args),
+    /// OO1 (Hosking, Brown & Moss section 5): lookup and traversal series, update series at
+    /// each update probability (cold, warm and hot iterations), and long-running transactions
+    /// of k hot traversals per commit with a fit y = a + b k per scheme. Prints tables; writes
+    /// runs.csv, summary.json and plots (time vs update probability, phase breakdowns, fits).
+    Oo1(bench_suite::Oo1Args),
     /// Commits per second and commit latency for each thread count, next to this machine's
     /// fdatasync latency and batched-sync bandwidth measured in the same run in PATH.
     Commit {
@@ -180,22 +199,20 @@ fn main() -> ExitCode {
             seconds,
             acks,
         } => stress::run(&path, accounts, threads, seconds, &acks),
-        Command::Bench {
-            which:
-                BenchCommand::Commit {
-                    path,
-                    threads,
-                    seconds,
-                    runs,
-                    csv,
-                },
-        } => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
-        Command::Bench {
-            which: BenchCommand::Diff { page_size, seconds },
-        } => bench::diff(page_size, seconds),
-        Command::Bench {
-            which: BenchCommand::Detect { path, runs },
-        } => bench_detect::detect(&path, runs),
+        Command::Bench { which, suite } => match which {
+            None => bench_suite::suite(&suite),
+            Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),
+            Some(BenchCommand::Oo1(args)) => bench_suite::oo1(&args),
+            Some(BenchCommand::Commit {
+                path,
+                threads,
+                seconds,
+                runs,
+                csv,
+            }) => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
+            Some(BenchCommand::Diff { page_size, seconds }) => bench::diff(page_size, seconds),
+            Some(BenchCommand::Detect { path, runs }) => bench_detect::detect(&path, runs),
+        },
         Command::Torture(args) => torture::run(&args),
     };
     match result {

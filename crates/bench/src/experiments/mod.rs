@@ -1,0 +1,4 @@
+//! The experiments of the seed papers, each a function from a configuration to run records.
+
+pub mod oo1;
+pub mod oo7;

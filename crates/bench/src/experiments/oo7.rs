@@ -1,0 +1,176 @@
+//! The QuickStore experiments (QuickStore section 4): OO7 traversals, each one transaction,
+//! repeated with the client cache kept across transactions, for every scheme and recovery
+//! buffer size asked for, with 1 to N clients (threads of the embedded store, each traversing
+//! its own module, as QuickStore section 4.1 gives each client its own module).
+
+use crate::oo7::{self, Oo7Params, Traversal};
+use crate::record::{Meter, RunRecord};
+use crate::workspace;
+use lodestore::{Error, Options, Result, Scheme, Store};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct Oo7Config {
+    pub preset: String,
+    pub params: Oo7Params,
+    pub seed: u64,
+    pub schemes: Vec<Scheme>,
+    pub traversals: Vec<Traversal>,
+    pub runs: u32,
+    pub recovery_buffers: Vec<usize>,
+    pub cache_bytes: usize,
+    pub server_pool_bytes: usize,
+    pub clients: Vec<u32>,
+    /// A fresh client cache for every measured transaction instead of one kept across them.
+    pub cold: bool,
+    pub out: PathBuf,
+    pub quiet: bool,
+}
+
+/// Runs every configuration and returns one record per measured transaction and client.
+pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
+    config.params.validate()?;
+    if let Some(&most) = config.clients.iter().max() {
+        if most == 0 || most > config.params.modules {
+            return Err(Error::InvalidArgument(format!(
+                "--clients up to {most}: each client traverses its own module and preset {} has {}",
+                config.preset, config.params.modules
+            )));
+        }
+    }
+    if config.runs == 0 {
+        return Err(Error::InvalidArgument("--runs must be at least 1".into()));
+    }
+    let template = workspace::template(
+        &config.out,
+        &format!("oo7-{}-seed{}", config.preset, config.seed),
+        |path| {
+            let store = Store::create(path, Options::new())?;
+            let total =
+                config.params.modules as u64 * config.params.composite_parts_per_module as u64;
+            let bar = workspace::progress_bar(
+                total,
+                &format!("generating {}", config.preset),
+                config.quiet,
+            );
+            oo7::generate(&store, &config.params, config.seed, &bar)?;
+            bar.finish_and_clear();
+            Ok(())
+        },
+    )?;
+
+    let configurations =
+        config.recovery_buffers.len() * config.schemes.len() * config.clients.len();
+    let bar = workspace::progress_bar(configurations as u64, "OO7 configurations", config.quiet);
+    let mut records = Vec::new();
+    for &recovery_buffer in &config.recovery_buffers {
+        for &scheme in &config.schemes {
+            for &clients in &config.clients {
+                bar.set_message(format!("OO7 {} x{clients}", scheme.name()));
+                let path = workspace::fresh_copy(&template, &config.out)?;
+                let options = Options::new()
+                    .scheme(scheme)
+                    .recovery_buffer_bytes(recovery_buffer)
+                    .client_cache_bytes(config.cache_bytes)
+                    .server_pool_bytes(config.server_pool_bytes);
+                let store = Store::open(&path, options)?;
+                let collected = Mutex::new(Vec::new());
+                std::thread::scope(|scope| -> Result<()> {
+                    let handles: Vec<_> = (0..clients)
+                        .map(|client| {
+                            let store = &store;
+                            let collected = &collected;
+                            scope.spawn(move || {
+                                let setup = ClientSetup {
+                                    config,
+                                    scheme,
+                                    recovery_buffer,
+                                    clients,
+                                    client,
+                                };
+                                let mine = run_client(store, &setup)?;
+                                collected
+                                    .lock()
+                                    .expect("no panics while holding it")
+                                    .extend(mine);
+                                Ok::<(), Error>(())
+                            })
+                        })
+                        .collect();
+                    for handle in handles {
+                        handle.join().expect("a client thread panicked")?;
+                    }
+                    Ok(())
+                })?;
+                records.extend(collected.into_inner().expect("clients finished"));
+                drop(store);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    workspace::remove_work(&config.out)?;
+    Ok(records)
+}
+
+struct ClientSetup<'a> {
+    config: &'a Oo7Config,
+    scheme: Scheme,
+    recovery_buffer: usize,
+    clients: u32,
+    client: u32,
+}
+
+/// One client: for each traversal, one unmeasured transaction to warm the cache (unless cold
+/// runs were asked for), then the measured runs.
+fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> {
+    let config = setup.config;
+    let mut session = store.session()?;
+    let module = {
+        let mut txn = session.begin()?;
+        let modules = oo7::modules(&mut txn)?;
+        txn.commit()?;
+        modules[setup.client as usize]
+    };
+    let mut records = Vec::new();
+    for &traversal in &config.traversals {
+        if !config.cold {
+            let mut txn = session.begin()?;
+            oo7::traverse(&mut txn, module, traversal, config.seed)?;
+            txn.commit()?;
+        }
+        for run in 1..=config.runs {
+            if config.cold {
+                session = store.session()?;
+            }
+            let meter = Meter::start(store, &session);
+            let started = Instant::now();
+            let mut txn = session.begin()?;
+            let counts = oo7::traverse(&mut txn, module, traversal, config.seed + run as u64)?;
+            txn.commit()?;
+            let elapsed = started.elapsed();
+            let mut record = RunRecord {
+                experiment: "oo7".into(),
+                preset: config.preset.clone(),
+                scheme: setup.scheme.name().into(),
+                traversal: traversal.name().into(),
+                clients: setup.clients,
+                client: setup.client,
+                run,
+                temperature: if config.cold { "cold" } else { "warm" }.into(),
+                recovery_buffer_bytes: setup.recovery_buffer as u64,
+                cache_bytes: config.cache_bytes as u64,
+                atomic_parts_visited: Some(counts.atomic_parts_visited),
+                updates: counts.updates,
+                distinct_objects_modified: counts.distinct_objects_modified,
+                distinct_composite_parts_visited: Some(counts.distinct_composite_parts_visited),
+                ..RunRecord::default()
+            };
+            meter.finish(store, &session, elapsed, &mut record);
+            records.push(record);
+        }
+    }
+    Ok(records)
+}

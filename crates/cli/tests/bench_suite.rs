@@ -1,0 +1,134 @@
+//! `lodestore bench` end to end at smoke size: tables on stdout, runs.csv, summary.json with the
+//! documented fields, and plots; bad arguments are refused with a message naming them.
+
+use std::process::Command;
+
+fn lodestore() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lodestore"))
+}
+
+const OO7_FIELDS: [&str; 16] = [
+    "experiment",
+    "preset",
+    "scheme",
+    "traversal",
+    "clients",
+    "run",
+    "elapsed_ms",
+    "atomic_parts_visited",
+    "updates",
+    "distinct_objects_modified",
+    "distinct_composite_parts_visited",
+    "log_records",
+    "log_bytes",
+    "pages_shipped",
+    "log_pages_shipped",
+    "server_log_pages_written",
+];
+
+#[test]
+fn smoke_suite_writes_tables_csv_summary_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let output = lodestore()
+        .args([
+            "bench",
+            "--smoke",
+            "--schemes",
+            "PD-ESM,WPL,REMSET",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("OO7 t2a on oo7-small"), "{stdout}");
+    assert!(stdout.contains("OO1 update"), "{stdout}");
+
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let runs = summary["runs"].as_array().unwrap();
+    let oo7: Vec<_> = runs.iter().filter(|r| r["experiment"] == "oo7").collect();
+    // 3 schemes x 2 recovery buffers x 2 traversals x 1 run.
+    assert_eq!(oo7.len(), 12);
+    for run in &oo7 {
+        for field in OO7_FIELDS {
+            assert!(!run[field].is_null(), "{field} missing in {run}");
+        }
+        assert!(run["elapsed_ms"].as_f64().unwrap() > 0.0);
+        // oo7-small: 729 base assemblies x 3 composite parts x 20 atomic parts.
+        assert_eq!(run["atomic_parts_visited"], 43_740);
+        let updates = run["updates"].as_u64().unwrap();
+        match run["traversal"].as_str().unwrap() {
+            "t2a" => assert_eq!(updates, 2187),
+            "t2b" => assert_eq!(updates, 43_740),
+            other => panic!("unexpected traversal {other}"),
+        }
+        assert!(run["pages_shipped"].as_u64().unwrap() > 0);
+        if run["scheme"] != "WPL" {
+            assert!(run["log_records"].as_u64().unwrap() > 0, "{run}");
+        }
+    }
+    let updates: Vec<_> = runs
+        .iter()
+        .filter(|r| r["experiment"] == "oo1-update")
+        .collect();
+    // 3 schemes x 3 probabilities x (10 cold-warm + 10 hot).
+    assert_eq!(updates.len(), 180);
+    for run in &updates {
+        assert_eq!(run["parts_visited"], 3280);
+        if run["update_probability"] == 0.0 {
+            assert_eq!(run["updates"], 0);
+        }
+        if run["update_probability"] == 1.0 {
+            assert_eq!(run["updates"], 3280);
+        }
+    }
+    let csv = std::fs::read_to_string(out.join("runs.csv")).unwrap();
+    assert_eq!(csv.lines().count(), runs.len() + 1);
+    for plot in [
+        "oo7-oo7-small-t2b-rb0.5MiB-pages",
+        "oo1-update-hot",
+        "oo1-hot-phases-p0.2",
+        "oo1-long-slope",
+    ] {
+        for ext in ["svg", "png"] {
+            let path = out.join(format!("{plot}.{ext}"));
+            assert!(
+                std::fs::metadata(&path)
+                    .map(|m| m.len() > 1000)
+                    .unwrap_or(false),
+                "{}",
+                path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn bad_bench_arguments_are_refused_with_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expected) in [
+        (vec!["bench", "oo7", "--preset", "oo7-huge"], "oo7-huge"),
+        (vec!["bench", "oo7", "--traversals", "t9"], "t9"),
+        (vec!["bench", "oo7", "--schemes", "NOPE"], "NOPE"),
+        (vec!["bench", "oo7", "--recovery-buffer", "4XB"], "4XB"),
+        (vec!["bench", "oo7", "--clients", "1..9"], "--clients"),
+        (vec!["bench", "oo1", "--probabilities", "1.5"], "1.5"),
+    ] {
+        let output = lodestore()
+            .args(&args)
+            .arg("--out")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}

@@ -31,6 +31,8 @@ pub struct RunRecord {
     /// OO1 long-running transactions: hot traversals per commit.
     pub iterations_per_commit: Option<u32>,
     pub elapsed_ms: f64,
+    /// Times the transaction was a deadlock victim and ran again (included in `elapsed_ms`).
+    pub retries: u32,
     pub atomic_parts_visited: Option<u64>,
     pub parts_visited: Option<u64>,
     pub updates: u64,

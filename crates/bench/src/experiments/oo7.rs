@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::Instant;
 
+/// Retries of a transaction chosen as a deadlock victim before the run fails.
+const RETRIES_MAX: u32 = 20;
+
 #[derive(Clone, Debug)]
 pub struct Oo7Config {
     pub preset: String,
@@ -128,18 +131,21 @@ struct ClientSetup<'a> {
 fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> {
     let config = setup.config;
     let mut session = store.session()?;
-    let module = {
+    let (modules, _) = with_retries(setup.client, || {
         let mut txn = session.begin()?;
         let modules = oo7::modules(&mut txn)?;
         txn.commit()?;
-        modules[setup.client as usize]
-    };
+        Ok(modules)
+    })?;
+    let module = modules[setup.client as usize];
     let mut records = Vec::new();
     for &traversal in &config.traversals {
         if !config.cold {
-            let mut txn = session.begin()?;
-            oo7::traverse(&mut txn, module, traversal, config.seed)?;
-            txn.commit()?;
+            with_retries(setup.client, || {
+                let mut txn = session.begin()?;
+                oo7::traverse(&mut txn, module, traversal, config.seed)?;
+                txn.commit()
+            })?;
         }
         for run in 1..=config.runs {
             if config.cold {
@@ -147,9 +153,12 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
             }
             let meter = Meter::start(store, &session);
             let started = Instant::now();
-            let mut txn = session.begin()?;
-            let counts = oo7::traverse(&mut txn, module, traversal, config.seed + run as u64)?;
-            txn.commit()?;
+            let (counts, retries) = with_retries(setup.client, || {
+                let mut txn = session.begin()?;
+                let counts = oo7::traverse(&mut txn, module, traversal, config.seed + run as u64)?;
+                txn.commit()?;
+                Ok(counts)
+            })?;
             let elapsed = started.elapsed();
             let mut record = RunRecord {
                 experiment: "oo7".into(),
@@ -162,6 +171,7 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
                 temperature: if config.cold { "cold" } else { "warm" }.into(),
                 recovery_buffer_bytes: setup.recovery_buffer as u64,
                 cache_bytes: config.cache_bytes as u64,
+                retries,
                 atomic_parts_visited: Some(counts.atomic_parts_visited),
                 updates: counts.updates,
                 distinct_objects_modified: counts.distinct_objects_modified,
@@ -173,4 +183,21 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
         }
     }
     Ok(records)
+}
+
+/// Runs `transaction` until it is not a deadlock victim (at most [`RETRIES_MAX`] retries);
+/// returns its result and the retries. Clients share a page where the allocator put one
+/// module's objects into free space on another module's page, so page locks can conflict; a
+/// victim runs again, as an application would.
+fn with_retries<T>(client: u32, mut transaction: impl FnMut() -> Result<T>) -> Result<(T, u32)> {
+    let mut retries = 0;
+    loop {
+        match transaction() {
+            Err(Error::Deadlock { .. } | Error::LockTimeout { .. }) if retries < RETRIES_MAX => {
+                retries += 1;
+                tracing::debug!(client, retries, "OO7 transaction retried after a deadlock");
+            }
+            other => return other.map(|value| (value, retries)),
+        }
+    }
 }

@@ -39,7 +39,7 @@ pub fn tables(records: &[RunRecord]) -> Vec<Titled> {
                 buffer / 1024
             ),
             [
-                "scheme", "ms", "min-max ms", "txn/s", "updates", "distinct", "log records", "log KiB",
+                "scheme", "ms", "min-max ms", "txn/s", "retries", "updates", "distinct", "log records", "log KiB",
                 "pages shipped", "log pages shipped", "server log pages", "traps", "copied KiB",
             ]
             .map(String::from)
@@ -57,6 +57,7 @@ pub fn tables(records: &[RunRecord]) -> Vec<Titled> {
                 fmt_ms(elapsed.median),
                 format!("{}-{}", fmt_ms(elapsed.min), fmt_ms(elapsed.max)),
                 format!("{throughput:.1}"),
+                runs.iter().map(|r| r.retries).sum::<u32>().to_string(),
                 med(&|r| r.updates).to_string(),
                 med(&|r| r.distinct_objects_modified).to_string(),
                 med(&|r| r.log_records).to_string(),

@@ -16,7 +16,7 @@
 //! The checksum (bytes 0..4) and the LSN (8..16) are never logged: the server sets them.
 
 use crate::diff::{changed_ranges, UPDATE_RECORD_FIXED_BYTES};
-use crate::page::{object_cuts, page_ranges, SERVER_OWNED};
+use crate::page::{object_cuts_within, page_ranges, SERVER_OWNED};
 use std::ops::Range;
 
 /// How a client turns what changed into log records.
@@ -50,7 +50,7 @@ impl Generator {
         match self {
             Generator::PageDiff | Generator::SubPageDiff => {
                 let now = &page[at..end];
-                segments(&object_cuts(&[page]), at..end)
+                segments(&object_cuts_within(page, at..end), at..end)
                     .flat_map(|segment| {
                         let within = segment.start - at..segment.end - at;
                         changed_ranges(before, now, within, UPDATE_RECORD_FIXED_BYTES)

@@ -51,6 +51,20 @@ pub fn object_cuts(images: &[&[u8]]) -> Vec<usize> {
     cuts
 }
 
+/// The cuts of `page` (as [`object_cuts`] finds them) strictly inside `range`, sorted. A
+/// sub-page piece needs only these; a page holds a few hundred objects and a commit diffs
+/// many pieces of it, so sorting every cut of the page per piece would dominate.
+pub fn object_cuts_within(page: &[u8], range: Range<usize>) -> Vec<usize> {
+    let mut cuts: Vec<usize> = [4, 8, 16].into_iter().collect();
+    if page::kind(page) == Some(PageKind::Slotted) {
+        object_bounds(page, &mut cuts);
+    }
+    cuts.retain(|&c| c > range.start && c < range.end);
+    cuts.sort_unstable();
+    cuts.dedup();
+    cuts
+}
+
 /// Adds the bounds of a slotted page's header, slot table and records to `cuts`. Slots that
 /// point nowhere sensible are ignored (the page is validated elsewhere).
 fn object_bounds(image: &[u8], cuts: &mut Vec<usize>) {
@@ -105,5 +119,26 @@ mod tests {
         after[0..4].fill(0xAA);
         after[8..16].fill(0xBB);
         assert!(page_ranges(&before, &after, 56).is_empty());
+    }
+
+    #[test]
+    fn cuts_within_a_range_are_the_page_cuts_inside_it() {
+        let mut page = slotted_page();
+        for len in [16, 40, 3, 100, 64, 7, 200] {
+            slotted::insert(&mut page, TypeId(1), len, false).unwrap();
+        }
+        let all = object_cuts(&[&page]);
+        for range in [0..4096, 0..64, 30..90, 100..164, 4000..4096, 37..38] {
+            let expected: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&c| c > range.start && c < range.end)
+                .collect();
+            assert_eq!(
+                object_cuts_within(&page, range.clone()),
+                expected,
+                "{range:?}"
+            );
+        }
     }
 }

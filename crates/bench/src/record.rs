@@ -2,12 +2,13 @@
 //! from the counters of a session and its store.
 
 use lodestore::{ClientStats, DetectionStats, Session, Store};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
 /// One measured transaction (or, for long-running OO1 transactions, one commit interval).
 /// Flat, so the CSV has one column per field; fields an experiment does not use are empty.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RunRecord {
     /// `oo7` or one of `oo1-lookup`, `oo1-traversal`, `oo1-update`, `oo1-long`.
     pub experiment: String,

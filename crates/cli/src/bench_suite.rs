@@ -102,6 +102,33 @@ pub struct SuiteArgs {
     pub smoke: bool,
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct ReportArgs {
+    /// Folder holding the summary.json of an earlier run; tables are printed again and the
+    /// plots redrawn into it.
+    pub dir: PathBuf,
+}
+
+/// Prints the tables and redraws the plots of an earlier run from its summary.json.
+pub fn report_again(args: &ReportArgs) -> Result<ExitCode> {
+    let records = report::read_summary(&args.dir.join("summary.json"))?;
+    for table in report::oo7::tables(&records)
+        .into_iter()
+        .chain(report::oo1::tables(&records))
+    {
+        println!("{table}");
+    }
+    let mut plots = report::oo7::plots(&records, &args.dir)?;
+    plots.extend(report::oo1::plots(&records, &args.dir)?);
+    println!(
+        "{} runs; redrew {} plots in {}",
+        records.len(),
+        plots.len(),
+        args.dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn parse_size(text: &str) -> Result<usize> {
     let trimmed = text.trim();
     let (number, unit) = match trimmed.find(|c: char| c.is_ascii_alphabetic()) {

@@ -132,6 +132,8 @@ enum BenchCommand {
     /// of k hot traversals per commit with a fit y = a + b k per scheme. Prints tables; writes
     /// runs.csv, summary.json and plots (time vs update probability, phase breakdowns, fits).
     Oo1(bench_suite::Oo1Args),
+    /// Print the tables and redraw the plots of an earlier run from the summary.json in DIR.
+    Report(bench_suite::ReportArgs),
     /// Commits per second and commit latency for each thread count, next to this machine's
     /// fdatasync latency and batched-sync bandwidth measured in the same run in PATH.
     Commit {
@@ -203,6 +205,7 @@ fn main() -> ExitCode {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),
             Some(BenchCommand::Oo1(args)) => bench_suite::oo1(&args),
+            Some(BenchCommand::Report(args)) => bench_suite::report_again(&args),
             Some(BenchCommand::Commit {
                 path,
                 threads,

@@ -8,7 +8,7 @@ pub mod plot;
 use crate::record::RunRecord;
 use comfy_table::{presets, Table};
 use lodestore::{Error, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::fs;
 use std::path::Path;
 
@@ -129,4 +129,21 @@ pub fn write_files(out: &Path, records: &[RunRecord]) -> Result<()> {
 pub(crate) fn number_name(value: f64) -> String {
     let text = format!("{value}");
     text.replace('-', "m")
+}
+
+#[derive(Deserialize)]
+struct SummaryIn {
+    runs: Vec<RunRecord>,
+}
+
+/// The runs of a `summary.json` written by [`write_files`].
+pub fn read_summary(path: &Path) -> Result<Vec<RunRecord>> {
+    let bytes = fs::read(path).map_err(|e| io_error(path, "read", e))?;
+    let summary: SummaryIn = serde_json::from_slice(&bytes).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "{} is not a benchmark summary: {e}",
+            path.display()
+        ))
+    })?;
+    Ok(summary.runs)
 }

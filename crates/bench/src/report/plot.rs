@@ -27,7 +27,8 @@ fn plot_error(path: &Path, error: impl std::fmt::Display) -> Error {
 }
 
 fn color(index: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 10] = [
+    // Twenty distinguishable colours: every scheme gets its own.
+    const PALETTE: [RGBColor; 20] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -38,6 +39,16 @@ fn color(index: usize) -> RGBColor {
         RGBColor(127, 127, 127),
         RGBColor(188, 189, 34),
         RGBColor(23, 190, 207),
+        RGBColor(0, 0, 0),
+        RGBColor(174, 199, 232),
+        RGBColor(255, 187, 120),
+        RGBColor(152, 223, 138),
+        RGBColor(255, 152, 150),
+        RGBColor(197, 176, 213),
+        RGBColor(196, 156, 148),
+        RGBColor(0, 90, 50),
+        RGBColor(120, 0, 60),
+        RGBColor(90, 90, 0),
     ];
     PALETTE[index % PALETTE.len()]
 }
@@ -76,7 +87,7 @@ macro_rules! grouped_bars_body {
         let mut chart = ChartBuilder::on(area)
             .caption($title, (FONT, 22))
             .margin(12)
-            .x_label_area_size(90)
+            .x_label_area_size(50)
             .y_label_area_size(70)
             .build_cartesian_2d(0.0..categories.len() as f64, 0.0..upper(max))
             .map_err(|e| e.to_string())?;

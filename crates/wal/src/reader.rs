@@ -136,11 +136,22 @@ impl Segments<'_> {
             segment_bytes = std::borrow::Cow::Owned(self.load(segment)?);
             from = 0;
         }
-        let discarded = bytes[offset..]
-            .iter()
-            .rposition(|&b| b != 0)
-            .map_or(0, |last| last as u64 + 1);
         let end = Lsn(index * size + offset as u64);
+        // A record that was being written when the log stopped claims this very LSN. Anything
+        // else past the end is what a recycled segment held before (records of an older
+        // LSN), not part of this log: nothing to report.
+        let claims_end = bytes
+            .get(offset + 8..offset + 16)
+            .is_some_and(|field| field == end.0.to_le_bytes());
+        let discarded = if claims_end {
+            bytes[offset..]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(0, |last| last as u64 + 1)
+        } else {
+            tracing::debug!(end = end.0, reason = %reason, "log ends before stale bytes of a recycled segment");
+            0
+        };
         if discarded > 0 {
             tracing::warn!(end = end.0, discarded, reason = %reason, "log ends in a torn record; discarded it");
         }

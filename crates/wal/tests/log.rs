@@ -85,6 +85,34 @@ fn records_round_trip_across_segments_and_reopen() {
 }
 
 #[test]
+fn stale_records_of_a_recycled_segment_are_not_reported_as_torn() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 50);
+    let end = log.end_lsn();
+    drop(log);
+    // A recycled segment still holds records of an older LSN past the end: copy the first
+    // record (which names its own LSN, not the end's) to where the log ends.
+    let file = segment_path(dir, end.0 / SEGMENT);
+    let first = (SEGMENT_HEADER_BYTES + lsns[0].0 % SEGMENT) as usize;
+    let at = (SEGMENT_HEADER_BYTES + end.0 % SEGMENT) as usize;
+    assert_eq!(
+        lsns[0].0 / SEGMENT,
+        end.0 / SEGMENT,
+        "one segment in this test"
+    );
+    fs.with_file(&file, |bytes| {
+        let stale = bytes[first..first + 64].to_vec();
+        bytes[at..at + 64].copy_from_slice(&stale);
+    })
+    .unwrap();
+    let (_log, found) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(found.end, end);
+    assert_eq!(found.discarded_bytes, 0, "{found:?}");
+}
+
+#[test]
 fn torn_tail_is_discarded_and_reported() {
     let fs = fs();
     let dir = Path::new("/s/log");

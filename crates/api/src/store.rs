@@ -4,17 +4,30 @@ use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
+use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
-use lodestore_server::{pool_pages, RestartReport, Server, ServerStats};
+use lodestore_server::{pool_pages, PageServer, RestartReport, Server, ServerStats};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// An open store (embedded: the server runs in this process). Cheap to share between threads
-/// behind an `Arc`; each thread works through its own `Session`.
+/// An open store. Embedded (`create`, `open`): the server runs in this process. Remote
+/// (`connect`): a `lodestore serve` process owns the store and every session talks to it over
+/// its own connection. The API is the same; cheap to share between threads behind an `Arc`,
+/// each thread working through its own `Session`.
 pub struct Store {
-    server: Arc<Server>,
+    backend: Backend,
     path: PathBuf,
     options: Options,
+}
+
+enum Backend {
+    Embedded(Arc<Server>),
+    Remote {
+        address: String,
+        /// The connection opened by `connect`: its welcome, and the link for counters and
+        /// checkpoints. Sessions open their own.
+        control: Box<RemotePageServer>,
+    },
 }
 
 impl Store {
@@ -51,9 +64,56 @@ impl Store {
 
     fn serving(server: Server, path: PathBuf, options: Options) -> Store {
         Store {
-            server: Arc::new(server),
+            backend: Backend::Embedded(Arc::new(server)),
             path,
             options,
+        }
+    }
+
+    /// Connects to the server at `address` (`host:port`, as `lodestore serve --listen` was
+    /// given). `options` set the client side: cache, scheme, recovery buffer; the server's
+    /// own options are its own. Each session opens a connection of its own.
+    pub fn connect(address: &str, options: Options) -> Result<Store> {
+        let control = RemotePageServer::connect(address, "lodestore control")?;
+        pool_pages(
+            "client cache",
+            options.client_cache_bytes,
+            control.welcome().page_size,
+        )?;
+        Ok(Store {
+            backend: Backend::Remote {
+                address: address.to_string(),
+                control: Box::new(control),
+            },
+            path: PathBuf::from(address),
+            options,
+        })
+    }
+
+    /// Serves this (embedded) store to remote clients on `listener` until `stop` is set: the
+    /// loop behind `lodestore serve`. Sessions of this process keep working alongside.
+    pub fn serve(
+        &self,
+        listener: std::net::TcpListener,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> Result<()> {
+        match &self.backend {
+            Backend::Embedded(server) => lodestore_net::serve(server.clone(), listener, stop),
+            Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
+                "{address} is served by another process; only an embedded store can be served"
+            ))),
+        }
+    }
+
+    /// Is this store served by another process?
+    pub fn is_remote(&self) -> bool {
+        matches!(self.backend, Backend::Remote { .. })
+    }
+
+    fn recovery_method(&self) -> &str {
+        match &self.backend {
+            Backend::Embedded(server) => server.recovery_method(),
+            Backend::Remote { control, .. } => &control.welcome().recovery_method,
         }
     }
 
@@ -76,63 +136,105 @@ impl Store {
     /// A new session that detects and logs updates with `scheme` instead of the store's
     /// (schemes differ only at the client; the server's recovery method must match).
     pub fn session_with_scheme(&self, scheme: Scheme) -> Result<Session> {
-        if scheme.method.name() != self.server.recovery_method() {
+        if scheme.method.name() != self.recovery_method() {
             return Err(lodestore_core::Error::InvalidArgument(format!(
                 "scheme {scheme} needs the {} recovery method; this store uses {}",
                 scheme.method.name(),
-                self.server.recovery_method()
+                self.recovery_method()
             )));
         }
         let page_size = self.page_size();
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;
+        let server: Arc<dyn PageServer> = match &self.backend {
+            Backend::Embedded(server) => server.clone(),
+            Backend::Remote { address, .. } => {
+                Arc::new(RemotePageServer::connect(address, "lodestore session")?)
+            }
+        };
         Ok(Session {
-            client: ClientSession::new(
-                self.server.clone(),
-                pages,
-                scheme,
-                self.options.recovery_buffer_bytes,
-            )?,
+            client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
         })
     }
 
+    /// The store's folder; for a remote store, the server's address.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
     pub fn page_size(&self) -> usize {
-        self.server.volume().page_size()
+        match &self.backend {
+            Backend::Embedded(server) => server.volume().page_size(),
+            Backend::Remote { control, .. } => control.welcome().page_size,
+        }
+    }
+
+    /// The server's counters of a remote store (zeros, with a warning, if the server cannot
+    /// be asked).
+    fn remote_stats(
+        control: &RemotePageServer,
+    ) -> (
+        ServerStats,
+        lodestore_wal::LogStats,
+        lodestore_server::LockStats,
+    ) {
+        control.stats().unwrap_or_else(|error| {
+            tracing::warn!(%error, server = control.peer(), "could not read the server's counters");
+            Default::default()
+        })
     }
 
     /// Server counters since the store was opened.
     pub fn server_stats(&self) -> ServerStats {
-        self.server.stats()
+        match &self.backend {
+            Backend::Embedded(server) => server.stats(),
+            Backend::Remote { control, .. } => Self::remote_stats(control).0,
+        }
     }
 
     /// Takes a checkpoint now: every dirty page is written and the log before it can be reused.
     pub fn checkpoint(&self) -> Result<()> {
-        self.server.checkpoint()
+        match &self.backend {
+            Backend::Embedded(server) => server.checkpoint(),
+            Backend::Remote { control, .. } => control.checkpoint(),
+        }
     }
 
     /// Lock waits, deadlocks and timeouts since the store was opened.
     pub fn lock_stats(&self) -> lodestore_server::LockStats {
-        self.server.lock_stats()
+        match &self.backend {
+            Backend::Embedded(server) => server.lock_stats(),
+            Backend::Remote { control, .. } => Self::remote_stats(control).2,
+        }
     }
 
     /// Counters of the write-ahead log since the store was opened.
     pub fn log_stats(&self) -> lodestore_wal::LogStats {
-        self.server.log().stats()
+        match &self.backend {
+            Backend::Embedded(server) => server.log().stats(),
+            Backend::Remote { control, .. } => Self::remote_stats(control).1,
+        }
     }
 
-    /// What recovery found and did when this store was opened.
+    /// What recovery found and did when this store (or, remote, its server) was opened.
     pub fn restart_report(&self) -> &RestartReport {
-        self.server.restart_report()
+        match &self.backend {
+            Backend::Embedded(server) => server.restart_report(),
+            Backend::Remote { control, .. } => &control.welcome().restart,
+        }
     }
 
     /// Figures about the stored data (reads every page; takes a checkpoint first so the data
-    /// file is current).
+    /// file is current). Embedded stores only: run `lodestore info` where the server runs.
     pub fn info(&self) -> Result<StoreInfo> {
-        self.server.checkpoint()?;
-        inspect::info(self.server.volume())
+        match &self.backend {
+            Backend::Embedded(server) => {
+                server.checkpoint()?;
+                inspect::info(server.volume())
+            }
+            Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
+                "info reads the data file; run `lodestore info` where the server of {address} runs"
+            ))),
+        }
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_detect;
 mod bench_suite;
 mod demo;
 mod inspect;
+mod serve;
 mod stress;
 mod torture;
 
@@ -78,8 +79,12 @@ enum Command {
     /// each account is 16 bytes: i64 balance (starting at 1000), u64 transfer count. Running
     /// again on the same store continues with its accounts. Made for kill -9 tests.
     Stress {
-        /// Folder of the store (created if missing).
-        path: PathBuf,
+        /// Folder of the store (created if missing); omit with --connect.
+        #[arg(required_unless_present = "connect")]
+        path: Option<PathBuf>,
+        /// Run against the server at this address (see `serve`) instead of a folder.
+        #[arg(long, conflicts_with = "path")]
+        connect: Option<String>,
         #[arg(long, default_value_t = 100)]
         accounts: u64,
         #[arg(long, default_value_t = 4)]
@@ -89,6 +94,21 @@ enum Command {
         /// File the acknowledged transfers are appended to.
         #[arg(long)]
         acks: PathBuf,
+    },
+    /// Serve the store in PATH to remote clients (`Store::connect`, `stress --connect`) on
+    /// ADDR until interrupted. Each connection is one client session; a client that breaks the
+    /// protocol is disconnected with the reason logged, and the transactions of a closed
+    /// connection roll back. Set LODESTORE_LOG=info to see connections come and go.
+    Serve {
+        /// Folder of the store (created if missing).
+        path: PathBuf,
+        /// Address to listen on, host:port (port 0 picks a free one; the chosen address is
+        /// printed on the first line of standard output).
+        #[arg(long, default_value = "127.0.0.1:7447")]
+        listen: String,
+        /// Recovery method: esm (redo and wpl come with the server-side recovery methods).
+        #[arg(long, default_value = "esm")]
+        method: String,
     },
     /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
     /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
@@ -196,11 +216,24 @@ fn main() -> ExitCode {
         } => demo::run(&path, objects, replace, page_size),
         Command::Stress {
             path,
+            connect,
             accounts,
             threads,
             seconds,
             acks,
-        } => stress::run(&path, accounts, threads, seconds, &acks),
+        } => stress::run(
+            path.as_deref(),
+            connect.as_deref(),
+            accounts,
+            threads,
+            seconds,
+            &acks,
+        ),
+        Command::Serve {
+            path,
+            listen,
+            method,
+        } => serve::run(&path, &listen, &method),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),

@@ -36,7 +36,8 @@ impl Persistent for Account {
 }
 
 pub fn run(
-    path: &Path,
+    path: Option<&Path>,
+    connect: Option<&str>,
     accounts: u64,
     threads: u32,
     seconds: f64,
@@ -47,7 +48,15 @@ pub fn run(
             "stress needs at least 2 accounts, 1 thread and a non-negative duration".into(),
         ));
     }
-    let store = Store::open_or_create(path, Options::new())?;
+    let store = match (path, connect) {
+        (_, Some(address)) => Store::connect(address, Options::new())?,
+        (Some(path), None) => Store::open_or_create(path, Options::new())?,
+        (None, None) => {
+            return Err(Error::InvalidArgument(
+                "stress needs a store folder PATH or --connect ADDRESS".into(),
+            ))
+        }
+    };
     let oids = open_bank(&store, accounts)?;
     let acks = OpenOptions::new()
         .create(true)

@@ -140,6 +140,14 @@ pub enum Error {
     /// An operation this configuration does not provide.
     #[error("unsupported: {0}")]
     Unsupported(String),
+
+    /// The server of a remote store reported an error (its message).
+    #[error("server: {0}")]
+    Remote(String),
+
+    /// The connection to a remote store's server failed or carried something malformed.
+    #[error("connection to {peer}: {reason}")]
+    Connection { peer: String, reason: String },
 }
 
 impl Error {

@@ -37,7 +37,7 @@ pub struct LockManager {
 }
 
 /// Counters of the lock manager.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockStats {
     pub waits: u64,
     pub deadlocks: u64,

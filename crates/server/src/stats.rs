@@ -1,9 +1,9 @@
 //! Counters a server keeps, for `info` and the benchmark reports. Lock waits, deadlocks and
 //! timeouts are counted by the lock manager (`LockStats`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServerStats {
     pub pages_read: u64,
     pub pages_written: u64,

@@ -46,7 +46,7 @@ impl Default for LogOptions {
 }
 
 /// Counters of the log.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogStats {
     pub records: u64,
     pub bytes_appended: u64,

@@ -54,7 +54,7 @@ impl std::str::FromStr for RecoveryMethodKind {
 }
 
 /// What a restart found and did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RestartReport {
     pub checkpoint_lsn: u64,
     pub log_end: u64,

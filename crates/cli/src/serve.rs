@@ -1,0 +1,57 @@
+//! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
+
+use lodestore::{Error, Options, Result, Store};
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub fn run(path: &Path, listen: &str, method: &str) -> Result<ExitCode> {
+    match method {
+        "esm" => {}
+        "redo" | "wpl" => {
+            return Err(Error::Unsupported(format!(
+                "--method {method}: only esm is served so far; redo-at-server and whole-page \
+                 logging at the server are not built yet"
+            )))
+        }
+        other => {
+            return Err(Error::InvalidArgument(format!(
+                "--method {other:?}: use esm, redo or wpl"
+            )))
+        }
+    }
+    let store = Store::open_or_create(path, Options::new())?;
+    let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::io(listen, "listen", e))?;
+    // The first line tells scripts and tests where the server listens (port 0 picks one).
+    println!("listening on {local}");
+    std::io::stdout().flush().ok();
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_flag(signal, stop.clone());
+    }
+    store.serve(listener, stop)?;
+    drop(store);
+    eprintln!("stopped; the store was closed cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sets `flag` when `signal` arrives.
+fn signal_flag(signal: libc::c_int, flag: Arc<AtomicBool>) {
+    static FLAG: std::sync::OnceLock<Arc<AtomicBool>> = std::sync::OnceLock::new();
+    let _ = FLAG.set(flag);
+    extern "C" fn handler(_: libc::c_int) {
+        if let Some(flag) = FLAG.get() {
+            flag.store(true, Ordering::Relaxed);
+        }
+    }
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(signal, handler as *const () as libc::sighandler_t);
+    }
+}

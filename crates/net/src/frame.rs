@@ -1,0 +1,139 @@
+//! Frames: every message travels as a 24-byte header and a body.
+//!
+//! ```text
+//! offset size field
+//!      0    4 magic  "LDSP" (Lodestore protocol)
+//!      4    2 protocol version (little-endian), PROTOCOL_VERSION
+//!      6    2 reserved, zero
+//!      8    8 request id: a response carries its request's id
+//!     16    4 body length in bytes, at most MAX_FRAME_BODY
+//!     20    4 crc32c of the body
+//!     24    … body (a postcard-encoded Request or Response)
+//! ```
+//!
+//! A frame that breaks any rule is refused with an error naming the rule; the connection it
+//! came on is then closed, since the byte stream can no longer be trusted.
+
+use std::io::{self, Read, Write};
+
+pub const MAGIC: [u8; 4] = *b"LDSP";
+/// Version of the frame layout and of the messages. Both ends must speak the same.
+pub const PROTOCOL_VERSION: u16 = 1;
+pub const HEADER_BYTES: usize = 24;
+/// Largest body accepted: a batch of pages or log records never grows past this; the client
+/// splits larger batches.
+pub const MAX_FRAME_BODY: usize = 32 << 20;
+
+/// Why a frame was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("connection closed")]
+    Closed,
+    #[error("connection closed in the middle of a frame ({got} of {expected} bytes)")]
+    Truncated { got: usize, expected: usize },
+    #[error("bad magic {0:02x?}: not a Lodestore peer")]
+    BadMagic([u8; 4]),
+    #[error("protocol version {found}, this side speaks {PROTOCOL_VERSION}")]
+    Version { found: u16 },
+    #[error("frame body of {0} bytes exceeds the limit of {MAX_FRAME_BODY}")]
+    TooLarge(usize),
+    #[error("frame body checksum mismatch")]
+    Checksum,
+    #[error("reserved header field is {0}, not zero")]
+    Reserved(u16),
+    #[error("I/O: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// A frame as read off the wire.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frame {
+    pub request_id: u64,
+    pub body: Vec<u8>,
+}
+
+/// The header of a frame carrying `body`.
+pub fn header(request_id: u64, body: &[u8]) -> [u8; HEADER_BYTES] {
+    assert!(
+        body.len() <= MAX_FRAME_BODY,
+        "callers split bodies under the limit"
+    );
+    let mut header = [0u8; HEADER_BYTES];
+    header[0..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&PROTOCOL_VERSION.to_le_bytes());
+    header[8..16].copy_from_slice(&request_id.to_le_bytes());
+    header[16..20].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    header[20..24].copy_from_slice(&crc32c::crc32c(body).to_le_bytes());
+    header
+}
+
+pub fn write_frame(out: &mut impl Write, request_id: u64, body: &[u8]) -> io::Result<()> {
+    out.write_all(&header(request_id, body))?;
+    out.write_all(body)?;
+    out.flush()
+}
+
+/// Checks a header and returns the request id, body length and body checksum.
+pub fn parse_header(header: &[u8; HEADER_BYTES]) -> Result<(u64, usize, u32), FrameError> {
+    let magic: [u8; 4] = header[0..4].try_into().expect("4 bytes");
+    if magic != MAGIC {
+        return Err(FrameError::BadMagic(magic));
+    }
+    let version = u16::from_le_bytes([header[4], header[5]]);
+    if version != PROTOCOL_VERSION {
+        return Err(FrameError::Version { found: version });
+    }
+    let reserved = u16::from_le_bytes([header[6], header[7]]);
+    if reserved != 0 {
+        return Err(FrameError::Reserved(reserved));
+    }
+    let request_id = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    let len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes")) as usize;
+    if len > MAX_FRAME_BODY {
+        return Err(FrameError::TooLarge(len));
+    }
+    let crc = u32::from_le_bytes(header[20..24].try_into().expect("4 bytes"));
+    Ok((request_id, len, crc))
+}
+
+/// Reads one frame. `Closed` when the peer closed the connection between frames.
+pub fn read_frame(input: &mut impl Read) -> Result<Frame, FrameError> {
+    let mut header = [0u8; HEADER_BYTES];
+    let got = read_full(input, &mut header)?;
+    if got == 0 {
+        return Err(FrameError::Closed);
+    }
+    if got < HEADER_BYTES {
+        return Err(FrameError::Truncated {
+            got,
+            expected: HEADER_BYTES,
+        });
+    }
+    let (request_id, len, crc) = parse_header(&header)?;
+    let mut body = vec![0u8; len];
+    let got = read_full(input, &mut body)?;
+    if got < len {
+        return Err(FrameError::Truncated {
+            got: HEADER_BYTES + got,
+            expected: HEADER_BYTES + len,
+        });
+    }
+    if crc32c::crc32c(&body) != crc {
+        return Err(FrameError::Checksum);
+    }
+    Ok(Frame { request_id, body })
+}
+
+/// Reads until `buf` is full or the stream ends; returns the bytes read.
+fn read_full(input: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match input.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

@@ -1,0 +1,12 @@
+//! Lodestore's client-server protocol (QuickStore section 3.1's page server, over TCP): framed,
+//! versioned, bounded binary messages; the server loop that serves a store's `Server` to many
+//! clients; and `RemotePageServer`, the client's end, which the client cache uses exactly as it
+//! uses the in-process server.
+
+pub mod frame;
+pub mod message;
+pub mod remote;
+pub mod serve;
+
+pub use remote::RemotePageServer;
+pub use serve::{serve, MAX_CONNECTIONS};

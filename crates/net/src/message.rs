@@ -1,0 +1,192 @@
+//! The messages: one request, one response, in order, per connection. Bodies are encoded with
+//! postcard; identifiers travel as plain integers so the wire format does not depend on how
+//! the Rust types are declared.
+
+use lodestore_core::{Error, PageId};
+use lodestore_server::{LockStats, RestartReport, ServerStats};
+use lodestore_wal::LogStats;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// The first request of a connection.
+    Hello {
+        client: String,
+    },
+    Begin,
+    LockPage {
+        txn: u64,
+        page: u32,
+        exclusive: bool,
+    },
+    FetchPage {
+        txn: u64,
+        page: u32,
+    },
+    FindSpace {
+        txn: u64,
+        bytes: u64,
+        skip: Vec<u32>,
+    },
+    AllocatePages {
+        txn: u64,
+        count: u32,
+    },
+    FreePages {
+        txn: u64,
+        pages: Vec<u32>,
+    },
+    ShipLogRecords {
+        txn: u64,
+        records: Vec<WireUpdate>,
+    },
+    ShipDirtyPages {
+        txn: u64,
+        pages: Vec<WirePage>,
+    },
+    Commit {
+        txn: u64,
+    },
+    ShipAndCommit {
+        txn: u64,
+        pages: Vec<WirePage>,
+    },
+    Abort {
+        txn: u64,
+    },
+    /// The server's counters.
+    Stats,
+    /// Take a checkpoint now.
+    Checkpoint,
+}
+
+impl Request {
+    /// A short name for logs.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Begin => "begin",
+            Request::LockPage { .. } => "lock-page",
+            Request::FetchPage { .. } => "fetch-page",
+            Request::FindSpace { .. } => "find-space",
+            Request::AllocatePages { .. } => "allocate-pages",
+            Request::FreePages { .. } => "free-pages",
+            Request::ShipLogRecords { .. } => "ship-log-records",
+            Request::ShipDirtyPages { .. } => "ship-dirty-pages",
+            Request::Commit { .. } => "commit",
+            Request::ShipAndCommit { .. } => "ship-and-commit",
+            Request::Abort { .. } => "abort",
+            Request::Stats => "stats",
+            Request::Checkpoint => "checkpoint",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireUpdate {
+    pub page: u32,
+    pub offset: u32,
+    pub before: Vec<u8>,
+    pub after: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WirePage {
+    pub page: u32,
+    pub logged: bool,
+    pub image: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Welcome {
+        page_size: u32,
+        volume: u16,
+        root_directory: u64,
+        recovery_method: String,
+        restart: RestartReport,
+    },
+    Stats {
+        server: ServerStats,
+        log: LogStats,
+        locks: LockStats,
+    },
+    Txn(u64),
+    Lsn(u64),
+    Page(Vec<u8>),
+    Space(Option<(u32, u64)>),
+    Extents(Vec<(u32, u32)>),
+    Done,
+    Lsns(Vec<u64>),
+    Committed {
+        pages: Vec<u64>,
+        commit: u64,
+    },
+    Failed(WireError),
+}
+
+/// An error the server returns; the kinds a client acts on keep their fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireError {
+    Deadlock {
+        page: u32,
+    },
+    LockTimeout {
+        page: u32,
+        waited_ms: u64,
+    },
+    TransactionInactive {
+        reason: String,
+    },
+    NoSuchPage {
+        page: u32,
+    },
+    InvalidArgument(String),
+    Unsupported(String),
+    /// Anything else, as the server's message.
+    Other(String),
+}
+
+impl From<&Error> for WireError {
+    fn from(error: &Error) -> WireError {
+        match error {
+            Error::Deadlock { page } => WireError::Deadlock { page: page.0 },
+            Error::LockTimeout { page, waited_ms } => WireError::LockTimeout {
+                page: page.0,
+                waited_ms: *waited_ms,
+            },
+            Error::TransactionInactive { reason } => WireError::TransactionInactive {
+                reason: reason.clone(),
+            },
+            Error::NoSuchPage { page } => WireError::NoSuchPage { page: page.0 },
+            Error::InvalidArgument(message) => WireError::InvalidArgument(message.clone()),
+            Error::Unsupported(message) => WireError::Unsupported(message.clone()),
+            other => WireError::Other(other.to_string()),
+        }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(error: WireError) -> Error {
+        match error {
+            WireError::Deadlock { page } => Error::Deadlock { page: PageId(page) },
+            WireError::LockTimeout { page, waited_ms } => Error::LockTimeout {
+                page: PageId(page),
+                waited_ms,
+            },
+            WireError::TransactionInactive { reason } => Error::TransactionInactive { reason },
+            WireError::NoSuchPage { page } => Error::NoSuchPage { page: PageId(page) },
+            WireError::InvalidArgument(message) => Error::InvalidArgument(message),
+            WireError::Unsupported(message) => Error::Unsupported(message),
+            WireError::Other(message) => Error::Remote(message),
+        }
+    }
+}
+
+pub fn encode<T: Serialize>(message: &T) -> Vec<u8> {
+    postcard::to_stdvec(message).expect("encoding into a vector cannot fail")
+}
+
+pub fn decode<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, postcard::Error> {
+    postcard::from_bytes(body)
+}

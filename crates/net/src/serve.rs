@@ -1,0 +1,301 @@
+//! The page server loop: a thread per connection, each serving one client's requests in order
+//! against the store's `Server` (the same `PageServer` the embedded store uses). A connection
+//! that breaks the protocol is closed with its reason logged; its open transactions are
+//! aborted, which releases their locks. Other connections never notice.
+
+use crate::frame::{read_frame, write_frame, FrameError};
+use crate::message::{decode, encode, Request, Response, WireError};
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_server::{LockMode, PageServer, PageUpdate, Server, ShippedPage};
+use rustc_hash::FxHashSet;
+use std::io::{BufReader, BufWriter};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connections served at once; more are refused (closed at once, with a log line).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// Serves `server` on `listener` until `stop` is set (checked between connections and every
+/// 100 ms while idle).
+pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<()> {
+    let local = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io(&local, "listen", e))?;
+    let live = Arc::new(AtomicUsize::new(0));
+    tracing::info!(address = %local, "serving");
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if live.load(Ordering::Acquire) >= MAX_CONNECTIONS {
+                    tracing::warn!(%peer, limit = MAX_CONNECTIONS, "refused a connection: too many clients");
+                    continue;
+                }
+                live.fetch_add(1, Ordering::AcqRel);
+                let server = server.clone();
+                let live = live.clone();
+                std::thread::Builder::new()
+                    .name(format!("lodestore-conn-{peer}"))
+                    .spawn(move || {
+                        let reason = Connection::new(server, peer.to_string()).run(stream);
+                        tracing::info!(%peer, %reason, "connection closed");
+                        live.fetch_sub(1, Ordering::AcqRel);
+                    })
+                    .map_err(|e| Error::io(&local, "spawn connection thread", e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => tracing::warn!(error = %e, "accept failed"),
+        }
+    }
+    Ok(())
+}
+
+/// One client's connection and the transactions it began.
+struct Connection {
+    server: Arc<Server>,
+    peer: String,
+    txns: FxHashSet<u64>,
+}
+
+impl Connection {
+    fn new(server: Arc<Server>, peer: String) -> Connection {
+        Connection {
+            server,
+            peer,
+            txns: FxHashSet::default(),
+        }
+    }
+
+    /// Serves until the connection ends; returns why it ended.
+    fn run(mut self, stream: TcpStream) -> String {
+        let reason = self.exchange(stream);
+        for txn in self.txns.drain() {
+            if let Err(e) = self.server.abort(TxnId(txn)) {
+                tracing::warn!(peer = %self.peer, txn, error = %e, "abort after disconnect failed");
+            } else {
+                tracing::info!(peer = %self.peer, txn, "rolled back the transaction of a closed connection");
+            }
+        }
+        reason
+    }
+
+    fn exchange(&mut self, stream: TcpStream) -> String {
+        if let Err(e) = stream.set_nodelay(true).and(stream.set_nonblocking(false)) {
+            return format!("socket setup failed: {e}");
+        }
+        let mut reader = match stream.try_clone() {
+            Ok(s) => BufReader::new(s),
+            Err(e) => return format!("socket setup failed: {e}"),
+        };
+        let mut writer = BufWriter::new(stream);
+        let mut greeted = false;
+        loop {
+            let frame = match read_frame(&mut reader) {
+                Ok(frame) => frame,
+                Err(FrameError::Closed) => return "client closed the connection".into(),
+                Err(e) => return format!("malformed frame: {e}"),
+            };
+            let request: Request = match decode(&frame.body) {
+                Ok(request) => request,
+                Err(e) => return format!("malformed request body: {e}"),
+            };
+            let (response, close) = if !greeted {
+                match request {
+                    Request::Hello { ref client } => {
+                        greeted = true;
+                        tracing::info!(peer = %self.peer, %client, "client connected");
+                        (self.welcome(), None)
+                    }
+                    other => (
+                        Response::Failed(WireError::InvalidArgument(format!(
+                            "the first request must be hello, not {}",
+                            other.name()
+                        ))),
+                        Some(format!("first request was {}, not hello", other.name())),
+                    ),
+                }
+            } else {
+                let name = request.name();
+                match self.handle(request) {
+                    Ok(response) => (response, None),
+                    Err(error) => {
+                        // A page that does not exist means the client is confused about the
+                        // store: answer, then close rather than serve it further.
+                        let close = matches!(error, Error::NoSuchPage { .. }).then(|| {
+                            format!("{name} asked for a page that does not exist: {error}")
+                        });
+                        (Response::Failed(WireError::from(&error)), close)
+                    }
+                }
+            };
+            if let Err(e) = write_frame(&mut writer, frame.request_id, &encode(&response)) {
+                return format!("could not answer: {e}");
+            }
+            if let Some(reason) = close {
+                return reason;
+            }
+        }
+    }
+
+    fn welcome(&self) -> Response {
+        Response::Welcome {
+            page_size: self.server.page_size() as u32,
+            volume: self.server.volume_id(),
+            root_directory: self.server.root_directory().0,
+            recovery_method: self.server.recovery_method().to_string(),
+            restart: self.server.restart_report().clone(),
+        }
+    }
+
+    /// `txn` must be one this connection began and has not finished.
+    fn own(&self, txn: u64) -> Result<TxnId> {
+        if self.txns.contains(&txn) {
+            Ok(TxnId(txn))
+        } else {
+            Err(Error::TransactionInactive {
+                reason: format!("transaction {txn} is not an open transaction of this connection"),
+            })
+        }
+    }
+
+    fn page(&self, page: u32) -> Result<PageId> {
+        let page_count = self.server.volume().page_count();
+        if page >= page_count {
+            return Err(Error::NoSuchPage { page: PageId(page) });
+        }
+        Ok(PageId(page))
+    }
+
+    fn shipped<'a>(&self, pages: &'a [crate::message::WirePage]) -> Result<Vec<ShippedPage<'a>>> {
+        let size = self.server.page_size();
+        pages
+            .iter()
+            .map(|p| {
+                if p.image.len() != size {
+                    return Err(Error::InvalidArgument(format!(
+                        "page {} shipped with {} bytes; pages have {size}",
+                        p.page,
+                        p.image.len()
+                    )));
+                }
+                Ok(ShippedPage {
+                    page: self.page(p.page)?,
+                    image: &p.image,
+                    logged: p.logged,
+                })
+            })
+            .collect()
+    }
+
+    fn handle(&mut self, request: Request) -> Result<Response> {
+        let server = self.server.clone();
+        Ok(match request {
+            Request::Hello { .. } => {
+                return Err(Error::InvalidArgument("hello was already said".into()))
+            }
+            Request::Begin => {
+                let txn = server.begin()?;
+                self.txns.insert(txn.0);
+                Response::Txn(txn.0)
+            }
+            Request::LockPage {
+                txn,
+                page,
+                exclusive,
+            } => {
+                let mode = if exclusive {
+                    LockMode::Exclusive
+                } else {
+                    LockMode::Shared
+                };
+                Response::Lsn(server.lock_page(self.own(txn)?, self.page(page)?, mode)?.0)
+            }
+            Request::FetchPage { txn, page } => {
+                let mut buf = vec![0u8; server.page_size()];
+                server.fetch_page(self.own(txn)?, self.page(page)?, &mut buf)?;
+                Response::Page(buf)
+            }
+            Request::FindSpace { txn, bytes, skip } => {
+                let skip: Vec<PageId> = skip.into_iter().map(PageId).collect();
+                let found = server.find_space(self.own(txn)?, bytes as usize, &skip)?;
+                Response::Space(found.map(|(page, lsn)| (page.0, lsn.0)))
+            }
+            Request::AllocatePages { txn, count } => {
+                let extents = server.allocate_pages(self.own(txn)?, count)?;
+                Response::Extents(extents.iter().map(|e| (e.first.0, e.count)).collect())
+            }
+            Request::FreePages { txn, pages } => {
+                let pages = pages
+                    .into_iter()
+                    .map(|p| self.page(p))
+                    .collect::<Result<Vec<_>>>()?;
+                server.free_pages(self.own(txn)?, &pages)?;
+                Response::Done
+            }
+            Request::ShipLogRecords { txn, records } => {
+                let records = records
+                    .into_iter()
+                    .map(|r| {
+                        Ok(PageUpdate {
+                            page: self.page(r.page)?,
+                            offset: r.offset,
+                            before: r.before,
+                            after: r.after,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                server.ship_log_records(self.own(txn)?, &records)?;
+                Response::Done
+            }
+            Request::ShipDirtyPages { txn, pages } => {
+                let txn = self.own(txn)?;
+                let shipped = self.shipped(&pages)?;
+                Response::Lsns(
+                    server
+                        .ship_dirty_pages(txn, &shipped)?
+                        .iter()
+                        .map(|l| l.0)
+                        .collect(),
+                )
+            }
+            Request::Commit { txn } => {
+                // A failed commit stays open here until the client aborts it (or leaves).
+                let lsn = server.commit(self.own(txn)?)?;
+                self.txns.remove(&txn);
+                Response::Lsn(lsn.0)
+            }
+            Request::ShipAndCommit { txn, pages } => {
+                let id = self.own(txn)?;
+                let shipped = self.shipped(&pages)?;
+                let (lsns, commit) = server.ship_and_commit(id, &shipped)?;
+                self.txns.remove(&txn);
+                Response::Committed {
+                    pages: lsns.iter().map(|l: &Lsn| l.0).collect(),
+                    commit: commit.0,
+                }
+            }
+            Request::Abort { txn } => {
+                let result = server.abort(self.own(txn)?);
+                self.txns.remove(&txn);
+                result?;
+                Response::Done
+            }
+            Request::Stats => Response::Stats {
+                server: server.stats(),
+                log: server.log().stats(),
+                locks: server.lock_stats(),
+            },
+            Request::Checkpoint => {
+                server.checkpoint()?;
+                Response::Done
+            }
+        })
+    }
+}

@@ -1,0 +1,277 @@
+//! The wire protocol under good and bad input: frames round-trip; the decoders never panic on
+//! arbitrary bytes; a server closes the connection of a client that breaks the protocol (with
+//! the other clients unaffected), and rolls back the transaction of a client that vanished.
+
+use lodestore_core::{Error, PageId};
+use lodestore_net::frame::{
+    self, header, read_frame, write_frame, FrameError, HEADER_BYTES, MAX_FRAME_BODY,
+};
+use lodestore_net::message::{decode, encode, Request, Response, WireError};
+use lodestore_net::{serve, RemotePageServer};
+use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
+use lodestore_storage::RealFileSystem;
+use proptest::prelude::*;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Running {
+    address: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+    }
+}
+
+fn start_server() -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ServerOptions {
+        lock_wait_timeout: Duration::from_secs(2),
+        ..ServerOptions::default()
+    };
+    let server = Arc::new(
+        Server::create(
+            Arc::new(RealFileSystem),
+            &dir.path().join("s"),
+            8192,
+            options,
+        )
+        .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let stop = stop.clone();
+        std::thread::spawn(move || serve(server, listener, stop).unwrap())
+    };
+    Running {
+        address,
+        stop,
+        thread: Some(thread),
+        _dir: dir,
+    }
+}
+
+/// A raw connection; `hello` says hello first.
+fn raw(address: &str, hello: bool) -> TcpStream {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    if hello {
+        let body = encode(&Request::Hello {
+            client: "test".into(),
+        });
+        write_frame(&mut stream, 1, &body).unwrap();
+        let frame = read_frame(&mut stream).unwrap();
+        assert!(matches!(
+            decode::<Response>(&frame.body).unwrap(),
+            Response::Welcome { .. }
+        ));
+    }
+    stream
+}
+
+/// The server closed the connection: reading yields end of stream (after any answer).
+fn assert_closed(stream: &mut TcpStream) {
+    let mut rest = Vec::new();
+    let result = stream.read_to_end(&mut rest);
+    assert!(
+        result.is_ok()
+            || matches!(result, Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "{result:?}"
+    );
+}
+
+/// A well-behaved client still gets served.
+fn assert_serving(address: &str) {
+    let remote = RemotePageServer::connect(address, "check").unwrap();
+    let txn = remote.begin().unwrap();
+    let page = remote.root_directory().page();
+    remote.lock_page(txn, page, LockMode::Shared).unwrap();
+    remote.commit(txn).unwrap();
+}
+
+#[test]
+fn frames_round_trip_and_bad_headers_are_named() {
+    let mut wire = Vec::new();
+    write_frame(&mut wire, 42, b"hello").unwrap();
+    let frame = read_frame(&mut wire.as_slice()).unwrap();
+    assert_eq!(
+        (frame.request_id, frame.body.as_slice()),
+        (42, &b"hello"[..])
+    );
+
+    let mut bad = wire.clone();
+    bad[0] = b'X';
+    assert!(matches!(
+        read_frame(&mut bad.as_slice()),
+        Err(FrameError::BadMagic(_))
+    ));
+    let mut bad = wire.clone();
+    bad[4] = 9;
+    let err = read_frame(&mut bad.as_slice()).unwrap_err();
+    assert!(err.to_string().contains("protocol version 9"), "{err}");
+    let mut bad = wire.clone();
+    bad[16..20].copy_from_slice(&((MAX_FRAME_BODY + 1) as u32).to_le_bytes());
+    assert!(matches!(
+        read_frame(&mut bad.as_slice()),
+        Err(FrameError::TooLarge(_))
+    ));
+    let mut bad = wire.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    assert!(matches!(
+        read_frame(&mut bad.as_slice()),
+        Err(FrameError::Checksum)
+    ));
+    let cut = &wire[..wire.len() - 2];
+    assert!(matches!(
+        read_frame(&mut &cut[..]),
+        Err(FrameError::Truncated { .. })
+    ));
+    assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
+}
+
+proptest! {
+    #[test]
+    fn decoders_never_panic_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+        let _ = read_frame(&mut bytes.as_slice());
+        let _ = decode::<Request>(&bytes);
+        let _ = decode::<Response>(&bytes);
+        // And behind a valid header.
+        let mut wire = header(7, &bytes).to_vec();
+        wire.extend_from_slice(&bytes);
+        let frame = read_frame(&mut wire.as_slice()).unwrap();
+        let _ = decode::<Request>(&frame.body);
+    }
+
+    #[test]
+    fn requests_round_trip(txn in any::<u64>(), page in any::<u32>(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        let requests = [
+            Request::LockPage { txn, page, exclusive: true },
+            Request::FindSpace { txn, bytes: bytes.len() as u64, skip: vec![page] },
+            Request::ShipLogRecords { txn, records: vec![lodestore_net::message::WireUpdate { page, offset: 3, before: bytes.clone(), after: bytes.clone() }] },
+        ];
+        for request in requests {
+            prop_assert_eq!(decode::<Request>(&encode(&request)).unwrap(), request);
+        }
+    }
+}
+
+#[test]
+fn protocol_breakers_are_disconnected_and_others_keep_working() {
+    let server = start_server();
+    let address = server.address.clone();
+    // A well-behaved client connected throughout.
+    let steady = RemotePageServer::connect(&address, "steady").unwrap();
+
+    // Oversized frame.
+    let mut s = raw(&address, true);
+    let mut h = header(2, b"");
+    h[16..20].copy_from_slice(&((MAX_FRAME_BODY + 1) as u32).to_le_bytes());
+    s.write_all(&h).unwrap();
+    assert_closed(&mut s);
+
+    // Wrong protocol version, before hello.
+    let mut s = raw(&address, false);
+    let mut h = header(1, b"");
+    h[4] = 99;
+    s.write_all(&h).unwrap();
+    assert_closed(&mut s);
+
+    // Not a Lodestore peer at all.
+    let mut s = raw(&address, false);
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_closed(&mut s);
+
+    // A valid frame whose body is not a request.
+    let mut s = raw(&address, true);
+    write_frame(&mut s, 2, &[0xFF; 40]).unwrap();
+    assert_closed(&mut s);
+
+    // Something other than hello first: answered with the reason, then closed.
+    let mut s = raw(&address, false);
+    write_frame(&mut s, 1, &encode(&Request::Begin)).unwrap();
+    let frame = read_frame(&mut s).unwrap();
+    match decode::<Response>(&frame.body).unwrap() {
+        Response::Failed(WireError::InvalidArgument(m)) => assert!(m.contains("hello"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_closed(&mut s);
+
+    // Disconnecting in the middle of a frame.
+    let mut s = raw(&address, true);
+    let body = encode(&Request::Begin);
+    s.write_all(&header(2, &body)).unwrap();
+    drop(s);
+
+    // A page that does not exist: answered with the error naming it, then closed.
+    let remote = RemotePageServer::connect(&address, "lost").unwrap();
+    let txn = remote.begin().unwrap();
+    let err = remote
+        .lock_page(txn, PageId(9_999_999), LockMode::Shared)
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::NoSuchPage {
+                page: PageId(9_999_999)
+            }
+        ),
+        "{err}"
+    );
+    let err = remote.commit(txn).unwrap_err();
+    assert!(matches!(err, Error::Connection { .. }), "{err}");
+
+    // Using another connection's transaction.
+    let other = RemotePageServer::connect(&address, "other").unwrap();
+    let theirs = other.begin().unwrap();
+    let err = steady
+        .lock_page(theirs, steady.root_directory().page(), LockMode::Shared)
+        .unwrap_err();
+    assert!(matches!(err, Error::TransactionInactive { .. }), "{err}");
+    other.abort(theirs).unwrap();
+
+    assert_serving(&address);
+    let txn = steady.begin().unwrap();
+    steady.commit(txn).unwrap();
+    assert_eq!(frame::PROTOCOL_VERSION, 1);
+    let _ = HEADER_BYTES;
+}
+
+#[test]
+fn a_vanished_client_releases_its_locks() {
+    let server = start_server();
+    let first = RemotePageServer::connect(&server.address, "first").unwrap();
+    let txn = first.begin().unwrap();
+    let page = first.root_directory().page();
+    first.lock_page(txn, page, LockMode::Exclusive).unwrap();
+    // The second client waits for the lock; the first vanishes without a word.
+    let address = server.address.clone();
+    let waiter = std::thread::spawn(move || {
+        let second = RemotePageServer::connect(&address, "second").unwrap();
+        let txn = second.begin().unwrap();
+        let started = std::time::Instant::now();
+        second.lock_page(txn, page, LockMode::Exclusive).unwrap();
+        second.commit(txn).unwrap();
+        started.elapsed()
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    drop(first);
+    let waited = waiter.join().unwrap();
+    assert!(
+        waited < Duration::from_millis(1900),
+        "waited {waited:?}: the lock was not released by the disconnect"
+    );
+}

@@ -46,6 +46,10 @@ pub struct Oo7Args {
     /// Start every measured transaction with an empty client cache.
     #[arg(long)]
     pub cold: bool,
+    /// Serve each configuration's store on a loopback port and connect every client over
+    /// TCP (`Store::connect`), so pages and log records cross the wire.
+    #[arg(long)]
+    pub remote: bool,
     /// Seed of the database generator and the traversals' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -215,6 +219,7 @@ fn oo7_config(args: &Oo7Args) -> Result<Oo7Config> {
         server_pool_bytes: parse_size(&args.server_pool)?,
         clients: parse_clients(&args.clients)?,
         cold: args.cold,
+        remote: args.remote,
         out: args.out.clone(),
         quiet: false,
     })
@@ -270,6 +275,7 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         server_pool: "128MiB".into(),
         clients: "1".into(),
         cold: false,
+        remote: false,
         seed: 1,
         out: args.out.clone(),
     };

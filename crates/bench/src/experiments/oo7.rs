@@ -7,8 +7,10 @@ use crate::oo7::{self, Oo7Params, Traversal};
 use crate::record::{Meter, RunRecord};
 use crate::workspace;
 use lodestore::{Error, Options, Result, Scheme, Store};
+use std::net::TcpListener;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Retries of a transaction chosen as a deadlock victim before the run fails.
@@ -28,6 +30,8 @@ pub struct Oo7Config {
     pub clients: Vec<u32>,
     /// A fresh client cache for every measured transaction instead of one kept across them.
     pub cold: bool,
+    /// Serve the store on a loopback port and connect the clients over TCP.
+    pub remote: bool,
     pub out: PathBuf,
     pub quiet: bool,
 }
@@ -78,14 +82,38 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                     .recovery_buffer_bytes(recovery_buffer)
                     .client_cache_bytes(config.cache_bytes)
                     .server_pool_bytes(config.server_pool_bytes);
-                let store = Store::open(&path, options)?;
+                let store = Store::open(&path, options.clone())?;
+                // Remote: the store is served on a loopback port and every client connects to
+                // it, so pages and log records cross TCP as they would between machines.
                 let collected = Mutex::new(Vec::new());
+                let stop_serving = Arc::new(AtomicBool::new(false));
+                let (listener, served) = if config.remote {
+                    let listener = TcpListener::bind("127.0.0.1:0")
+                        .map_err(|e| Error::io("127.0.0.1:0", "listen", e))?;
+                    let address = listener
+                        .local_addr()
+                        .map_err(|e| Error::io("127.0.0.1:0", "listen", e))?;
+                    (Some(listener), Some(address.to_string()))
+                } else {
+                    (None, None)
+                };
+                let served = &served;
                 std::thread::scope(|scope| -> Result<()> {
+                    let serving = listener.map(|listener| {
+                        let (store, stop) = (&store, stop_serving.clone());
+                        scope.spawn(move || store.serve(listener, stop))
+                    });
                     let handles: Vec<_> = (0..clients)
                         .map(|client| {
                             let store = &store;
+                            let options = options.clone();
                             let collected = &collected;
                             scope.spawn(move || {
+                                let connected = match served {
+                                    Some(address) => Some(Store::connect(address, options)?),
+                                    None => None,
+                                };
+                                let store = connected.as_ref().unwrap_or(store);
                                 let setup = ClientSetup {
                                     config,
                                     scheme,
@@ -102,10 +130,16 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                             })
                         })
                         .collect();
+                    let mut outcome = Ok(());
                     for handle in handles {
-                        handle.join().expect("a client thread panicked")?;
+                        let joined = handle.join().expect("a client thread panicked");
+                        outcome = outcome.and(joined);
                     }
-                    Ok(())
+                    stop_serving.store(true, Ordering::Relaxed);
+                    if let Some(serving) = serving {
+                        serving.join().expect("the serving thread panicked")?;
+                    }
+                    outcome
                 })?;
                 records.extend(collected.into_inner().expect("clients finished"));
                 drop(store);

@@ -32,6 +32,10 @@ pub struct Scheme {
     pub detector: Detector,
     pub generator: Generator,
     pub method: RecoveryMethodKind,
+    /// Whether dirty pages whose changes the client logged are shipped too (ESM), or only
+    /// their log records, the server redoing them on its own copy (redo-at-server, QuickStore
+    /// section 3.4.2).
+    pub ships_logged_pages: bool,
     name: &'static str,
 }
 
@@ -41,6 +45,7 @@ impl Scheme {
             detector,
             generator,
             method: RecoveryMethodKind::Esm,
+            ships_logged_pages: true,
             name,
         }
     }
@@ -50,6 +55,16 @@ impl Scheme {
         Detector::PageProtection(FaultMechanism::Signal),
         Generator::PageDiff,
     );
+    /// Page diffing with redo at the server: the client ships log records only, never the
+    /// pages they describe; the server applies the records to its own copy.
+    pub const PD_REDO: Scheme = Scheme {
+        ships_logged_pages: false,
+        ..Scheme::new(
+            "PD-REDO",
+            Detector::PageProtection(FaultMechanism::Signal),
+            Generator::PageDiff,
+        )
+    };
     /// Page diffing with faults delivered by userfaultfd instead of SIGSEGV.
     pub const PD_UFFD_ESM: Scheme = Scheme::new(
         "PD-UFFD-ESM",
@@ -100,6 +115,7 @@ impl Scheme {
     pub fn all() -> Vec<Scheme> {
         let mut all = vec![
             Scheme::PD_ESM,
+            Scheme::PD_REDO,
             Scheme::PD_UFFD_ESM,
             Scheme::SD_ESM,
             Scheme::SL_ESM,

@@ -295,9 +295,10 @@ impl ClientSession {
     /// Ships `pages` with the commit request and stamps their cached copies.
     fn ship_and_commit(&mut self, id: TxnId, pages: &[PageId]) -> Result<Lsn> {
         let (frames, images) = self.images(pages)?;
+        let imaged = images.iter().filter(|p| !p.image.is_empty()).count();
         let (lsns, lsn) = self.server.ship_and_commit(id, &images)?;
         self.stamp(frames, lsns)?;
-        self.stats.pages_shipped += pages.len() as u64;
+        self.stats.pages_shipped += imaged as u64;
         Ok(lsn)
     }
 
@@ -310,10 +311,17 @@ impl ClientSession {
                 Error::InvalidArgument(format!("dirty page {page} is not in the cache"))
             })?;
             frames.push(frame);
+            let logged = !self.tracker.is_unlogged(frame);
+            // Redo-at-server: a logged page travels as its id only; the server answers its LSN.
+            let image = if logged && !self.scheme.ships_logged_pages {
+                &[][..]
+            } else {
+                self.cache.frame(frame)
+            };
             images.push(ShippedPage {
                 page,
-                image: self.cache.frame(frame),
-                logged: !self.tracker.is_unlogged(frame),
+                image,
+                logged,
             });
         }
         Ok((frames, images))
@@ -340,9 +348,10 @@ impl ClientSession {
     fn ship(&mut self, id: TxnId, pages: &[PageId]) -> Result<()> {
         for batch in pages.chunks(SHIP_BATCH_PAGES) {
             let (frames, images) = self.images(batch)?;
+            let imaged = images.iter().filter(|p| !p.image.is_empty()).count();
             let lsns = self.server.ship_dirty_pages(id, &images)?;
             self.stamp(frames, lsns)?;
-            self.stats.pages_shipped += batch.len() as u64;
+            self.stats.pages_shipped += imaged as u64;
         }
         Ok(())
     }
@@ -493,11 +502,16 @@ impl ClientSession {
             if evicted.dirty {
                 // The page's log records go first, then the page.
                 let logged = !self.tracker.is_unlogged(frame);
+                // Redo-at-server: the records are the page; nothing else leaves the client.
+                let ship_image = !logged || self.scheme.ships_logged_pages;
                 let shipped = self
                     .tracker
                     .flush_evicted(&mut self.cache, frame, evicted.page)
                     .and_then(|()| self.ship_log_records(id, true))
                     .and_then(|()| {
+                        if !ship_image {
+                            return Ok(Vec::new());
+                        }
                         self.server.ship_dirty_pages(
                             id,
                             &[ShippedPage {
@@ -516,7 +530,9 @@ impl ClientSession {
                     ));
                     return Err(e);
                 }
-                self.stats.pages_shipped += 1;
+                if ship_image {
+                    self.stats.pages_shipped += 1;
+                }
                 self.active()?.dirty.remove(&evicted.page);
             }
             self.tracker

@@ -31,6 +31,8 @@ pub struct ShippedPage<'a> {
     /// The client already shipped log records for every change of this page since it last
     /// shipped it: the server checks that the image matches them and logs nothing more.
     /// Otherwise the server diffs the image against its own copy and logs the difference.
+    /// A logged page may come with an empty image (redo-at-server): the records describe it
+    /// and the server, which applied them to its copy, only answers the page's LSN.
     pub logged: bool,
 }
 

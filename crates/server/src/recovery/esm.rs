@@ -97,6 +97,10 @@ impl RecoveryMethod for Esm {
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
         let current = state.pool.get(page).expect("page just cached");
+        if image.is_empty() {
+            // Redo-at-server: the client ships no image; its records made this copy.
+            return Ok(page::lsn(current));
+        }
         // The records already made the server's copy what the client holds; a difference is a
         // write the client's detector missed, which a crash would lose.
         if let Some(offset) = first_client_difference(current, image) {

@@ -5,6 +5,9 @@
 //! acknowledged is in the transfer counts of both its accounts. Then the server restarts and the
 //! clients connect again.
 
+mod common;
+
+use common::{accounts, acknowledged, lodestore};
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
@@ -17,83 +20,27 @@ const CLIENTS: usize = 3;
 /// Rounds in the test suite; `LODESTORE_KILL9_ROUNDS=20` for the full acceptance run.
 const ROUNDS: usize = 8;
 
-fn lodestore() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_lodestore"))
-}
-
-/// Balances and transfer counts of every account, read from `lodestore dump --json`.
-fn accounts(store: &Path) -> Vec<(i64, u64)> {
-    let out = lodestore()
-        .args(["dump", store.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let bytes_of = |oid: u64| -> Vec<u8> {
-        let object = dump["objects"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["oid"].as_u64() == Some(oid))
-            .unwrap_or_else(|| panic!("object {oid} missing from the dump"));
-        hex::decode(object["bytes"].as_str().unwrap()).unwrap()
-    };
-    let bank = bytes_of(dump["roots"]["bank"].as_u64().expect("bank root"));
-    bank.chunks_exact(8)
-        .map(|c| {
-            let account = bytes_of(u64::from_le_bytes(c.try_into().unwrap()));
-            assert_eq!(account.len(), 16);
-            (
-                i64::from_le_bytes(account[..8].try_into().unwrap()),
-                u64::from_le_bytes(account[8..].try_into().unwrap()),
-            )
-        })
-        .collect()
-}
-
-/// How often each account appears in the acknowledged transfers.
-fn acknowledged(acks: &Path) -> (usize, HashMap<usize, u64>) {
-    let text = std::fs::read_to_string(acks).unwrap_or_default();
-    let mut per_account = HashMap::new();
-    let mut transfers = 0;
-    for line in text.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        // A line cut by the kill is not an acknowledgement.
-        if fields.len() != 3 || !text.ends_with('\n') && line == text.lines().last().unwrap() {
-            continue;
+/// Starts `lodestore serve` on `listen` (port 0: a free one); returns the child and the address
+/// it listens on. A port just freed by a killed server may linger a moment: retried briefly.
+fn start_server(store: &Path, listen: &str) -> (Child, String) {
+    for _ in 0..50 {
+        let mut child = lodestore()
+            .args(["serve", store.to_str().unwrap(), "--listen", listen])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if let Some(address) = line.trim().strip_prefix("listening on ") {
+            return (child, address.to_string());
         }
-        for index in &fields[1..] {
-            *per_account
-                .entry(index.parse::<usize>().unwrap())
-                .or_insert(0) += 1;
-        }
-        transfers += 1;
+        child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
     }
-    (transfers, per_account)
-}
-
-/// Starts `lodestore serve` on a free port; returns the child and its address.
-fn start_server(store: &Path) -> (Child, String) {
-    let mut child = lodestore()
-        .args(["serve", store.to_str().unwrap(), "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (child, address)
+    panic!("could not start the server on {listen}");
 }
 
 fn stress(address: &str, acks: &Path, seconds: &str, threads: &str) -> Command {
@@ -141,7 +88,7 @@ fn kill_minus_nine_of_the_server_under_three_clients_loses_nothing_acknowledged(
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);
 
     // One client creates the bank before several share it.
-    let (mut server, address) = start_server(&store);
+    let (mut server, address) = start_server(&store, "127.0.0.1:0");
     let status = stress(&address, &acks[0], "0", "1").status().unwrap();
     assert!(status.success());
 
@@ -189,7 +136,7 @@ fn kill_minus_nine_of_the_server_under_three_clients_loses_nothing_acknowledged(
         );
         total_acknowledged = transfers;
 
-        (server, _) = start_server_at(&store, &address);
+        (server, _) = start_server(&store, &address);
     }
     server.kill().unwrap();
     server.wait().unwrap();
@@ -197,27 +144,4 @@ fn kill_minus_nine_of_the_server_under_three_clients_loses_nothing_acknowledged(
         total_acknowledged > 100,
         "only {total_acknowledged} transfers acknowledged"
     );
-}
-
-/// Restarts the server on the same address (the clients of the next round connect there).
-fn start_server_at(store: &Path, address: &str) -> (Child, String) {
-    // The port may linger a moment after the kill; retry briefly.
-    for _ in 0..50 {
-        let mut child = lodestore()
-            .args(["serve", store.to_str().unwrap(), "--listen", address])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if line.starts_with("listening on ") {
-            return (child, address.to_string());
-        }
-        child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("could not restart the server on {address}");
 }

@@ -1,0 +1,67 @@
+//! What the kill -9 tests share: running the binary, reading the bank out of a store the way
+//! an outside tool would, and reading the acknowledged transfers.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+pub fn lodestore() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lodestore"))
+}
+
+/// Balances and transfer counts of every account, read from `lodestore dump --json`.
+pub fn accounts(store: &Path) -> Vec<(i64, u64)> {
+    let out = lodestore()
+        .args(["dump", store.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bytes_of = |oid: u64| -> Vec<u8> {
+        let object = dump["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["oid"].as_u64() == Some(oid))
+            .unwrap_or_else(|| panic!("object {oid} missing from the dump"));
+        hex::decode(object["bytes"].as_str().unwrap()).unwrap()
+    };
+    let bank = bytes_of(dump["roots"]["bank"].as_u64().expect("bank root"));
+    bank.chunks_exact(8)
+        .map(|c| {
+            let account = bytes_of(u64::from_le_bytes(c.try_into().unwrap()));
+            assert_eq!(account.len(), 16);
+            (
+                i64::from_le_bytes(account[..8].try_into().unwrap()),
+                u64::from_le_bytes(account[8..].try_into().unwrap()),
+            )
+        })
+        .collect()
+}
+
+/// How often each account appears in the acknowledged transfers.
+pub fn acknowledged(acks: &Path) -> (usize, HashMap<usize, u64>) {
+    let text = std::fs::read_to_string(acks).unwrap_or_default();
+    let mut per_account = HashMap::new();
+    let mut transfers = 0;
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        // A line cut by the kill is not an acknowledgement.
+        if fields.len() != 3 || !text.ends_with('\n') && line == text.lines().last().unwrap() {
+            continue;
+        }
+        for index in &fields[1..] {
+            *per_account
+                .entry(index.parse::<usize>().unwrap())
+                .or_insert(0) += 1;
+        }
+        transfers += 1;
+    }
+    (transfers, per_account)
+}

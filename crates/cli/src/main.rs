@@ -20,7 +20,8 @@ use std::process::ExitCode;
     about = "Lodestore: a transactional persistent object store",
     long_about = "Lodestore keeps a graph of typed objects on disk, updated in place inside \
                   transactions. This tool creates stores, reports on them, checks their \
-                  integrity, dumps their contents and runs the demo workload.\n\n\
+                  integrity, dumps their contents, serves them to remote clients, runs crash \
+                  campaigns and runs the benchmark suite (`lodestore bench`).\n\n\
                   A store is a folder holding the data file volume-0.data.\n\n\
                   Exit codes: 0 success; 1 `check` found problems; 2 the command failed \
                   (bad arguments, not a store, I/O error)."

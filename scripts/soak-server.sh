@@ -2,9 +2,10 @@
 # Soak test of a Lodestore server: CLIENTS `lodestore stress --connect` processes run bank
 # transfers against one `lodestore serve` for SECONDS. Every 10 s the server's resident memory
 # is sampled; at the end the script checks that every client finished cleanly, that transfers
-# kept flowing in every interval (no stall), that resident memory after warm-up stayed flat
-# (within 20% of its value at the end of the first minute), and that the store's total balance
-# is conserved.
+# kept flowing in every interval (no stall), that resident memory stayed flat after warm-up
+# (the first half of the run: buffers grow to their working size early; a leak keeps
+# growing, so the second half must stay within 10%), and that the store's total balance is
+# conserved.
 #
 #   scripts/soak-server.sh [CLIENTS=16] [SECONDS=600] [WORKDIR=target/soak]
 set -euo pipefail
@@ -53,11 +54,13 @@ rows = [(int(r["elapsed_s"]), int(r["rss_kib"]), int(r["acknowledged"])) for r i
 stalls = [b[0] for a, b in zip(rows, rows[1:]) if b[2] <= a[2]]
 if stalls:
     sys.exit(f"FAIL: no transfer acknowledged in the 10 s before {stalls}")
-warm = [r for r in rows if r[0] >= 60] or rows
-base, last = warm[0][1], rows[-1][1]
-print(f"transfers acknowledged: {rows[-1][2]}; resident memory after warm-up {base} KiB, at the end {last} KiB")
-if last > base * 1.2:
-    sys.exit("FAIL: resident memory grew more than 20% after warm-up")
+half = rows[-1][0] / 2
+warm = [r for r in rows if r[0] >= half] or rows
+base, last, peak = warm[0][1], rows[-1][1], max(r[1] for r in warm)
+print(f"transfers acknowledged: {rows[-1][2]}; resident memory at half time {base} KiB, "
+      f"peak after {peak} KiB, at the end {last} KiB")
+if peak > base * 1.1:
+    sys.exit("FAIL: resident memory grew more than 10% in the second half")
 PY
 "$bin" check "$store"
 "$bin" dump "$store" --json | python3 -c '

@@ -1,5 +1,6 @@
 //! kill -9 of a real server: `lodestore serve` with three `lodestore stress --connect` clients
-//! running bank transfers, killed at a random moment, again and again on the same store. After
+//! running bank transfers, killed at a random moment, again and again on the same store. Each
+//! round first kills one client, and the others must keep committing (its locks released). After
 //! each kill the store is read with `lodestore dump --json` (which recovers it) and checked as
 //! an outside tool would: the total balance is conserved, and every transfer any client
 //! acknowledged is in the transfer counts of both its accounts. Then the server restarts and the
@@ -99,9 +100,24 @@ fn kill_minus_nine_of_the_server_under_three_clients_loses_nothing_acknowledged(
             .map(|a| stress(&address, a, "60", "2").spawn().unwrap())
             .collect();
         std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
+        // A client dies mid-work: its open transaction must roll back and release its locks,
+        // or the others, sharing the same 30 accounts, would stall on them (lock waits time out
+        // after 10 s; the check below allows 1.5 s).
+        clients[0].kill().unwrap();
+        clients[0].wait().unwrap();
+        let others = || acknowledged(&acks[1]).0 + acknowledged(&acks[2]).0;
+        let before = others();
+        let started = Instant::now();
+        while others() < before + 20 {
+            assert!(
+                started.elapsed() < Duration::from_millis(1500),
+                "round {round}: the other clients stalled after a client was killed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         server.kill().unwrap(); // SIGKILL
         server.wait().unwrap();
-        for client in &mut clients {
+        for client in &mut clients[1..] {
             reap(client, Duration::from_secs(20));
         }
 

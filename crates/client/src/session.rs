@@ -20,6 +20,7 @@ use lodestore_server::{LockMode, PageServer, ShippedPage};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -100,7 +101,8 @@ impl PhaseTimes {
 
 struct ActiveTxn {
     id: TxnId,
-    locks: BTreeMap<PageId, LockMode>,
+    /// Looked up on every object access, so a fast hash map.
+    locks: FxHashMap<PageId, LockMode>,
     /// Pages changed in the cache and not shipped since.
     dirty: BTreeSet<PageId>,
     /// Recently used pages with room for new objects, most recent last.
@@ -185,7 +187,7 @@ impl ClientSession {
         let id = self.server.begin()?;
         self.txn = Some(ActiveTxn {
             id,
-            locks: BTreeMap::new(),
+            locks: FxHashMap::default(),
             dirty: BTreeSet::new(),
             allocation_window: Vec::new(),
             poisoned: None,

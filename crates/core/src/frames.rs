@@ -3,7 +3,7 @@
 //! this one table; they differ only in where the frame bytes live and in what may be evicted.
 
 use crate::ids::PageId;
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 /// A frame index.
 pub type FrameId = usize;
@@ -12,7 +12,8 @@ pub type FrameId = usize;
 #[derive(Debug)]
 pub struct FrameTable {
     page_of_frame: Vec<Option<PageId>>,
-    frame_of_page: HashMap<PageId, FrameId>,
+    /// Looked up on every object access: a fast hash (page ids are not attacker-chosen).
+    frame_of_page: FxHashMap<PageId, FrameId>,
     referenced: Vec<bool>,
     free: Vec<FrameId>,
     hand: FrameId,
@@ -31,7 +32,7 @@ impl FrameTable {
         assert!(capacity > 0, "a pool needs at least one frame");
         FrameTable {
             page_of_frame: vec![None; capacity],
-            frame_of_page: HashMap::with_capacity(capacity),
+            frame_of_page: FxHashMap::with_capacity_and_hasher(capacity, Default::default()),
             referenced: vec![false; capacity],
             free: (0..capacity).rev().collect(),
             hand: 0,

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{accounts, acknowledged, lodestore};
+use common::{check_bank, lodestore};
 use rand::{Rng, SeedableRng};
 use std::process::Stdio;
 use std::time::Duration;
@@ -43,32 +43,7 @@ fn kill_minus_nine_twenty_times_loses_no_acknowledged_transfer() {
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
 
-        let accounts = accounts(&store);
-        assert_eq!(accounts.len(), ACCOUNTS);
-        let total: i64 = accounts.iter().map(|a| a.0).sum();
-        assert_eq!(
-            total,
-            1000 * ACCOUNTS as i64,
-            "round {round}: money created or lost"
-        );
-        let counted: u64 = accounts.iter().map(|a| a.1).sum();
-        assert_eq!(
-            counted % 2,
-            0,
-            "round {round}: a transfer touched one account"
-        );
-        let (transfers, per_account) = acknowledged(&acks);
-        for (index, &count) in &per_account {
-            assert!(
-                accounts[*index].1 >= count,
-                "round {round}: account {index} shows {} transfers, {count} acknowledged",
-                accounts[*index].1
-            );
-        }
-        assert!(
-            counted / 2 >= transfers as u64,
-            "round {round}: acknowledged transfers lost"
-        );
+        let transfers = check_bank(&store, &[&acks], ACCOUNTS, round);
         last_transfers = transfers;
     }
     assert!(

@@ -65,3 +65,44 @@ pub fn acknowledged(acks: &Path) -> (usize, HashMap<usize, u64>) {
     }
     (transfers, per_account)
 }
+
+/// Reads the bank out of `store` and checks it against the acknowledgements in `acks`: the
+/// total balance is conserved, every transfer touched two accounts, and every acknowledged
+/// transfer is counted in both of its accounts. Returns the acknowledged transfers.
+pub fn check_bank(store: &Path, acks: &[&Path], accounts_expected: usize, round: usize) -> usize {
+    let accounts = accounts(store);
+    assert_eq!(accounts.len(), accounts_expected);
+    let total: i64 = accounts.iter().map(|a| a.0).sum();
+    assert_eq!(
+        total,
+        1000 * accounts_expected as i64,
+        "round {round}: money created or lost"
+    );
+    let counted: u64 = accounts.iter().map(|a| a.1).sum();
+    assert_eq!(
+        counted % 2,
+        0,
+        "round {round}: a transfer touched one account"
+    );
+    let mut transfers = 0;
+    let mut per_account: HashMap<usize, u64> = HashMap::new();
+    for file in acks {
+        let (n, counts) = acknowledged(file);
+        transfers += n;
+        for (index, count) in counts {
+            *per_account.entry(index).or_insert(0) += count;
+        }
+    }
+    for (index, &count) in &per_account {
+        assert!(
+            accounts[*index].1 >= count,
+            "round {round}: account {index} shows {} transfers, {count} acknowledged",
+            accounts[*index].1
+        );
+    }
+    assert!(
+        counted / 2 >= transfers as u64,
+        "round {round}: acknowledged transfers lost"
+    );
+    transfers
+}

@@ -201,7 +201,7 @@ fn traversal_counts_follow_from_the_parameters() {
     let module = oo7::modules(&mut txn).unwrap()[1];
     // Distinct composite parts the hierarchy reaches: those with a used-in list.
     let root: lodestore::Oid<Oo7Root> = txn.root_typed(oo7::ROOT_NAME).unwrap();
-    assert_eq!(txn.get(root).unwrap().modules, params.modules);
+    assert_eq!(txn.get(root).unwrap().params, params);
     let design_root = txn.get(module).unwrap().design_root;
     let mut reached = std::collections::HashSet::new();
     let mut stack = vec![design_root];

@@ -54,15 +54,7 @@ pub fn generate(
     let module_list = alloc_oid_list(&mut txn, &raw_modules)?;
     let root = txn.alloc(&Oo7Root {
         seed,
-        modules: params.modules,
-        composite_parts_per_module: params.composite_parts_per_module,
-        atomic_parts_per_composite: params.atomic_parts_per_composite,
-        connections_per_atomic: params.connections_per_atomic,
-        document_bytes: params.document_bytes,
-        manual_bytes: params.manual_bytes,
-        assembly_levels: params.assembly_levels,
-        assemblies_per_assembly: params.assemblies_per_assembly,
-        composite_parts_per_assembly: params.composite_parts_per_assembly,
+        params: *params,
         _pad: 0,
         module_list,
     })?;

@@ -1,11 +1,14 @@
 //! OO7 database parameters and the named presets.
 
 use super::schema::MAX_FANOUT;
+use bytemuck::{Pod, Zeroable};
 use lodestore::{Error, Result};
 use serde::Serialize;
 
 /// Every parameter of an OO7 database. Names follow the benchmark's (NumAtomicPerComp and so on).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+/// Plain old data: the database's root object stores them as they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Pod, Zeroable)]
+#[repr(C)]
 pub struct Oo7Params {
     pub modules: u32,
     pub composite_parts_per_module: u32,

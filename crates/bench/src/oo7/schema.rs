@@ -8,6 +8,7 @@
 //! part's atomic parts, an atomic part's incoming connections, the base assemblies using a
 //! composite part) are separate objects holding a list of OIDs ([`OidList`]).
 
+use super::params::Oo7Params;
 use bytemuck::{Pod, Zeroable};
 use lodestore::{Oid, Persistent};
 
@@ -22,15 +23,7 @@ const TYPE_BASE: u32 = 0x0007_0000;
 #[repr(C)]
 pub struct Oo7Root {
     pub seed: u64,
-    pub modules: u32,
-    pub composite_parts_per_module: u32,
-    pub atomic_parts_per_composite: u32,
-    pub connections_per_atomic: u32,
-    pub document_bytes: u32,
-    pub manual_bytes: u32,
-    pub assembly_levels: u32,
-    pub assemblies_per_assembly: u32,
-    pub composite_parts_per_assembly: u32,
+    pub params: Oo7Params,
     pub _pad: u32,
     /// An [`OidList`] of the modules, in order.
     pub module_list: Oid<OidList>,

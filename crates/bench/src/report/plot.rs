@@ -138,16 +138,27 @@ macro_rules! grouped_bars_body {
                     Rectangle::new([(x, y - 5), (x + 10, y + 5)], color(s).filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font((FONT, 13))
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperRight)
     }};
+}
+
+/// The legend box every chart draws.
+fn legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> std::result::Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .label_font((FONT, 13))
+        .position(position)
+        .draw()
+        .map_err(|e| e.to_string())
 }
 
 /// Bars side by side: for each category, one bar per series.
@@ -231,15 +242,7 @@ macro_rules! lines_body {
                 )
                 .map_err(|e| e.to_string())?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .label_font((FONT, 13))
-            .position(SeriesLabelPosition::UpperLeft)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        Ok(())
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)
     }};
 }
 

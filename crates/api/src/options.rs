@@ -25,6 +25,8 @@ pub struct Options {
     pub(crate) checkpoint_log_bytes: u64,
     pub(crate) lock_wait_timeout: Duration,
     pub(crate) scheme: Scheme,
+    pub(crate) recovery_method: Option<RecoveryMethodKind>,
+    pub(crate) background_install: bool,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
 }
@@ -39,6 +41,8 @@ impl Default for Options {
             checkpoint_log_bytes: 64 << 20,
             lock_wait_timeout: Duration::from_secs(10),
             scheme: Scheme::default(),
+            recovery_method: None,
+            background_install: true,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
         }
@@ -55,6 +59,8 @@ impl std::fmt::Debug for Options {
             .field("checkpoint_log_bytes", &self.checkpoint_log_bytes)
             .field("lock_wait_timeout", &self.lock_wait_timeout)
             .field("scheme", &self.scheme.name())
+            .field("recovery_method", &self.recovery_method.map(|m| m.name()))
+            .field("background_install", &self.background_install)
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .finish_non_exhaustive()
     }
@@ -113,6 +119,23 @@ impl Options {
         self
     }
 
+    /// How the server logs and recovers: `esm` (ARIES-style records), `redo` (the same, with
+    /// clients shipping log records only) or `wpl` (whole-page logging). Unset, a new store
+    /// uses `esm` and an existing one keeps its own. An existing store written under another
+    /// method is recovered with that one first, then switched for good.
+    pub fn recovery_method(mut self, method: RecoveryMethodKind) -> Options {
+        self.recovery_method = Some(method);
+        self
+    }
+
+    /// Under whole-page logging, whether a background thread writes committed pages from the
+    /// log to their home locations between checkpoints (default on). Off, checkpoints do it;
+    /// crash campaigns turn it off so every run does the same I/O in the same order.
+    pub fn background_install(mut self, on: bool) -> Options {
+        self.background_install = on;
+        self
+    }
+
     /// Memory of each session's recovery buffer, which holds pre-images of what the running
     /// transaction changed (default 4 MiB, as in QuickStore's experiments; at least a page).
     /// When it is full, log records of the oldest pre-images are generated and shipped early.
@@ -140,7 +163,7 @@ impl Options {
             },
             checkpoint_log_bytes: self.checkpoint_log_bytes,
             lock_wait_timeout: self.lock_wait_timeout,
-            method: RecoveryMethodKind::Esm,
+            method: self.recovery_method,
         }
     }
 }

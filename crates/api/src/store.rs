@@ -6,7 +6,10 @@ use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
-use lodestore_server::{pool_pages, PageServer, RestartReport, Server, ServerStats};
+use lodestore_server::installer::BackgroundInstaller;
+use lodestore_server::{
+    pool_pages, PageServer, RecoveryMethodKind, RestartReport, Server, ServerStats,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,6 +18,8 @@ use std::sync::Arc;
 /// its own connection. The API is the same; cheap to share between threads behind an `Arc`,
 /// each thread working through its own `Session`.
 pub struct Store {
+    /// Dropped first: it stops before the server closes.
+    _installer: Option<BackgroundInstaller>,
     backend: Backend,
     path: PathBuf,
     options: Options,
@@ -42,7 +47,7 @@ impl Store {
             page_size,
             options.server_options(),
         )?;
-        Ok(Store::serving(server, path, options))
+        Store::serving(server, path, options)
     }
 
     /// Opens the store in the folder `path`.
@@ -59,15 +64,27 @@ impl Store {
             options.client_cache_bytes,
             server.volume().page_size(),
         )?;
-        Ok(Store::serving(server, path, options))
+        Store::serving(server, path, options)
     }
 
-    fn serving(server: Server, path: PathBuf, options: Options) -> Store {
-        Store {
-            backend: Backend::Embedded(Arc::new(server)),
+    fn serving(server: Server, path: PathBuf, options: Options) -> Result<Store> {
+        let server = Arc::new(server);
+        let installer = if server.recovery_method_kind() == RecoveryMethodKind::Wpl
+            && options.background_install
+        {
+            Some(
+                BackgroundInstaller::start(&server)
+                    .map_err(|e| lodestore_core::Error::io(&path, "start the installer", e))?,
+            )
+        } else {
+            None
+        };
+        Ok(Store {
+            _installer: installer,
+            backend: Backend::Embedded(server),
             path,
             options,
-        }
+        })
     }
 
     /// Connects to the server at `address` (`host:port`, as `lodestore serve --listen` was
@@ -81,6 +98,7 @@ impl Store {
             control.welcome().page_size,
         )?;
         Ok(Store {
+            _installer: None,
             backend: Backend::Remote {
                 address: address.to_string(),
                 control: Box::new(control),
@@ -110,7 +128,8 @@ impl Store {
         matches!(self.backend, Backend::Remote { .. })
     }
 
-    fn recovery_method(&self) -> &str {
+    /// Name of the server's recovery method: esm, redo or wpl.
+    pub fn recovery_method(&self) -> &str {
         match &self.backend {
             Backend::Embedded(server) => server.recovery_method(),
             Backend::Remote { control, .. } => &control.welcome().recovery_method,
@@ -136,12 +155,10 @@ impl Store {
     /// A new session that detects and logs updates with `scheme` instead of the store's
     /// (schemes differ only at the client; the server's recovery method must match).
     pub fn session_with_scheme(&self, scheme: Scheme) -> Result<Session> {
-        if scheme.method.name() != self.recovery_method() {
-            return Err(lodestore_core::Error::InvalidArgument(format!(
-                "scheme {scheme} needs the {} recovery method; this store uses {}",
-                scheme.method.name(),
-                self.recovery_method()
-            )));
+        // A redo-at-server server takes log records only: the pages they describe stay home.
+        let mut scheme = scheme;
+        if self.recovery_method() == RecoveryMethodKind::Redo.name() {
+            scheme.ships_logged_pages = false;
         }
         let page_size = self.page_size();
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;

@@ -15,6 +15,8 @@ pub struct RunRecord {
     /// OO7 preset, or `oo1-N` for OO1 with N parts.
     pub preset: String,
     pub scheme: String,
+    /// The server's recovery method: esm, redo or wpl.
+    pub method: String,
     /// OO7 traversal or OO1 operation.
     pub traversal: String,
     pub clients: u32,
@@ -43,7 +45,9 @@ pub struct RunRecord {
     pub log_bytes: u64,
     pub pages_shipped: u64,
     pub log_pages_shipped: u64,
-    pub server_log_pages_written: u64,
+    /// Pages the server's log wrote per transaction. OO7 divides the log writes of all
+    /// clients' measured transactions among them; OO1 meters its one client.
+    pub server_log_pages_written: f64,
     pub pages_fetched: u64,
     pub traps: u64,
     pub bytes_copied: u64,
@@ -94,7 +98,7 @@ impl Meter {
         record.log_pages_shipped = client.log_pages_shipped - self.client.log_pages_shipped;
         record.pages_fetched = client.pages_fetched - self.client.pages_fetched;
         let flushed = store.log_stats().bytes_flushed - self.log_bytes_flushed;
-        record.server_log_pages_written = flushed.div_ceil(store.page_size() as u64);
+        record.server_log_pages_written = flushed as f64 / store.page_size() as f64;
         let phases = client.phases.since(&self.client.phases);
         record.running_ms = ms(phases.running);
         record.old_ms = ms(phases.old_objects);

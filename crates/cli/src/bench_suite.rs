@@ -50,6 +50,10 @@ pub struct Oo7Args {
     /// TCP (`Store::connect`), so pages and log records cross the wire.
     #[arg(long)]
     pub remote: bool,
+    /// The server's recovery method: auto (QuickStore's pairing: wpl for WPL, redo for
+    /// PD-REDO, esm for the rest), esm, redo or wpl.
+    #[arg(long, default_value = "auto")]
+    pub method: String,
     /// Seed of the database generator and the traversals' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -220,6 +224,10 @@ fn oo7_config(args: &Oo7Args) -> Result<Oo7Config> {
         clients: parse_clients(&args.clients)?,
         cold: args.cold,
         remote: args.remote,
+        method: match args.method.as_str() {
+            "auto" => None,
+            name => Some(name.parse()?),
+        },
         out: args.out.clone(),
         quiet: false,
     })
@@ -276,6 +284,7 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         clients: "1".into(),
         cold: false,
         remote: false,
+        method: "auto".into(),
         seed: 1,
         out: args.out.clone(),
     };

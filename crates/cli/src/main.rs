@@ -107,9 +107,13 @@ enum Command {
         /// printed on the first line of standard output).
         #[arg(long, default_value = "127.0.0.1:7447")]
         listen: String,
-        /// Recovery method: esm (redo and wpl come with the server-side recovery methods).
-        #[arg(long, default_value = "esm")]
-        method: String,
+        /// Recovery method: esm (ARIES-style logging of the changes clients ship), redo (the
+        /// same log; clients ship log records only and the server applies them to its pages)
+        /// or wpl (whole-page logging: every shipped page is appended to the log whole).
+        /// Default: the store's own, esm for a new store. A store switched to another method
+        /// is recovered with its old one first.
+        #[arg(long)]
+        method: Option<String>,
     },
     /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
     /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
@@ -234,7 +238,7 @@ fn main() -> ExitCode {
             path,
             listen,
             method,
-        } => serve::run(&path, &listen, &method),
+        } => serve::run(&path, &listen, method.as_deref()),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),

@@ -1,6 +1,6 @@
 //! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
 
-use lodestore::{Error, Options, Result, Store};
+use lodestore::{Error, Options, RecoveryMethodKind, Result, Store};
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::Path;
@@ -8,20 +8,10 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub fn run(path: &Path, listen: &str, method: &str) -> Result<ExitCode> {
-    match method {
-        "esm" => {}
-        "redo" | "wpl" => {
-            return Err(Error::Unsupported(format!(
-                "--method {method}: only esm is served so far; redo-at-server and whole-page \
-                 logging at the server are not built yet"
-            )))
-        }
-        other => {
-            return Err(Error::InvalidArgument(format!(
-                "--method {other:?}: use esm, redo or wpl"
-            )))
-        }
+pub fn run(path: &Path, listen: &str, method: Option<&str>) -> Result<ExitCode> {
+    let mut options = Options::new();
+    if let Some(method) = method {
+        options = options.recovery_method(method.parse::<RecoveryMethodKind>()?);
     }
     // One thread per connection: glibc would give each a malloc arena of its own (up to
     // 8 per core) and memory freed in one arena is not reused by another, so resident memory
@@ -30,13 +20,14 @@ pub fn run(path: &Path, listen: &str, method: &str) -> Result<ExitCode> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
-    let store = Store::open_or_create(path, Options::new())?;
+    let store = Store::open_or_create(path, options)?;
     let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::io(listen, "listen", e))?;
     // The first line tells scripts and tests where the server listens (port 0 picks one).
     println!("listening on {local}");
+    eprintln!("recovery method {}", store.recovery_method());
     std::io::stdout().flush().ok();
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [libc::SIGINT, libc::SIGTERM] {

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 /// Arguments of `lodestore torture`.
 #[derive(clap::Args, Debug)]
 pub struct TortureArgs {
-    /// Recovery method under test.
+    /// Recovery method under test: esm, redo (clients ship log records only) or wpl
+    /// (whole-page logging; the background installer is off so a seed replays exactly).
     #[arg(long, default_value = "esm")]
     method: String,
     /// Update-detection scheme of the workload's session (PD-ESM, PD-UFFD-ESM, SD-ESM, SL-ESM,

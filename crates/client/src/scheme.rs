@@ -1,5 +1,6 @@
-//! Named schemes: a detector, a log generator and a recovery method, picked by name. A scheme is
-//! configuration; the engine has one code path per mechanism.
+//! Named schemes: a detector and a log generator, picked by name; what the client does. The
+//! server's half, the recovery method (`esm`, `redo`, `wpl`), belongs to the store and works
+//! with every scheme. A scheme is configuration; the engine has one code path per mechanism.
 //!
 //! | name | detector | generator | paper |
 //! |---|---|---|---|
@@ -7,7 +8,7 @@
 //! | `PD-UFFD-ESM` | page protection (userfaultfd) | page diff | QuickStore 3.2 |
 //! | `SD-ESM` | 64-byte sub-page blocks | sub-page diff | QuickStore 3.3 |
 //! | `SL-ESM` | 64-byte sub-page blocks | sub-page log (no diff) | QuickStore 3.3 |
-//! | `WPL` | none | whole page (the server diffs it until the WPL method exists) | QuickStore 3.4 |
+//! | `WPL` | none | whole page (logged whole by a `wpl` server, diffed by an `esm` one) | QuickStore 3.4 |
 //! | `OBJ` | object marking | object diff | Hosking 2.2 |
 //! | `REMSET` | remembered set | object diff | Hosking 2.2 |
 //! | `CARD-16` ... `CARD-4096` | cards | card diff | Hosking 2.2 |
@@ -20,7 +21,6 @@ use crate::detect::protection::FaultMechanism;
 use crate::detect::Detector;
 use lodestore_core::{Error, Result};
 use lodestore_loggen::Generator;
-use lodestore_server::RecoveryMethodKind;
 
 /// QuickStore's sub-page block size in its measurements (section 4: 64 bytes).
 pub const SUB_PAGE_BLOCK_BYTES: usize = 64;
@@ -31,7 +31,6 @@ pub const CARD_BYTES: [usize; 9] = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 pub struct Scheme {
     pub detector: Detector,
     pub generator: Generator,
-    pub method: RecoveryMethodKind,
     /// Whether dirty pages whose changes the client logged are shipped too (ESM), or only
     /// their log records, the server redoing them on its own copy (redo-at-server, QuickStore
     /// section 3.4.2).
@@ -44,7 +43,6 @@ impl Scheme {
         Scheme {
             detector,
             generator,
-            method: RecoveryMethodKind::Esm,
             ships_logged_pages: true,
             name,
         }

@@ -6,12 +6,14 @@
 pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
+pub mod installer;
 pub mod interface;
 pub mod lock_table;
 pub mod recovery;
 pub mod server;
 pub mod space;
 pub mod stats;
+pub mod wpl_table;
 
 pub use interface::{LockMode, PageServer, PageUpdate, ShippedPage};
 pub use lock_table::LockStats;

@@ -6,12 +6,13 @@
 //! reach the data file only when evicted or at a checkpoint, and only after the log is durable
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
-use crate::buffer_pool::{BufferPool, Victim};
+use crate::buffer_pool::BufferPool;
 use crate::interface::{LockMode, PageServer, PageUpdate, ShippedPage};
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
+use crate::wpl_table::WplTable;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
@@ -44,8 +45,9 @@ pub struct ServerOptions {
     pub checkpoint_log_bytes: u64,
     /// How long a lock request waits before it fails with `LockTimeout`.
     pub lock_wait_timeout: Duration,
-    /// How the server logs and recovers.
-    pub method: RecoveryMethodKind,
+    /// How the server logs and recovers; `None`: as the store did before (`esm` for a new
+    /// store).
+    pub method: Option<RecoveryMethodKind>,
 }
 
 impl Default for ServerOptions {
@@ -55,7 +57,7 @@ impl Default for ServerOptions {
             log: LogOptions::default(),
             checkpoint_log_bytes: 64 << 20,
             lock_wait_timeout: Duration::from_secs(10),
-            method: RecoveryMethodKind::Esm,
+            method: None,
         }
     }
 }
@@ -84,6 +86,9 @@ pub(crate) struct State {
     /// Log end when the last checkpoint finished.
     pub checkpoint_log_end: Lsn,
     pub stats: ServerStats,
+    /// Whole-page logging's page images in the log not yet at their home location (empty
+    /// under the other methods).
+    pub wpl: WplTable,
     /// Set when a write failed half way: the in-memory state no longer matches the disk and
     /// the server refuses further work until it is reopened (and recovers).
     pub failed: Option<String>,
@@ -147,14 +152,36 @@ impl Server {
             log_options(&options, volume.page_size()),
             sb.checkpoint_lsn,
         )?;
+        // The log is read by the method that wrote it; a different method asked for takes over
+        // once everything committed is at its home location.
+        let recorded = RecoveryMethodKind::from_code(sb.recovery_method);
+        let wanted = options.method.unwrap_or(recorded);
+        let restart_with = if recorded.same_log(wanted) {
+            wanted
+        } else {
+            recorded
+        };
         let mut server = Server::assemble(volume, log, options, RestartReport::default())?;
+        server.method = restart_with.build();
         let report = {
             let mut state = server.lock_state();
             server
                 .method
                 .restart(&server, &mut state, sb.checkpoint_lsn, end)?
         };
-        tracing::info!(?report, "recovered");
+        tracing::info!(?report, method = restart_with.name(), "recovered");
+        if restart_with != wanted {
+            server.checkpoint_with(true)?;
+            server.method = wanted.build();
+        }
+        if wanted != recorded {
+            server.checkpoint_with(false)?;
+            tracing::info!(
+                from = recorded.name(),
+                to = wanted.name(),
+                "recovery method changed"
+            );
+        }
         server.restart = report;
         Ok(server)
     }
@@ -169,7 +196,7 @@ impl Server {
         let pool = BufferPool::new(volume.page_size(), pool_pages);
         Ok(Server {
             locks: LockManager::new(options.lock_wait_timeout),
-            method: options.method.build(),
+            method: options.method.unwrap_or_default().build(),
             state: Mutex::new(State {
                 pool,
                 space: SpaceManager::empty(volume.page_size()),
@@ -178,6 +205,7 @@ impl Server {
                 redo_lsn: volume.superblock().checkpoint_lsn,
                 checkpoint_log_end: log.end_lsn(),
                 stats: ServerStats::default(),
+                wpl: WplTable::default(),
                 failed: None,
             }),
             volume,
@@ -209,7 +237,16 @@ impl Server {
 
     /// Name of the recovery method in use.
     pub fn recovery_method(&self) -> &'static str {
-        self.method.name()
+        self.method.kind().name()
+    }
+
+    pub fn recovery_method_kind(&self) -> RecoveryMethodKind {
+        self.method.kind()
+    }
+
+    /// Pages whole-page logging holds in the log but not yet at their home location.
+    pub fn wpl_table_pages(&self) -> usize {
+        self.lock_state().wpl.len()
     }
 
     /// What the last restart found and did.
@@ -260,16 +297,50 @@ impl Server {
 
     // ---- the buffer pool ----------------------------------------------------------------
 
-    /// Makes sure `page` is in the pool, reading it from the data file if needed.
+    /// Makes sure `page` is in the pool, reading it from the data file if needed, or from the
+    /// log when whole-page logging has a newer copy there.
     pub(crate) fn cache_page(&self, state: &mut State, page: PageId) -> Result<()> {
         if state.pool.contains(page) {
             state.stats.pool_hits += 1;
             return Ok(());
         }
         let mut buf = vec![0u8; self.volume.page_size()];
-        self.volume.read_page(page, &mut buf)?;
-        state.stats.pages_read += 1;
+        match state.wpl.newest(page) {
+            Some(copy) => {
+                self.read_logged_image(page, copy.lsn, &mut buf)?;
+                state.stats.pages_reread_from_log += 1;
+            }
+            None => {
+                self.volume.read_page(page, &mut buf)?;
+                state.stats.pages_read += 1;
+            }
+        }
         self.install(state, page, &buf)
+    }
+
+    /// Reads the image of `page` logged at `lsn` into `buf`, stamped with that LSN.
+    pub(crate) fn read_logged_image(&self, page: PageId, lsn: Lsn, buf: &mut [u8]) -> Result<()> {
+        let record = self.log.read(lsn)?;
+        match record.body {
+            RecordBody::PageImage { page: p, image } if p == page && image.len() <= buf.len() => {
+                buf[..image.len()].copy_from_slice(&image);
+                buf[image.len()..].fill(0);
+                page::set_lsn(buf, lsn);
+                Ok(())
+            }
+            other => Err(Error::CorruptLog {
+                path: self.log_dir(),
+                offset: lsn.0,
+                reason: format!(
+                    "the WPL table places an image of page {page} here, but the record is {:?}",
+                    other
+                        .page()
+                        .map_or("not a page image".to_string(), |p| format!(
+                            "about page {p}"
+                        ))
+                ),
+            }),
+        }
     }
 
     /// Puts `image` into the pool as `page` (not present yet), writing back a dirty victim.
@@ -279,23 +350,32 @@ impl Server {
             state.stats.pool_evictions += 1;
             if victim.dirty {
                 let mut bytes = state.pool.frame_bytes(frame).to_vec();
-                self.write_back(state, &victim, &mut bytes)?;
+                self.write_back(state, victim.page, &mut bytes)?;
             }
         }
         state.pool.fill(frame, image);
         Ok(())
     }
 
-    /// Writes a dirty page to the data file, after the log is durable up to its LSN.
-    fn write_back(&self, state: &mut State, victim: &Victim, bytes: &mut [u8]) -> Result<()> {
+    /// Writes a dirty page to the data file, after the log is durable up to its LSN (and, for
+    /// a whole-page-logged copy, up to its transaction's commit record).
+    pub(crate) fn write_back(
+        &self,
+        state: &mut State,
+        page: PageId,
+        bytes: &mut [u8],
+    ) -> Result<()> {
         let lsn = page::lsn(bytes);
-        self.log.flush(lsn)?;
-        let result = self.volume.write_page(victim.page, bytes);
+        let commit = state.wpl.committed_at(page, lsn).and_then(|c| c.commit_lsn);
+        self.log.flush(commit.map_or(lsn, |c| c.max(lsn)))?;
+        let result = self.volume.write_page(page, bytes);
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
         }
         state.stats.pages_written += 1;
-        result
+        result?;
+        state.wpl.written_home(page, lsn);
+        Ok(())
     }
 
     /// Changes `page` in the pool to `image` at `lsn` and marks it dirty.
@@ -317,14 +397,74 @@ impl Server {
     }
 
     pub(crate) fn checkpoint_locked(&self, state: &mut State) -> Result<()> {
-        let result = self.checkpoint_steps(state);
+        self.checkpoint_locked_with(state, false)
+    }
+
+    /// A checkpoint that, with `install_all`, also leaves everything committed at its home
+    /// location (before closing or changing recovery method).
+    fn checkpoint_with(&self, install_all: bool) -> Result<()> {
+        let mut state = self.usable_state()?;
+        self.checkpoint_locked_with(&mut state, install_all)
+    }
+
+    pub(crate) fn checkpoint_locked_with(
+        &self,
+        state: &mut State,
+        install_all: bool,
+    ) -> Result<()> {
+        let result = self.checkpoint_steps(state, install_all);
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
         }
         result
     }
 
-    fn checkpoint_steps(&self, state: &mut State) -> Result<()> {
+    /// Writes committed whole-page-logged pages to their home locations, at most `max_pages`,
+    /// oldest first, so their log space can be reused (the background installer of QuickStore
+    /// section 3.4.2). Returns how many were written; 0 under the other methods.
+    pub fn install_committed(&self, max_pages: usize) -> Result<usize> {
+        let mut state = self.usable_state()?;
+        let copies = state.wpl.committed_before(Lsn(u64::MAX));
+        let mut installed = 0;
+        for (page, copy) in copies.into_iter().take(max_pages) {
+            self.install_copy(&mut state, page, copy.lsn)?;
+            installed += 1;
+        }
+        Ok(installed)
+    }
+
+    /// Writes the committed copy of `page` logged at `lsn` to its home location, from the pool
+    /// when the pool holds that very copy, else from the log.
+    pub(crate) fn install_copy(&self, state: &mut State, page: PageId, lsn: Lsn) -> Result<()> {
+        debug_assert!(state.wpl.committed_at(page, lsn).is_some());
+        let pooled = state
+            .pool
+            .get(page)
+            .filter(|image| page::lsn(image) == lsn)
+            .map(<[u8]>::to_vec);
+        let mut bytes = match pooled {
+            Some(bytes) => bytes,
+            None => {
+                let mut buf = vec![0u8; self.volume.page_size()];
+                self.read_logged_image(page, lsn, &mut buf)?;
+                state.stats.pages_reread_from_log += 1;
+                buf
+            }
+        };
+        self.volume.extend_to(page.0 + 1)?;
+        self.write_back(state, page, &mut bytes)?;
+        if state
+            .pool
+            .get(page)
+            .is_some_and(|image| page::lsn(image) == lsn)
+        {
+            state.pool.mark_clean(page);
+        }
+        state.stats.pages_installed += 1;
+        Ok(())
+    }
+
+    fn checkpoint_steps(&self, state: &mut State, install_all: bool) -> Result<()> {
         let active: Vec<ActiveTxn> = state
             .txns
             .iter()
@@ -339,15 +479,15 @@ impl Server {
         let begin = self
             .log
             .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
-        state.redo_lsn = begin;
+        let previous = std::mem::replace(&mut state.redo_lsn, begin);
         let mut flushed = 0;
         for (page, _) in state.pool.dirty_pages() {
             let mut bytes = state.pool.get(page).expect("dirty page cached").to_vec();
-            let victim = Victim { page, dirty: true };
-            self.write_back(state, &victim, &mut bytes)?;
+            self.write_back(state, page, &mut bytes)?;
             state.pool.mark_clean(page);
             flushed += 1;
         }
+        let method_needs = self.method.checkpoint(self, state, previous, install_all)?;
         let end = self
             .log
             .append(None, Lsn::ZERO, &RecordBody::CheckpointEnd { begin })?;
@@ -356,15 +496,20 @@ impl Server {
         self.volume.sync()?;
         let page_count = self.volume.page_count();
         let segment_bytes = self.log.options().segment_bytes;
+        let recovery_method = self.method.kind().code();
         self.volume.update_superblock(|sb| {
             sb.checkpoint_lsn = begin;
             sb.last_lsn = end;
             sb.page_count = page_count;
             sb.log_segment_bytes = segment_bytes;
+            sb.recovery_method = recovery_method;
         })?;
         state.stats.checkpoints += 1;
         state.checkpoint_log_end = self.log.end_lsn();
-        let keep_from = oldest_needed.map_or(begin, |oldest| oldest.min(begin));
+        let keep_from = [oldest_needed, method_needs]
+            .into_iter()
+            .flatten()
+            .fold(begin, Lsn::min);
         self.log.recycle_before(keep_from)?;
         tracing::debug!(begin = begin.0, flushed, "checkpoint");
         Ok(())
@@ -631,6 +776,7 @@ impl PageServer for Server {
             let lsn = self
                 .log
                 .append(Some(txn), own.last_lsn, &RecordBody::Commit)?;
+            self.method.committed(&mut state, txn, lsn);
             self.finish(&mut state, txn, true)?;
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
@@ -773,7 +919,8 @@ impl Drop for Server {
             }
             state.txns.remove(&txn);
         }
-        if let Err(e) = self.checkpoint_locked(&mut state) {
+        // Everything committed goes home, so the data file alone is the store.
+        if let Err(e) = self.checkpoint_locked_with(&mut state, true) {
             tracing::warn!(error = %e, "checkpoint at close failed; the next open recovers");
         }
     }

@@ -16,4 +16,10 @@ pub struct ServerStats {
     pub commits: u64,
     pub aborts: u64,
     pub checkpoints: u64,
+    /// Whole-page logging: page images appended to the log.
+    pub page_images_logged: u64,
+    /// Whole-page logging: pages read back from the log (evicted and used again, or installed).
+    pub pages_reread_from_log: u64,
+    /// Whole-page logging: committed pages written from the log to their home location.
+    pub pages_installed: u64,
 }

@@ -15,7 +15,9 @@
 //!     82    4 page count          pages of the data file at the last checkpoint
 //!     86    8 checkpoint LSN      where the last complete checkpoint begins: the log anchor
 //!     94    8 log segment bytes   LSN span of one log segment
-//!    102      zeros to the end of the page
+//!    102    1 recovery method     the one that wrote the log: 0 esm, 1 wpl (whole-page
+//!                                 logging), 2 redo (esm's log, clients ship records only)
+//!    103      zeros to the end of the page
 //! ```
 //!
 //! The magic and the format version sit at fixed offsets for every future version, so any build
@@ -38,7 +40,12 @@ const VOLUME_AT: usize = 80;
 const PAGE_COUNT_AT: usize = 82;
 const CHECKPOINT_LSN_AT: usize = 86;
 const LOG_SEGMENT_BYTES_AT: usize = 94;
-const UNUSED_AT: usize = 102;
+const RECOVERY_METHOD_AT: usize = 102;
+const UNUSED_AT: usize = 103;
+/// Recovery method codes this build knows (the server crate names them).
+pub const RECOVERY_METHOD_ESM: u8 = 0;
+pub const RECOVERY_METHOD_WPL: u8 = 1;
+pub const RECOVERY_METHOD_REDO: u8 = 2;
 
 /// Pages 0 and 1.
 pub const SUPERBLOCK_PAGES: [PageId; 2] = [PageId(0), PageId(1)];
@@ -56,6 +63,8 @@ pub struct Superblock {
     /// The log anchor: LSN of the last complete checkpoint's begin record.
     pub checkpoint_lsn: Lsn,
     pub log_segment_bytes: u64,
+    /// The recovery method that wrote the log (`RECOVERY_METHOD_*`).
+    pub recovery_method: u8,
 }
 
 impl Superblock {
@@ -80,6 +89,7 @@ impl Superblock {
         put_u32(page, PAGE_COUNT_AT, self.page_count);
         put_u64(page, CHECKPOINT_LSN_AT, self.checkpoint_lsn.0);
         put_u64(page, LOG_SEGMENT_BYTES_AT, self.log_segment_bytes);
+        page[RECOVERY_METHOD_AT] = self.recovery_method;
         page::set_lsn(page, self.last_lsn);
         page::seal(page);
     }
@@ -138,6 +148,12 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
             page.len()
         )));
     }
+    let recovery_method = page[RECOVERY_METHOD_AT];
+    if recovery_method > RECOVERY_METHOD_REDO {
+        return Err(CopyProblem::Invalid(format!(
+            "recovery method code {recovery_method} is not one this build knows"
+        )));
+    }
     if !crate::bytes::is_all_zero(&page[UNUSED_AT..]) {
         return Err(CopyProblem::Invalid("unused bytes are not zero".into()));
     }
@@ -151,6 +167,7 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
         page_count: get_u32(page, PAGE_COUNT_AT),
         checkpoint_lsn: Lsn(get_u64(page, CHECKPOINT_LSN_AT)),
         log_segment_bytes: get_u64(page, LOG_SEGMENT_BYTES_AT),
+        recovery_method,
     })
 }
 
@@ -167,6 +184,7 @@ mod tests {
             created_unix_seconds: 1_700_000_000,
             volume_id: 0,
             page_count: 4,
+            recovery_method: RECOVERY_METHOD_WPL,
             checkpoint_lsn: Lsn(1 << 20),
             log_segment_bytes: 1 << 20,
         }

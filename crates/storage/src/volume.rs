@@ -111,6 +111,7 @@ impl Volume {
             page_count: INITIAL_PAGE_COUNT,
             checkpoint_lsn: Lsn::ZERO,
             log_segment_bytes: 0,
+            recovery_method: crate::superblock::RECOVERY_METHOD_ESM,
         };
         write_superblock_copies(storage.as_ref(), &sb)?;
         let current = sb;

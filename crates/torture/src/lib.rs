@@ -117,11 +117,15 @@ pub(crate) fn store_options(
     fs: &Arc<SimFileSystem>,
     page_size: usize,
     scheme: Scheme,
+    method: RecoveryMethodKind,
     recovery_buffer_bytes: usize,
 ) -> Options {
     Options::new()
         .page_size(page_size)
         .scheme(scheme)
+        .recovery_method(method)
+        // A background thread's I/O would make a seed's crash point land elsewhere each run.
+        .background_install(false)
         .recovery_buffer_bytes(recovery_buffer_bytes.max(page_size))
         .client_cache_bytes(8 * page_size)
         .server_pool_bytes(6 * page_size)
@@ -136,6 +140,7 @@ fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Option
         fs,
         options.page_size,
         options.scheme,
+        options.method,
         options.recovery_buffer_bytes,
     )
 }

@@ -1,10 +1,11 @@
 //! Crash campaigns in the test suite: 100,000 simulated crash points across every fault kind
 //! (four seeds of 25,000, run in parallel, each under one of QuickStore's schemes), 2,500 more
-//! under each of the other schemes, and a campaign crashing at a fixed I/O. The recovery buffer
-//! is two pages, so log records are generated early and pieces re-armed all the time.
-//! Longer campaigns: `lodestore torture --scheme NAME --seed S --crashes N`.
+//! under each of the other schemes, a campaign crashing at a fixed I/O, and campaigns of the
+//! redo-at-server and whole-page-logging methods. The recovery buffer is two pages, so log
+//! records are generated early and pieces re-armed all the time.
+//! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N`.
 
-use lodestore::Scheme;
+use lodestore::{RecoveryMethodKind, Scheme};
 use lodestore_torture::{run, CampaignOptions};
 
 fn campaign(options: CampaignOptions) {
@@ -85,4 +86,30 @@ fn crash_at_every_fifth_io() {
         media_faults: false,
         ..CampaignOptions::default()
     });
+}
+
+fn with_method(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes: u64) {
+    campaign(CampaignOptions {
+        seed,
+        method,
+        scheme,
+        crashes,
+        ..CampaignOptions::default()
+    });
+}
+
+#[test]
+fn crash_campaign_whole_page_logging_at_the_server() {
+    with_method(20, RecoveryMethodKind::Wpl, Scheme::WPL, 15_000);
+}
+
+#[test]
+fn crash_campaign_whole_page_logging_of_client_records() {
+    // Clients that log their own changes: the server applies the records and logs the page.
+    with_method(21, RecoveryMethodKind::Wpl, Scheme::SD_ESM, 5_000);
+}
+
+#[test]
+fn crash_campaign_redo_at_server() {
+    with_method(22, RecoveryMethodKind::Redo, Scheme::PD_ESM, 10_000);
 }

@@ -20,6 +20,8 @@
 //!   checkpoint     u32 count, u32 0, per active transaction: u64 id, u64 first LSN,
 //!   begin          u64 last LSN
 //!   checkpoint end u64 LSN of its checkpoint begin
+//!   WPL table      u32 count, u32 0, per entry: u32 page, u32 flags (1: committed), u64 LSN
+//!                  of the page's image, u64 transaction id (whole-page logging's checkpoint)
 //!   commit, abort, end, skip, flush mark: no body (skip pads a segment's tail; a flush mark
 //!                  ends every flushed batch, so that damage to the batch's last real record is
 //!                  followed by a valid record and is told apart from a torn tail)
@@ -43,6 +45,19 @@ pub struct ActiveTxn {
     pub last_lsn: Lsn,
 }
 
+/// A page image in the log that whole-page logging still needs, as a checkpoint records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WplTableEntry {
+    pub page: PageId,
+    pub lsn: Lsn,
+    pub txn: TxnId,
+    /// Its transaction had committed when the checkpoint was taken.
+    pub committed: bool,
+}
+
+const WPL_ENTRY_BYTES: usize = 24;
+const WPL_ENTRY_COMMITTED: u32 = 1;
+
 /// What a record says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordBody {
@@ -61,9 +76,9 @@ pub enum RecordBody {
         after: Vec<u8>,
         undo_next: Lsn,
     },
-    /// The whole page as it was before the change that follows (a full-page image, logged at
-    /// the first change of a page after a checkpoint began, so redo can rebuild a torn page).
-    /// Trailing zeros are not stored.
+    /// The whole page as of this record's LSN. The ESM method logs one before the first change
+    /// of a page after a checkpoint began, so redo can rebuild a torn page; whole-page logging
+    /// logs the page a transaction shipped (its after-image). Trailing zeros are not stored.
     PageImage {
         page: PageId,
         image: Vec<u8>,
@@ -76,6 +91,11 @@ pub enum RecordBody {
     },
     CheckpointEnd {
         begin: Lsn,
+    },
+    /// Whole-page logging's table at a checkpoint: page images in the log that recovery may
+    /// still need (QuickStore section 3.4.3).
+    WplTable {
+        entries: Vec<WplTableEntry>,
     },
     /// Padding to the end of a segment.
     Skip,
@@ -96,6 +116,7 @@ impl RecordBody {
             RecordBody::CheckpointEnd { .. } => 8,
             RecordBody::Skip => 9,
             RecordBody::FlushMark => 10,
+            RecordBody::WplTable { .. } => 11,
         }
     }
 
@@ -108,6 +129,7 @@ impl RecordBody {
             RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
             RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
             RecordBody::CheckpointEnd { .. } => 8,
+            RecordBody::WplTable { entries } => 8 + WPL_ENTRY_BYTES * entries.len(),
             RecordBody::Commit
             | RecordBody::Abort
             | RecordBody::End
@@ -209,6 +231,17 @@ pub fn encode(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &RecordBody, out: &
         }
         RecordBody::CheckpointEnd { begin } => {
             body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
+        }
+        RecordBody::WplTable { entries } => {
+            put_u32(body_bytes, 0, entries.len() as u32);
+            for (i, e) in entries.iter().enumerate() {
+                let at = 8 + WPL_ENTRY_BYTES * i;
+                put_u32(body_bytes, at, e.page.0);
+                let flags = if e.committed { WPL_ENTRY_COMMITTED } else { 0 };
+                put_u32(body_bytes, at + 4, flags);
+                body_bytes[at + 8..at + 16].copy_from_slice(&e.lsn.0.to_le_bytes());
+                body_bytes[at + 16..at + 24].copy_from_slice(&e.txn.0.to_le_bytes());
+            }
         }
         RecordBody::Commit
         | RecordBody::Abort
@@ -404,6 +437,26 @@ fn decode_body(
         }
         9 => RecordBody::Skip,
         10 => RecordBody::FlushMark,
+        11 => {
+            need(8)?;
+            let count = get_u32(body, 0) as usize;
+            need(8 + WPL_ENTRY_BYTES * count)?;
+            let mut entries = Vec::with_capacity(count);
+            for i in 0..count {
+                let at = 8 + WPL_ENTRY_BYTES * i;
+                let flags = get_u32(body, at + 4);
+                if flags & !WPL_ENTRY_COMMITTED != 0 {
+                    return Err(format!("WPL table entry {i} has unknown flags {flags:#x}"));
+                }
+                entries.push(WplTableEntry {
+                    page: PageId(get_u32(body, at)),
+                    committed: flags & WPL_ENTRY_COMMITTED != 0,
+                    lsn: Lsn(get_u64(body, at + 8)),
+                    txn: TxnId(get_u64(body, at + 16)),
+                });
+            }
+            RecordBody::WplTable { entries }
+        }
         other => return Err(format!("unknown record kind {other}")),
     })
 }
@@ -474,6 +527,23 @@ mod tests {
             }],
         });
         round_trip(RecordBody::CheckpointEnd { begin: Lsn(8) });
+        round_trip(RecordBody::WplTable { entries: vec![] });
+        round_trip(RecordBody::WplTable {
+            entries: vec![
+                WplTableEntry {
+                    page: PageId(9),
+                    lsn: Lsn(4096),
+                    txn: TxnId(4),
+                    committed: true,
+                },
+                WplTableEntry {
+                    page: PageId(9),
+                    lsn: Lsn(8192),
+                    txn: TxnId(6),
+                    committed: false,
+                },
+            ],
+        });
     }
 
     #[test]

@@ -1,4 +1,5 @@
 //! The experiments of the seed papers, each a function from a configuration to run records.
 
+pub mod gate;
 pub mod oo1;
 pub mod oo7;

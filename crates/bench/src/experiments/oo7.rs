@@ -3,10 +3,11 @@
 //! buffer size asked for, with 1 to N clients (threads of the embedded store, each traversing
 //! its own module, as QuickStore section 4.1 gives each client its own module).
 
+use super::gate::Gate;
 use crate::oo7::{self, Oo7Params, Traversal};
 use crate::record::{Meter, RunRecord};
 use crate::workspace;
-use lodestore::{Error, Options, Result, Scheme, Store};
+use lodestore::{Error, Options, RecoveryMethodKind, Result, Scheme, Store};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,8 +33,24 @@ pub struct Oo7Config {
     pub cold: bool,
     /// Serve the store on a loopback port and connect the clients over TCP.
     pub remote: bool,
+    /// The server's recovery method for every scheme; `None`: the one QuickStore pairs with
+    /// each scheme ([`paired_method`]).
+    pub method: Option<RecoveryMethodKind>,
     pub out: PathBuf,
     pub quiet: bool,
+}
+
+/// The server's half of a QuickStore scheme: whole-page logging at the client goes with
+/// whole-page logging at the server (section 3.4), PD-REDO with redo-at-server (section 3.5),
+/// everything else with ESM's logging (section 3.1).
+pub fn paired_method(scheme: Scheme) -> RecoveryMethodKind {
+    if scheme == Scheme::WPL {
+        RecoveryMethodKind::Wpl
+    } else if scheme == Scheme::PD_REDO {
+        RecoveryMethodKind::Redo
+    } else {
+        RecoveryMethodKind::Esm
+    }
 }
 
 /// Runs every configuration and returns one record per measured transaction and client.
@@ -77,12 +94,15 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
             for &clients in &config.clients {
                 bar.set_message(format!("OO7 {} x{clients}", scheme.name()));
                 let path = workspace::fresh_copy(&template, &config.out)?;
+                let method = config.method.unwrap_or_else(|| paired_method(scheme));
                 let options = Options::new()
                     .scheme(scheme)
+                    .recovery_method(method)
                     .recovery_buffer_bytes(recovery_buffer)
                     .client_cache_bytes(config.cache_bytes)
                     .server_pool_bytes(config.server_pool_bytes);
                 let store = Store::open(&path, options.clone())?;
+                let store_of_config = &store;
                 // Remote: the store is served on a loopback port and every client connects to
                 // it, so pages and log records cross TCP as they would between machines.
                 let collected = Mutex::new(Vec::new());
@@ -98,6 +118,9 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                     (None, None)
                 };
                 let served = &served;
+                let gate = Gate::new(clients as usize);
+                let phase_start = Mutex::new(0u64);
+                let phase_pages = Mutex::new(0f64);
                 std::thread::scope(|scope| -> Result<()> {
                     let serving = listener.map(|listener| {
                         let (store, stop) = (&store, stop_serving.clone());
@@ -105,9 +128,11 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                     });
                     let handles: Vec<_> = (0..clients)
                         .map(|client| {
-                            let store = &store;
+                            let store = store_of_config;
                             let options = options.clone();
                             let collected = &collected;
+                            let (gate, phase_start, phase_pages) =
+                                (&gate, &phase_start, &phase_pages);
                             scope.spawn(move || {
                                 let connected = match served {
                                     Some(address) => Some(Store::connect(address, options)?),
@@ -117,15 +142,28 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                                 let setup = ClientSetup {
                                     config,
                                     scheme,
+                                    method,
                                     recovery_buffer,
                                     clients,
                                     client,
+                                    server: store_of_config,
+                                    gate,
+                                    phase_start,
+                                    phase_pages,
                                 };
-                                let mine = run_client(store, &setup)?;
+                                let mine = match run_client(store, &setup) {
+                                    Ok(mine) => mine,
+                                    Err(e) => {
+                                        gate.break_it();
+                                        return Err(e);
+                                    }
+                                };
+                                // None: another client failed, and its error is the one to
+                                // report.
                                 collected
                                     .lock()
                                     .expect("no panics while holding it")
-                                    .extend(mine);
+                                    .extend(mine.unwrap_or_default());
                                 Ok::<(), Error>(())
                             })
                         })
@@ -155,14 +193,36 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
 struct ClientSetup<'a> {
     config: &'a Oo7Config,
     scheme: Scheme,
+    method: RecoveryMethodKind,
     recovery_buffer: usize,
     clients: u32,
     client: u32,
+    /// The configuration's own store, whose log the server writes.
+    server: &'a Store,
+    /// Lines the clients up at the start and end of each traversal's measured runs, so the
+    /// server's log writes in between belong to exactly those transactions.
+    gate: &'a Gate,
+    phase_start: &'a Mutex<u64>,
+    phase_pages: &'a Mutex<f64>,
 }
 
 /// One client: for each traversal, one unmeasured transaction to warm the cache (unless cold
-/// runs were asked for), then the measured runs.
-fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> {
+/// runs were asked for), then the measured runs. The server's log pages per transaction are
+/// what its log flushed while all clients ran their measured transactions, divided among them
+/// (one client's window would also count the others' writes). `None` when another client
+/// failed.
+fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Option<Vec<RunRecord>>> {
+    let Ok(records) = run_client_gated(store, setup)? else {
+        return Ok(None);
+    };
+    Ok(Some(records))
+}
+
+type Gated<T> = std::result::Result<T, super::gate::Broken>;
+
+fn run_client_gated(store: &Store, setup: &ClientSetup<'_>) -> Result<Gated<Vec<RunRecord>>> {
+    let page_size = setup.server.page_size() as f64;
+    let log_flushed = || setup.server.log_stats().bytes_flushed;
     let config = setup.config;
     let mut session = store.session()?;
     let (modules, _) = with_retries(setup.client, || {
@@ -181,6 +241,17 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
                 txn.commit()
             })?;
         }
+        let gate = |leading: &dyn Fn()| -> Gated<()> {
+            if setup.gate.wait()? {
+                leading();
+            }
+            setup.gate.wait().map(|_| ())
+        };
+        if let Err(broken) = gate(&|| *setup.phase_start.lock().expect("no panics") = log_flushed())
+        {
+            return Ok(Err(broken));
+        }
+        let first_of_phase = records.len();
         for run in 1..=config.runs {
             if config.cold {
                 session = store.session()?;
@@ -198,6 +269,7 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
                 experiment: "oo7".into(),
                 preset: config.preset.clone(),
                 scheme: setup.scheme.name().into(),
+                method: setup.method.name().into(),
                 traversal: traversal.name().into(),
                 clients: setup.clients,
                 client: setup.client,
@@ -215,8 +287,20 @@ fn run_client(store: &Store, setup: &ClientSetup<'_>) -> Result<Vec<RunRecord>> 
             meter.finish(store, &session, elapsed, &mut record);
             records.push(record);
         }
+        let transactions = f64::from(setup.clients) * f64::from(config.runs);
+        if let Err(broken) = gate(&|| {
+            let start = *setup.phase_start.lock().expect("no panics");
+            let pages = (log_flushed() - start) as f64 / page_size / transactions;
+            *setup.phase_pages.lock().expect("no panics") = pages;
+        }) {
+            return Ok(Err(broken));
+        }
+        let pages = *setup.phase_pages.lock().expect("no panics");
+        for record in &mut records[first_of_phase..] {
+            record.server_log_pages_written = pages;
+        }
     }
-    Ok(records)
+    Ok(Ok(records))
 }
 
 /// Runs `transaction` until it is not a deadlock victim (at most [`RETRIES_MAX`] retries);

@@ -64,7 +64,10 @@ pub fn tables(records: &[RunRecord]) -> Vec<Titled> {
                 kib(med(&|r| r.log_bytes)),
                 med(&|r| r.pages_shipped).to_string(),
                 med(&|r| r.log_pages_shipped).to_string(),
-                med(&|r| r.server_log_pages_written).to_string(),
+                format!(
+                    "{:.1}",
+                    spread(runs.iter().map(|r| r.server_log_pages_written)).median
+                ),
                 med(&|r| r.traps).to_string(),
                 kib(med(&|r| r.bytes_copied)),
             ]);
@@ -191,7 +194,7 @@ pub fn plots(records: &[RunRecord], out: &Path) -> Result<Vec<String>> {
                 "server log pages written".to_string(),
                 schemes
                     .iter()
-                    .map(|s| median(s, c, &|r| r.server_log_pages_written as f64))
+                    .map(|s| median(s, c, &|r| r.server_log_pages_written))
                     .collect(),
             ),
         ];

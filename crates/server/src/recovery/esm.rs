@@ -11,22 +11,29 @@
 //! A crash during restart leaves compensation records that the next restart redoes and follows
 //! (their undo-next LSN), so restarting again gives the same result.
 
-use super::{RecoveryMethod, RestartReport};
+use super::{
+    apply_client_updates, check_checkpoint_record, check_logged_page, repair_unrecorded_tail,
+    Change, RecoveryMethod, RecoveryMethodKind, RestartReport,
+};
 use crate::interface::PageUpdate;
 use crate::server::{Server, State, TxnState};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::bytes::is_all_zero;
-use lodestore_storage::page::{self, PageKind};
+use lodestore_storage::page;
 use lodestore_wal::{LogEnd, Record, RecordBody};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
-pub struct Esm;
+/// Serves both `esm` and `redo`: they share the log and restart; what differs is whether
+/// clients ship the pages their records describe, which the clients learn from the kind.
+pub struct Esm {
+    pub kind: RecoveryMethodKind,
+}
 
 impl RecoveryMethod for Esm {
-    fn name(&self) -> &'static str {
-        "esm"
+    fn kind(&self) -> RecoveryMethodKind {
+        self.kind
     }
 
     fn log_page_change(
@@ -61,29 +68,8 @@ impl RecoveryMethod for Esm {
         updates: &[PageUpdate],
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
-        // Each record's before bytes are checked against the page with the records before it
-        // in the batch applied.
         let mut current = state.pool.get(page).expect("page just cached").to_vec();
-        let mut changes = Vec::with_capacity(updates.len());
-        for update in updates {
-            debug_assert_eq!(update.page, page);
-            let range = update.offset as usize..update.offset as usize + update.before.len();
-            if current[range.clone()] != update.before[..] {
-                // The client's pre-image is not what the server holds: its copy was stale or
-                // its detector lost a write. Logging it would make undo restore wrong bytes.
-                return Err(Error::InvalidArgument(format!(
-                    "transaction {txn} logged bytes {}..{} of page {page} with before bytes \
-                     that differ from the page's current contents",
-                    range.start, range.end
-                )));
-            }
-            current[range.clone()].copy_from_slice(&update.after);
-            changes.push(Change {
-                offset: range.start,
-                before: update.before.clone(),
-                after: update.after.clone(),
-            });
-        }
+        let changes = apply_client_updates(txn, page, &mut current, updates)?;
         log_changes(server, state, txn, page, changes)
     }
 
@@ -95,21 +81,7 @@ impl RecoveryMethod for Esm {
         page: PageId,
         image: &[u8],
     ) -> Result<Lsn> {
-        server.cache_page(state, page)?;
-        let current = state.pool.get(page).expect("page just cached");
-        if image.is_empty() {
-            // Redo-at-server: the client ships no image; its records made this copy.
-            return Ok(page::lsn(current));
-        }
-        // The records already made the server's copy what the client holds; a difference is a
-        // write the client's detector missed, which a crash would lose.
-        if let Some(offset) = first_client_difference(current, image) {
-            return Err(Error::InvalidArgument(format!(
-                "transaction {txn} shipped page {page} with a change at byte {offset} that no \
-                 log record describes"
-            )));
-        }
-        Ok(page::lsn(current))
+        check_logged_page(server, state, txn, page, image)
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
@@ -187,13 +159,6 @@ impl RecoveryMethod for Esm {
     }
 }
 
-/// One changed range of a page: its bytes before and after.
-struct Change {
-    offset: usize,
-    before: Vec<u8>,
-    after: Vec<u8>,
-}
-
 /// Logs `changes` of `page` (in the pool) for `txn` and applies them to the pool's copy. The
 /// first change of a page after a checkpoint began is preceded by a full image of the page.
 fn log_changes(
@@ -252,19 +217,6 @@ fn log_changes(
     Ok(prev)
 }
 
-/// The first byte where two images of a page differ outside the server's own header fields
-/// (checksum and LSN).
-fn first_client_difference(server_copy: &[u8], client_copy: &[u8]) -> Option<usize> {
-    debug_assert_eq!(server_copy.len(), client_copy.len());
-    [4..8, 16..server_copy.len()].into_iter().find_map(|range| {
-        server_copy[range.clone()]
-            .iter()
-            .zip(&client_copy[range.clone()])
-            .position(|(a, b)| a != b)
-            .map(|at| range.start + at)
-    })
-}
-
 /// Transactions to undo, each with its first and last LSN.
 type Losers = BTreeMap<TxnId, (Lsn, Lsn)>;
 
@@ -272,24 +224,14 @@ type Losers = BTreeMap<TxnId, (Lsn, Lsn)>;
 fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Losers, u64)> {
     let mut active: Losers = BTreeMap::new();
     let mut committed: BTreeSet<TxnId> = BTreeSet::new();
-    match records.first() {
-        Some(Record {
-            lsn,
-            body: RecordBody::CheckpointBegin { active: at_begin },
-            ..
-        }) if *lsn == checkpoint => {
-            for a in at_begin {
-                active.insert(a.txn, (a.first_lsn, a.last_lsn));
-            }
-        }
-        _ => {
-            return Err(Error::CorruptLog {
-                path: server.log_dir(),
-                offset: checkpoint.0,
-                reason: format!(
-                    "the superblock's checkpoint LSN {checkpoint} does not hold a checkpoint"
-                ),
-            })
+    check_checkpoint_record(server, checkpoint, records.first())?;
+    if let Some(Record {
+        body: RecordBody::CheckpointBegin { active: at_begin },
+        ..
+    }) = records.first()
+    {
+        for a in at_begin {
+            active.insert(a.txn, (a.first_lsn, a.last_lsn));
         }
     }
     let mut max_txn = active.keys().map(|t| t.0).max().unwrap_or(0);
@@ -451,28 +393,4 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
         };
     }
     Ok(())
-}
-
-/// Pages past the page count of the last checkpoint that are torn were being added when the
-/// crash came and hold nothing the log describes (redo rebuilt every page it needed): they are
-/// formatted free again so the file is whole.
-fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Result<u64> {
-    let recorded = server.volume.superblock().page_count;
-    let page_size = server.volume.page_size();
-    let mut repaired = 0;
-    let mut buf = vec![0u8; page_size];
-    for p in recorded..server.volume.page_count() {
-        let id = PageId(p);
-        if state.pool.contains(id) || server.volume.read_page(id, &mut buf).is_ok() {
-            continue;
-        }
-        if lodestore_storage::spacemap::is_map_page(id, page_size) {
-            lodestore_storage::spacemap::init(&mut buf, id, server.volume.volume_id());
-        } else {
-            page::format(&mut buf, PageKind::Free, id, server.volume.volume_id());
-        }
-        server.volume.write_page(id, &mut buf)?;
-        repaired += 1;
-    }
-    Ok(repaired)
 }

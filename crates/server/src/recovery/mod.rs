@@ -5,12 +5,22 @@
 //! - `esm`: ARIES-style logging as in the EXODUS Storage Manager (QuickStore section 3.1):
 //!   physical update records with before and after bytes, STEAL/NO-FORCE, fuzzy checkpoints,
 //!   restart by analysis, redo (repeating history) and undo with compensation records.
+//! - `redo`: the same log and restart; clients ship log records only and the server applies
+//!   them to its own copy of each page (redo-at-server, QuickStore section 3.5).
+//! - `wpl`: whole-page logging (QuickStore section 3.4): the log holds after-images of whole
+//!   pages, a page's home location only ever holds committed data, and restart is one backward
+//!   pass that rebuilds the WPL table.
 
 mod esm;
+mod wpl;
 
 use crate::interface::PageUpdate;
 use crate::server::{Server, State};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_storage::page::{self, PageKind};
+use lodestore_storage::superblock::{
+    RECOVERY_METHOD_ESM, RECOVERY_METHOD_REDO, RECOVERY_METHOD_WPL,
+};
 use lodestore_wal::LogEnd;
 use serde::Serialize;
 
@@ -19,21 +29,66 @@ use serde::Serialize;
 pub enum RecoveryMethodKind {
     #[default]
     Esm,
+    Redo,
+    Wpl,
 }
 
 impl RecoveryMethodKind {
-    pub const ALL: [RecoveryMethodKind; 1] = [RecoveryMethodKind::Esm];
+    pub const ALL: [RecoveryMethodKind; 3] = [
+        RecoveryMethodKind::Esm,
+        RecoveryMethodKind::Redo,
+        RecoveryMethodKind::Wpl,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             RecoveryMethodKind::Esm => "esm",
+            RecoveryMethodKind::Redo => "redo",
+            RecoveryMethodKind::Wpl => "wpl",
         }
+    }
+
+    /// Do clients ship the pages whose changes they logged? Not to a redo-at-server server:
+    /// the records are all it takes.
+    pub fn wants_logged_pages(self) -> bool {
+        self != RecoveryMethodKind::Redo
+    }
+
+    /// The superblock's code for this method.
+    pub fn code(self) -> u8 {
+        match self {
+            RecoveryMethodKind::Esm => RECOVERY_METHOD_ESM,
+            RecoveryMethodKind::Redo => RECOVERY_METHOD_REDO,
+            RecoveryMethodKind::Wpl => RECOVERY_METHOD_WPL,
+        }
+    }
+
+    /// The method with superblock code `code` (the superblock refuses unknown codes).
+    pub fn from_code(code: u8) -> RecoveryMethodKind {
+        match code {
+            RECOVERY_METHOD_WPL => RecoveryMethodKind::Wpl,
+            RECOVERY_METHOD_REDO => RecoveryMethodKind::Redo,
+            _ => RecoveryMethodKind::Esm,
+        }
+    }
+
+    /// Do the two methods write and read the same log?
+    pub fn same_log(self, other: RecoveryMethodKind) -> bool {
+        let wpl = |m| m == RecoveryMethodKind::Wpl;
+        wpl(self) == wpl(other)
     }
 
     pub(crate) fn build(self) -> Box<dyn RecoveryMethod> {
         match self {
-            RecoveryMethodKind::Esm => Box::new(esm::Esm),
+            RecoveryMethodKind::Esm | RecoveryMethodKind::Redo => Box::new(esm::Esm { kind: self }),
+            RecoveryMethodKind::Wpl => Box::new(wpl::Wpl),
         }
+    }
+}
+
+impl std::fmt::Display for RecoveryMethodKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -75,7 +130,7 @@ pub struct RestartReport {
 }
 
 pub(crate) trait RecoveryMethod: Send + Sync {
-    fn name(&self) -> &'static str;
+    fn kind(&self) -> RecoveryMethodKind;
 
     /// A client shipped `image` as the new content of `page` for `txn`: make the change
     /// recoverable and install it in the pool. Returns the page's new LSN.
@@ -114,6 +169,23 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// Undoes everything `txn` did.
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()>;
 
+    /// `txn`'s commit record was appended at `commit_lsn` (not necessarily durable yet).
+    fn committed(&self, _state: &mut State, _txn: TxnId, _commit_lsn: Lsn) {}
+
+    /// A checkpoint that began at `begin` wrote the pool's dirty pages; `previous` is where
+    /// the checkpoint before it began. Writes what else the method keeps at checkpoints and
+    /// returns the oldest LSN of the log it still needs, if any. `install_all` asks for
+    /// everything committed to reach its home location (closing, or changing method).
+    fn checkpoint(
+        &self,
+        _server: &Server,
+        _state: &mut State,
+        _previous: Lsn,
+        _install_all: bool,
+    ) -> Result<Option<Lsn>> {
+        Ok(None)
+    }
+
     /// Brings the store back to a state with every committed transaction and nothing else,
     /// starting from the checkpoint at `checkpoint`; `end` is where the log ends.
     fn restart(
@@ -123,4 +195,134 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         checkpoint: Lsn,
         end: LogEnd,
     ) -> Result<RestartReport>;
+}
+
+/// One changed range of a page: its bytes before and after.
+pub(crate) struct Change {
+    pub offset: usize,
+    pub before: Vec<u8>,
+    pub after: Vec<u8>,
+}
+
+/// Applies client log records of `page` to `current`, checking each record's before bytes
+/// against the page with the records before it applied. Returns the changes.
+pub(crate) fn apply_client_updates(
+    txn: TxnId,
+    page: PageId,
+    current: &mut [u8],
+    updates: &[PageUpdate],
+) -> Result<Vec<Change>> {
+    let mut changes = Vec::with_capacity(updates.len());
+    for update in updates {
+        debug_assert_eq!(update.page, page);
+        let range = update.offset as usize..update.offset as usize + update.before.len();
+        if current[range.clone()] != update.before[..] {
+            // The client's pre-image is not what the server holds: its copy was stale or its
+            // detector lost a write. Accepting it would make recovery restore wrong bytes.
+            return Err(Error::InvalidArgument(format!(
+                "transaction {txn} logged bytes {}..{} of page {page} with before bytes that \
+                 differ from the page's current contents",
+                range.start, range.end
+            )));
+        }
+        current[range.clone()].copy_from_slice(&update.after);
+        changes.push(Change {
+            offset: range.start,
+            before: update.before.clone(),
+            after: update.after.clone(),
+        });
+    }
+    Ok(changes)
+}
+
+/// A client shipped `image` of `page` after shipping log records for all its changes (an
+/// empty image under redo-at-server): the server's copy, which the records made, must be what
+/// the client holds. Returns the page's LSN.
+pub(crate) fn check_logged_page(
+    server: &Server,
+    state: &mut State,
+    txn: TxnId,
+    page: PageId,
+    image: &[u8],
+) -> Result<Lsn> {
+    server.cache_page(state, page)?;
+    let current = state.pool.get(page).expect("page just cached");
+    if image.is_empty() {
+        return Ok(page::lsn(current));
+    }
+    // A difference is a write the client's detector missed, which a crash would lose.
+    if let Some(offset) = first_client_difference(current, image) {
+        return Err(Error::InvalidArgument(format!(
+            "transaction {txn} shipped page {page} with a change at byte {offset} that no log \
+             record describes"
+        )));
+    }
+    Ok(page::lsn(current))
+}
+
+/// The first byte where two images of a page differ outside the server's own header fields
+/// (checksum and LSN).
+fn first_client_difference(server_copy: &[u8], client_copy: &[u8]) -> Option<usize> {
+    debug_assert_eq!(server_copy.len(), client_copy.len());
+    [4..8, 16..server_copy.len()].into_iter().find_map(|range| {
+        server_copy[range.clone()]
+            .iter()
+            .zip(&client_copy[range.clone()])
+            .position(|(a, b)| a != b)
+            .map(|at| range.start + at)
+    })
+}
+
+/// Checks that the superblock's checkpoint LSN holds a checkpoint begin record, the first
+/// record a restart scans.
+pub(crate) fn check_checkpoint_record(
+    server: &Server,
+    checkpoint: Lsn,
+    first: Option<&lodestore_wal::Record>,
+) -> Result<()> {
+    match first {
+        Some(record)
+            if record.lsn == checkpoint
+                && matches!(
+                    record.body,
+                    lodestore_wal::RecordBody::CheckpointBegin { .. }
+                ) =>
+        {
+            Ok(())
+        }
+        _ => Err(Error::CorruptLog {
+            path: server.log_dir(),
+            offset: checkpoint.0,
+            reason: format!(
+                "the superblock's checkpoint LSN {checkpoint} does not hold a checkpoint"
+            ),
+        }),
+    }
+}
+
+/// Pages past the page count of the last checkpoint that are torn were being added when the
+/// crash came and hold nothing recovery needs from the data file (the log holds every page it
+/// describes): they are formatted free again so the file is whole.
+pub(crate) fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Result<u64> {
+    let recorded = server.volume.superblock().page_count;
+    let page_size = server.volume.page_size();
+    let mut repaired = 0;
+    let mut buf = vec![0u8; page_size];
+    for p in recorded..server.volume.page_count() {
+        let id = PageId(p);
+        if state.pool.contains(id)
+            || state.wpl.newest(id).is_some()
+            || server.volume.read_page(id, &mut buf).is_ok()
+        {
+            continue;
+        }
+        if lodestore_storage::spacemap::is_map_page(id, page_size) {
+            lodestore_storage::spacemap::init(&mut buf, id, server.volume.volume_id());
+        } else {
+            page::format(&mut buf, PageKind::Free, id, server.volume.volume_id());
+        }
+        server.volume.write_page(id, &mut buf)?;
+        repaired += 1;
+    }
+    Ok(repaired)
 }

@@ -1,0 +1,306 @@
+//! Whole-page logging at the server (QuickStore sections 3.4.2 and 3.4.3).
+//!
+//! Logging a change: every page a transaction ships is appended to the log as a whole image,
+//! entered in the WPL table as uncommitted, and kept in the pool as a clean page: the home
+//! location must never see it before its transaction commits, so the pool may drop it but
+//! never write it back. A page evicted and used again is read back from the log.
+//!
+//! Commit: the commit record marks the transaction's copies committed; a copy still in the
+//! pool is marked dirty there (the paper's "marked as having been read"), so eviction or a
+//! checkpoint writes it home. Copies no longer in the pool are written home from the log by the
+//! installer (`Server::install_committed`, run by a background thread, and by checkpoints for
+//! copies older than the previous checkpoint, which bounds the log without one).
+//!
+//! Abort: nothing to undo; the transaction's copies are forgotten and the pool drops its pages.
+//!
+//! Checkpoint: the WPL table (uncommitted copies included, with their transactions) is logged
+//! after the pool's committed pages were written home; the log is kept from its oldest copy.
+//!
+//! Restart: the records after the checkpoint are visited newest first, building the committed
+//! transactions list from commit records; the newest image of each page by a committed
+//! transaction enters the table. The checkpoint's table then adds, for pages still missing,
+//! copies committed before it or by a transaction on the list. Nothing is redone or undone;
+//! the restart's checkpoint writes every copy in the table home.
+
+use super::{
+    apply_client_updates, check_checkpoint_record, check_logged_page, repair_unrecorded_tail,
+    RecoveryMethod, RecoveryMethodKind, RestartReport,
+};
+use crate::interface::PageUpdate;
+use crate::server::{Server, State};
+use crate::wpl_table::WplTable;
+use lodestore_core::{Lsn, PageId, Result, TxnId};
+use lodestore_storage::page;
+use lodestore_wal::{LogEnd, RecordBody, WplTableEntry};
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+pub struct Wpl;
+
+impl RecoveryMethod for Wpl {
+    fn kind(&self) -> RecoveryMethodKind {
+        RecoveryMethodKind::Wpl
+    }
+
+    fn log_page_change(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        image: &[u8],
+    ) -> Result<Lsn> {
+        log_image(server, state, txn, page, image.to_vec())
+    }
+
+    fn log_client_updates(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        updates: &[PageUpdate],
+    ) -> Result<Lsn> {
+        // A client that logs its own changes gets them applied to the server's copy, which is
+        // then logged whole like any shipped page.
+        server.cache_page(state, page)?;
+        let mut image = state.pool.get(page).expect("page just cached").to_vec();
+        apply_client_updates(txn, page, &mut image, updates)?;
+        log_image(server, state, txn, page, image)
+    }
+
+    fn accept_logged_page(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        page: PageId,
+        image: &[u8],
+    ) -> Result<Lsn> {
+        check_logged_page(server, state, txn, page, image)
+    }
+
+    fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
+        let Some(own) = state.txns.get(&txn) else {
+            return Ok(());
+        };
+        if own.last_lsn == Lsn::ZERO {
+            return Ok(());
+        }
+        let abort = server
+            .log
+            .append(Some(txn), own.last_lsn, &RecordBody::Abort)?;
+        let own = state.txns.get_mut(&txn).expect("checked");
+        own.last_lsn = abort;
+        let touched: Vec<PageId> = own.touched.iter().copied().collect();
+        for page in touched {
+            state.wpl.abort(page, txn);
+            // The pool's copy is the transaction's: never dirty, so dropping it loses nothing.
+            debug_assert!(!state.pool.is_dirty(page));
+            state.pool.remove(page);
+        }
+        Ok(())
+    }
+
+    fn committed(&self, state: &mut State, txn: TxnId, commit_lsn: Lsn) {
+        let Some(own) = state.txns.get(&txn) else {
+            return;
+        };
+        let touched: Vec<PageId> = own.touched.iter().copied().collect();
+        for page in touched {
+            let Some(copy) = state.wpl.commit(page, txn, commit_lsn) else {
+                continue;
+            };
+            if state
+                .pool
+                .get(page)
+                .is_some_and(|image| page::lsn(image) == copy.lsn)
+            {
+                state.pool.mark_dirty(page, copy.lsn);
+            }
+        }
+    }
+
+    fn checkpoint(
+        &self,
+        server: &Server,
+        state: &mut State,
+        previous: Lsn,
+        install_all: bool,
+    ) -> Result<Option<Lsn>> {
+        let before = if install_all { Lsn(u64::MAX) } else { previous };
+        for (page, copy) in state.wpl.committed_before(before) {
+            server.install_copy(state, page, copy.lsn)?;
+        }
+        let entries = state.wpl.entries();
+        server
+            .log
+            .append(None, Lsn::ZERO, &RecordBody::WplTable { entries })?;
+        Ok(state.wpl.oldest_lsn())
+    }
+
+    fn restart(
+        &self,
+        server: &Server,
+        state: &mut State,
+        checkpoint: Lsn,
+        end: LogEnd,
+    ) -> Result<RestartReport> {
+        let started = Instant::now();
+        let mut report = RestartReport {
+            checkpoint_lsn: checkpoint.0,
+            log_end: end.end.0,
+            discarded_bytes: end.discarded_bytes,
+            ..RestartReport::default()
+        };
+        // Our log links records forward only, so one forward read lists them (without their
+        // images); the paper's backward pass then runs over the list.
+        let mut seen: Vec<Seen> = Vec::new();
+        let mut first = None;
+        let mut at_checkpoint: Option<Vec<WplTableEntry>> = None;
+        let mut max_txn = 0;
+        server.log.scan(checkpoint, |record| {
+            report.records_scanned += 1;
+            if first.is_none() {
+                first = Some(record.clone());
+            }
+            if let Some(txn) = record.txn {
+                max_txn = max_txn.max(txn.0);
+            }
+            match (&record.body, record.txn) {
+                (RecordBody::PageImage { page, .. }, Some(txn)) => seen.push(Seen {
+                    lsn: record.lsn,
+                    txn,
+                    page: Some(*page),
+                }),
+                (RecordBody::Commit, Some(txn)) => seen.push(Seen {
+                    lsn: record.lsn,
+                    txn,
+                    page: None,
+                }),
+                (RecordBody::WplTable { entries }, _) if at_checkpoint.is_none() => {
+                    at_checkpoint = Some(entries.clone());
+                }
+                (RecordBody::CheckpointBegin { active }, _) => {
+                    for a in active {
+                        max_txn = max_txn.max(a.txn.0);
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })?;
+        check_checkpoint_record(server, checkpoint, first.as_ref())?;
+
+        // The backward pass: the committed transactions list, and each page's newest image by
+        // a transaction on it.
+        let mut committed: BTreeMap<TxnId, Lsn> = BTreeMap::new();
+        let mut table = WplTable::default();
+        let mut touched = BTreeSet::new();
+        let mut losers = BTreeSet::new();
+        for s in seen.iter().rev() {
+            match s.page {
+                None => {
+                    committed.insert(s.txn, s.lsn);
+                }
+                Some(page) => {
+                    touched.insert(page);
+                    match committed.get(&s.txn) {
+                        Some(&commit_lsn) => {
+                            table.recover(page, s.txn, s.lsn, commit_lsn);
+                        }
+                        None => {
+                            losers.insert(s.txn);
+                        }
+                    }
+                }
+            }
+        }
+        // Then the checkpoint's table, newest copy first, for pages the log after it did not
+        // settle.
+        let mut entries = at_checkpoint.unwrap_or_default();
+        entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.lsn));
+        for e in entries {
+            max_txn = max_txn.max(e.txn.0);
+            let commit_lsn = if e.committed {
+                Some(e.lsn)
+            } else {
+                committed.get(&e.txn).copied()
+            };
+            match commit_lsn {
+                Some(commit_lsn) => {
+                    touched.insert(e.page);
+                    table.recover(e.page, e.txn, e.lsn, commit_lsn);
+                }
+                None => {
+                    losers.insert(e.txn);
+                }
+            }
+        }
+        report.images_installed = table.len() as u64;
+        report.losers = losers.len() as u64;
+        if let Some(last) = table.pages().last() {
+            server.volume.extend_to(last.0 + 1)?;
+        }
+        state.wpl = table;
+        state.next_txn = max_txn + 1;
+        state.redo_lsn = checkpoint;
+        report.pages_repaired = repair_unrecorded_tail(server, state)?;
+        state.space = crate::space::SpaceManager::load(&server.volume)?;
+        // A loser may have used pages of a file extension the crash took back: they are gone.
+        let page_count = server.volume.page_count();
+        touched.retain(|page| page.0 < page_count);
+        server.refresh_hints(state, touched)?;
+        // Installing everything the table holds leaves the data file alone the store again, as
+        // after an ESM restart, so offline tools and `check` read what recovery found.
+        server.checkpoint_locked_with(state, true)?;
+        report.elapsed_us = started.elapsed().as_micros() as u64;
+        Ok(report)
+    }
+}
+
+/// A record the restart's backward pass looks at: a page image (`page`) or a commit.
+struct Seen {
+    lsn: Lsn,
+    txn: TxnId,
+    page: Option<PageId>,
+}
+
+/// Appends `image` of `page` to the log for `txn`, enters it in the WPL table, and puts it in
+/// the pool as a clean page stamped with the record's LSN.
+fn log_image(
+    server: &Server,
+    state: &mut State,
+    txn: TxnId,
+    page: PageId,
+    mut image: Vec<u8>,
+) -> Result<Lsn> {
+    let own = state
+        .txns
+        .get(&txn)
+        .expect("caller checked the transaction");
+    // The LSN field is the server's: zero it so the stored image does not carry a stale one.
+    page::set_lsn(&mut image, Lsn::ZERO);
+    let body = RecordBody::PageImage { page, image };
+    let lsn = server.log.append(Some(txn), own.last_lsn, &body)?;
+    let RecordBody::PageImage { image: mut buf, .. } = body else {
+        unreachable!("built above as a page image")
+    };
+    page::set_lsn(&mut buf, lsn);
+    state.stats.page_images_logged += 1;
+    let own = state.txns.get_mut(&txn).expect("checked");
+    if own.first_lsn == Lsn::ZERO {
+        own.first_lsn = lsn;
+    }
+    own.last_lsn = lsn;
+    own.touched.insert(page);
+    state.wpl.logged(page, txn, lsn);
+    if !state.pool.contains(page) {
+        server.install(state, page, &buf)?;
+    }
+    let frame = state.pool.get_mut(page).expect("page just installed");
+    frame.copy_from_slice(&buf);
+    // Uncommitted: the home location must not get it, whatever the pool held before.
+    state.pool.mark_clean(page);
+    Ok(lsn)
+}

@@ -1,4 +1,4 @@
-//! PD-REDO (redo-at-server, QuickStore section 3.4.2): updates of existing objects reach the
+//! PD-REDO (redo-at-server, QuickStore section 3.5): updates of existing objects reach the
 //! server as log records only, no data page is shipped, the server's copy is what the client
 //! wrote, and the client's cached pages stay current across transactions.
 

@@ -33,7 +33,7 @@ pub struct Scheme {
     pub generator: Generator,
     /// Whether dirty pages whose changes the client logged are shipped too (ESM), or only
     /// their log records, the server redoing them on its own copy (redo-at-server, QuickStore
-    /// section 3.4.2).
+    /// section 3.5).
     pub ships_logged_pages: bool,
     name: &'static str,
 }

@@ -57,6 +57,7 @@ fn schemes() -> Vec<Scheme> {
         Scheme::WPL,
         Scheme::PD_ESM,
         Scheme::PD_UFFD_ESM,
+        Scheme::WPL_UFFD,
         Scheme::SD_ESM,
         Scheme::REMSET,
         Scheme::OBJ,

@@ -4,6 +4,7 @@
 //! frames the client fills through an always-writable second view.
 
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
+use crate::detect::written_pages::WrittenPageArena;
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, PageId, Result, TxnId};
 use memmap2::MmapMut;
@@ -23,6 +24,16 @@ enum Arena {
     Plain(MmapMut),
     /// Protected frames with a writable shadow view (page protection).
     Protected(ProtectedArena),
+    /// Frames whose writes the kernel notes, with a shadow view for fills (written pages).
+    Written(WrittenPageArena),
+}
+
+/// What kind of arena a cache needs: what its detector asks of the memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArenaKind {
+    Plain,
+    Protected(FaultMechanism),
+    WrittenPages,
 }
 
 pub struct ClientCache {
@@ -39,13 +50,9 @@ pub struct Evicted {
 }
 
 impl ClientCache {
-    /// A cache of `frame_count` frames of `page_size` bytes; with `protection`, frames are
-    /// read-only until a write faults, delivered by that mechanism (page protection).
-    pub fn new(
-        page_size: usize,
-        frame_count: usize,
-        protection: Option<FaultMechanism>,
-    ) -> Result<ClientCache> {
+    /// A cache of `frame_count` frames of `page_size` bytes in an arena of `kind`: with
+    /// protection, frames are read-only until a write faults, delivered by that mechanism.
+    pub fn new(page_size: usize, frame_count: usize, kind: ArenaKind) -> Result<ClientCache> {
         if frame_count == 0 {
             return Err(Error::InvalidArgument(
                 "client cache needs at least one page".into(),
@@ -54,13 +61,17 @@ impl ClientCache {
         let bytes = page_size.checked_mul(frame_count).ok_or_else(|| {
             Error::InvalidArgument(format!("client cache of {frame_count} pages is too large"))
         })?;
-        let arena = if let Some(mechanism) = protection {
-            Arena::Protected(ProtectedArena::new(page_size, frame_count, mechanism)?)
-        } else {
-            Arena::Plain(
+        let arena = match kind {
+            ArenaKind::Protected(mechanism) => {
+                Arena::Protected(ProtectedArena::new(page_size, frame_count, mechanism)?)
+            }
+            ArenaKind::WrittenPages => {
+                Arena::Written(WrittenPageArena::new(page_size, frame_count)?)
+            }
+            ArenaKind::Plain => Arena::Plain(
                 MmapMut::map_anon(bytes)
                     .map_err(|source| Error::io("client cache arena", "map", source))?,
-            )
+            ),
         };
         Ok(ClientCache {
             page_size,
@@ -126,14 +137,29 @@ impl ClientCache {
     pub fn protection(&self) -> Option<&ProtectedArena> {
         match &self.arena {
             Arena::Protected(arena) => Some(arena),
-            Arena::Plain(_) => None,
+            _ => None,
         }
     }
 
     pub fn protection_mut(&mut self) -> Option<&mut ProtectedArena> {
         match &mut self.arena {
             Arena::Protected(arena) => Some(arena),
-            Arena::Plain(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The written-page arena, when the cache's detector is the kernel's written bits.
+    pub fn written_pages(&self) -> Option<&WrittenPageArena> {
+        match &self.arena {
+            Arena::Written(arena) => Some(arena),
+            _ => None,
+        }
+    }
+
+    pub fn written_pages_mut(&mut self) -> Option<&mut WrittenPageArena> {
+        match &mut self.arena {
+            Arena::Written(arena) => Some(arena),
+            _ => None,
         }
     }
 
@@ -144,6 +170,10 @@ impl ClientCache {
             // SAFETY: the user view maps `capacity * page_size` readable bytes for the life of
             // the arena, and `frame` is in range.
             Arena::Protected(arena) => unsafe {
+                std::slice::from_raw_parts(arena.user().add(frame * self.page_size), self.page_size)
+            },
+            // SAFETY: as above, for the written-page arena's user view.
+            Arena::Written(arena) => unsafe {
                 std::slice::from_raw_parts(arena.user().add(frame * self.page_size), self.page_size)
             },
         }
@@ -163,6 +193,13 @@ impl ClientCache {
                     self.page_size,
                 )
             },
+            // SAFETY: the user view is mapped writable; the kernel notes the write.
+            Arena::Written(arena) => unsafe {
+                std::slice::from_raw_parts_mut(
+                    arena.user().add(frame * self.page_size),
+                    self.page_size,
+                )
+            },
         }
     }
 
@@ -173,6 +210,13 @@ impl ClientCache {
             Arena::Plain(map) => &mut map[frame * self.page_size..][..self.page_size],
             // SAFETY: the shadow view maps the same bytes, always writable.
             Arena::Protected(arena) => unsafe {
+                std::slice::from_raw_parts_mut(
+                    arena.shadow().add(frame * self.page_size),
+                    self.page_size,
+                )
+            },
+            // SAFETY: the shadow view maps the same bytes, writable and not watched.
+            Arena::Written(arena) => unsafe {
                 std::slice::from_raw_parts_mut(
                     arena.shadow().add(frame * self.page_size),
                     self.page_size,

@@ -9,6 +9,7 @@
 //! | `SD-ESM` | 64-byte sub-page blocks | sub-page diff | QuickStore 3.3 |
 //! | `SL-ESM` | 64-byte sub-page blocks | sub-page log (no diff) | QuickStore 3.3 |
 //! | `WPL` | none | whole page (logged whole by a `wpl` server, diffed by an `esm` one) | QuickStore 3.4 |
+//! | `WPL-UFFD` | the kernel's written bits (async userfaultfd, PAGEMAP_SCAN) | whole page | QuickStore 3.4.1 |
 //! | `OBJ` | object marking | object diff | Hosking 2.2 |
 //! | `REMSET` | remembered set | object diff | Hosking 2.2 |
 //! | `CARD-16` ... `CARD-4096` | cards | card diff | Hosking 2.2 |
@@ -84,6 +85,11 @@ impl Scheme {
         Generator::SubPageLog,
     );
     pub const WPL: Scheme = Scheme::new("WPL", Detector::None, Generator::WholePage);
+    /// Whole-page logging with the dirty pages found by the kernel's written bits
+    /// (asynchronous userfaultfd write protection and PAGEMAP_SCAN, Linux 6.7) instead of the
+    /// API's write path.
+    pub const WPL_UFFD: Scheme =
+        Scheme::new("WPL-UFFD", Detector::WrittenPages, Generator::WholePage);
     pub const OBJ: Scheme = Scheme::new("OBJ", Detector::ObjectMarking, Generator::SubPageDiff);
     pub const REMSET: Scheme =
         Scheme::new("REMSET", Detector::RememberedSet, Generator::SubPageDiff);
@@ -118,6 +124,7 @@ impl Scheme {
             Scheme::SD_ESM,
             Scheme::SL_ESM,
             Scheme::WPL,
+            Scheme::WPL_UFFD,
             Scheme::OBJ,
             Scheme::REMSET,
             Scheme::PAGES,

@@ -141,7 +141,7 @@ impl ClientSession {
             cache_pages,
         )?;
         Ok(ClientSession {
-            cache: ClientCache::new(page_size, cache_pages, scheme.fault_mechanism())?,
+            cache: ClientCache::new(page_size, cache_pages, scheme.detector.arena_kind())?,
             tracker,
             scheme,
             volume: server.volume_id(),
@@ -501,7 +501,11 @@ impl ClientSession {
         let (frame, evicted) = self.cache.assign(page)?;
         if let Some(evicted) = evicted {
             self.stats.evictions += 1;
-            if evicted.dirty {
+            // Written pages: a page written since the last scan is dirty though nothing
+            // marked it.
+            let written =
+                !evicted.dirty && self.tracker.evicted_was_written(&mut self.cache, frame)?;
+            if evicted.dirty || written {
                 // The page's log records go first, then the page.
                 let logged = !self.tracker.is_unlogged(frame);
                 // Redo-at-server: the records are the page; nothing else leaves the client.

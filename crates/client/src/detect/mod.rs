@@ -14,6 +14,7 @@
 //! | remembered set | a hash set of modified objects | each object written |
 //! | object marking | a dirty bit per object | each object written |
 //! | none | nothing: the page is shipped whole | nothing |
+//! | written pages | the kernel's written bits, read by one scan at commit ([`written_pages`]) | nothing: the page is shipped whole |
 //!
 //! A change of a page's structure (an object added, moved, resized or removed) always takes a
 //! whole-page pre-image, whatever the detector, because objects move.
@@ -27,8 +28,9 @@
 pub mod protection;
 pub mod recovery_buffer;
 pub mod userfaultfd;
+pub mod written_pages;
 
-use crate::cache::ClientCache;
+use crate::cache::{ArenaKind, ClientCache};
 use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, PageId, Result, SlotId};
 use lodestore_loggen::{Generator, UPDATE_RECORD_FIXED_BYTES};
@@ -57,9 +59,21 @@ pub enum Detector {
     ObjectMarking,
     /// Every page written is dirty as a whole.
     None,
+    /// Every page written is dirty as a whole, as the kernel's written bits tell
+    /// (asynchronous userfaultfd write protection and PAGEMAP_SCAN): no fault, no barrier.
+    WrittenPages,
 }
 
 impl Detector {
+    /// The memory the detector needs its client cache in.
+    pub fn arena_kind(self) -> ArenaKind {
+        match self {
+            Detector::PageProtection(faults) => ArenaKind::Protected(faults),
+            Detector::WrittenPages => ArenaKind::WrittenPages,
+            _ => ArenaKind::Plain,
+        }
+    }
+
     /// Bytes of the unit a unit-based detector tracks.
     fn unit_bytes(self) -> Option<usize> {
         match self {
@@ -101,6 +115,8 @@ pub struct DetectionStats {
     pub cards_scanned: u64,
     /// Cached objects scanned for marks at commit.
     pub objects_scanned: u64,
+    /// Written pages: pages the kernel's written bits showed dirty.
+    pub pages_found_written: u64,
     /// Pieces whose records were generated early because the recovery buffer was full.
     pub buffer_evictions: u64,
     pub log_records: u64,
@@ -243,6 +259,8 @@ impl WriteTracker {
                 self.frames[frame].unlogged = true;
                 Ok(true)
             }
+            // The kernel notes the write; the commit's scan finds it.
+            (Detector::WrittenPages, _) => Ok(false),
             (Detector::PageProtection(_), _) => {
                 self.arm(cache, frame)?;
                 Ok(false)
@@ -558,10 +576,45 @@ impl WriteTracker {
         Ok(())
     }
 
+    /// Written pages: the pages of `frames` written since the last scan become dirty (on
+    /// the dirtied list, shipped whole) and are protected again.
+    fn scan_written(
+        &mut self,
+        cache: &mut ClientCache,
+        frames: std::ops::Range<FrameId>,
+    ) -> Result<()> {
+        let Some(arena) = cache.written_pages_mut() else {
+            return Ok(());
+        };
+        for frame in arena.take_written(frames)? {
+            if let Some(page) = cache.page_of(frame) {
+                self.frames[frame].unlogged = true;
+                self.dirtied.push(page);
+                self.stats.pages_found_written += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Written pages: was the page leaving `frame` written since the last scan? (The cache
+    /// gave the frame to the next page already; its bytes are still the evicted page's.)
+    pub fn evicted_was_written(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<bool> {
+        let Some(arena) = cache.written_pages_mut() else {
+            return Ok(false);
+        };
+        let written = !arena.take_written(frame..frame + 1)?.is_empty();
+        if written {
+            self.frames[frame].unlogged = true;
+            self.stats.pages_found_written += 1;
+        }
+        Ok(written)
+    }
+
     /// Generates the records of every live piece, oldest first (at commit), then runs the
     /// commit-time scans of the card and marking detectors.
     pub fn flush_all(&mut self, cache: &mut ClientCache) -> Result<()> {
         self.collect(cache)?;
+        self.scan_written(cache, 0..cache.capacity())?;
         let live: Vec<EntrySeq> = self.buffer.live().map(|(seq, _)| seq).collect();
         for seq in live {
             self.generate(cache, seq)?;
@@ -620,6 +673,9 @@ impl WriteTracker {
         if let Some(protection) = cache.protection_mut() {
             protection.protect(frame)?;
         }
+        if let Some(arena) = cache.written_pages_mut() {
+            arena.take_written(frame..frame + 1)?; // protected again, the writes forgotten
+        }
         Ok(())
     }
 
@@ -629,6 +685,11 @@ impl WriteTracker {
         if let Some(protection) = cache.protection_mut() {
             let _ = protection.take_capture();
             protection.protect_all()?;
+        }
+        let capacity = cache.capacity();
+        if let Some(arena) = cache.written_pages_mut() {
+            // After an abort, pages written since the commit scan: protected again, forgotten.
+            arena.take_written(0..capacity)?;
         }
         self.buffer.clear();
         self.by_page.clear();
@@ -677,6 +738,7 @@ mod tests {
             Just(Detector::RememberedSet),
             Just(Detector::ObjectMarking),
             Just(Detector::None),
+            Just(Detector::WrittenPages),
         ]
     }
 
@@ -754,11 +816,7 @@ mod tests {
             buffer_pages in 1usize..3,
             writes in writes(),
         ) {
-            let faults = match detector {
-                Detector::PageProtection(faults) => Some(faults),
-                _ => None,
-            };
-            let mut cache = ClientCache::new(PAGE, PAGES, faults).unwrap();
+            let mut cache = ClientCache::new(PAGE, PAGES, detector.arena_kind()).unwrap();
             let mut tracker =
                 WriteTracker::new(detector, generator, buffer_pages * PAGE, PAGE, PAGES).unwrap();
             let mut frames = Vec::new();

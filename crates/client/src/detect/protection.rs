@@ -472,7 +472,7 @@ pub fn os_page_bytes() -> usize {
 
 /// Maps one anonymous memory file twice: the user view read-only (or writable, when userfaultfd
 /// protects it), the shadow view writable.
-fn map_twice(len: usize, user_writable: bool) -> Result<(usize, usize)> {
+pub(crate) fn map_twice(len: usize, user_writable: bool) -> Result<(usize, usize)> {
     let os_error = |operation: &'static str| {
         Error::io(
             "client cache arena",
@@ -517,7 +517,7 @@ fn map_twice(len: usize, user_writable: bool) -> Result<(usize, usize)> {
     }
 }
 
-fn unmap(user: usize, shadow: usize, len: usize) {
+pub(crate) fn unmap(user: usize, shadow: usize, len: usize) {
     // SAFETY: both views were mapped by `map_twice` with this length and nothing refers to
     // them any more (the arena owning them is being dropped).
     unsafe {

@@ -25,6 +25,9 @@ const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 const UFFD_FEATURE_WP_HUGETLBFS_SHMEM: u64 = 1 << 12;
 /// Protection of page-table entries not populated yet (Linux 6.5); used when offered.
 const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
+/// Asynchronous write protection (Linux 6.7): a write to a protected page does not stop the
+/// writer; the kernel lifts the protection itself, and PAGEMAP_SCAN reports the page written.
+const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
 const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
 
@@ -105,6 +108,20 @@ pub fn open() -> Result<OwnedFd> {
     }
     let wanted = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | (offered & UFFD_FEATURE_WP_UNPOPULATED);
     Ok(open_with(wanted)?.0)
+}
+
+/// Opens a userfaultfd whose write protection of shared memory is asynchronous.
+pub fn open_async() -> Result<OwnedFd> {
+    let (_, offered) = open_with(0)?;
+    let needed = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_ASYNC;
+    if offered & needed != needed {
+        return Err(Error::Unsupported(
+            "this kernel has no asynchronous userfaultfd write protection of shared memory \
+             (Linux 6.7+)"
+                .into(),
+        ));
+    }
+    Ok(open_with(needed | (offered & UFFD_FEATURE_WP_UNPOPULATED))?.0)
 }
 
 /// Registers `start..start + len` for write-protect faults.

@@ -7,23 +7,26 @@
 # growing, so the second half must stay within 10%), and that the store's total balance is
 # conserved.
 #
-#   scripts/soak-server.sh [CLIENTS=16] [SECONDS=600] [WORKDIR=target/soak]
+#   scripts/soak-server.sh [CLIENTS=16] [SECONDS=600] [WORKDIR=target/soak] [METHOD=esm]
+#
+# METHOD is the server's recovery method: esm, redo or wpl.
 set -euo pipefail
 clients=${1:-16}
 seconds=${2:-600}
 work=${3:-target/soak}
+method=${4:-esm}
 cd "$(dirname "$0")/.."
 cargo build --release --locked -p lodestore-cli
 bin=target/release/lodestore
 rm -rf "$work" && mkdir -p "$work"
 store="$work/store"
 
-"$bin" serve "$store" --listen 127.0.0.1:0 > "$work/serve.out" 2> "$work/serve.err" &
+"$bin" serve "$store" --listen 127.0.0.1:0 --method "$method" > "$work/serve.out" 2> "$work/serve.err" &
 server=$!
 trap 'kill -9 $server 2>/dev/null || true' EXIT
 for _ in $(seq 50); do grep -q "listening on" "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 address=$(awk '/listening on/ {print $3}' "$work/serve.out")
-echo "server $server on $address; $clients clients for $seconds s"
+echo "server $server ($method) on $address; $clients clients for $seconds s"
 
 accounts=100
 "$bin" stress --connect "$address" --accounts $accounts --threads 1 --seconds 0 --acks "$work/acks-init"

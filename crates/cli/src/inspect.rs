@@ -43,6 +43,7 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     println!("store          {}", info.path);
     println!("format version {}", info.format_version);
     println!("page size      {} bytes", info.page_size);
+    println!("recovery       {}", info.recovery_method);
     println!("pages          {}", info.pages);
     for (kind, count) in &info.pages_by_kind {
         println!("  {kind:<12} {count}");

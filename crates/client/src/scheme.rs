@@ -10,13 +10,15 @@
 //! | `SL-ESM` | 64-byte sub-page blocks | sub-page log (no diff) | QuickStore 3.3 |
 //! | `WPL` | none | whole page (logged whole by a `wpl` server, diffed by an `esm` one) | QuickStore 3.4 |
 //! | `WPL-UFFD` | the kernel's written bits (async userfaultfd, PAGEMAP_SCAN) | whole page | QuickStore 3.4.1 |
-//! | `OBJ` | object marking | object diff | Hosking 2.2 |
-//! | `REMSET` | remembered set | object diff | Hosking 2.2 |
-//! | `CARD-16` ... `CARD-4096` | cards | card diff | Hosking 2.2 |
-//! | `PAGES` | page protection | page diff | Hosking 2.2 |
+//! | `OBJ` | object marking | object redo records | Hosking 2.2, 3 |
+//! | `REMSET` | remembered set | object redo records | Hosking 2.2, 3 |
+//! | `CARD-16` ... `CARD-4096` | cards | object redo records of each card | Hosking 2.2, 3 |
+//! | `PAGES` | page protection | object redo records | Hosking 2.2, 3 |
 //!
-//! `PAGES` and `PD-ESM` are the same mechanisms under the two papers' names: page diffing here
-//! never lets a record span two objects, which is what Hosking's per-object diff gives.
+//! Hosking's schemes all log what their checkpoints log: (OID, byte range, new bytes) of each
+//! modified region of an object, found by diffing against the original (generator
+//! `ObjectRedo`). `PAGES` differs from `PD-ESM` only in that: the same detector, the same diff,
+//! object redo records instead of physical before-and-after records.
 
 use crate::detect::protection::FaultMechanism;
 use crate::detect::Detector;
@@ -90,13 +92,13 @@ impl Scheme {
     /// API's write path.
     pub const WPL_UFFD: Scheme =
         Scheme::new("WPL-UFFD", Detector::WrittenPages, Generator::WholePage);
-    pub const OBJ: Scheme = Scheme::new("OBJ", Detector::ObjectMarking, Generator::SubPageDiff);
+    pub const OBJ: Scheme = Scheme::new("OBJ", Detector::ObjectMarking, Generator::ObjectRedo);
     pub const REMSET: Scheme =
-        Scheme::new("REMSET", Detector::RememberedSet, Generator::SubPageDiff);
+        Scheme::new("REMSET", Detector::RememberedSet, Generator::ObjectRedo);
     pub const PAGES: Scheme = Scheme::new(
         "PAGES",
         Detector::PageProtection(FaultMechanism::Signal),
-        Generator::PageDiff,
+        Generator::ObjectRedo,
     );
 
     const CARDS: [Scheme; 9] = [
@@ -112,7 +114,7 @@ impl Scheme {
     ];
 
     const fn card(name: &'static str, card_bytes: usize) -> Scheme {
-        Scheme::new(name, Detector::Cards { card_bytes }, Generator::SubPageDiff)
+        Scheme::new(name, Detector::Cards { card_bytes }, Generator::ObjectRedo)
     }
 
     /// Every named scheme.

@@ -11,7 +11,7 @@
 //! may evict any frame.
 
 use crate::cache::ClientCache;
-use crate::detect::{DetectionStats, Write, WriteTracker};
+use crate::detect::{ClientRecord, DetectionStats, Write, WriteTracker};
 use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
@@ -139,6 +139,7 @@ impl ClientSession {
             recovery_buffer_bytes,
             page_size,
             cache_pages,
+            server.volume_id(),
         )?;
         Ok(ClientSession {
             cache: ClientCache::new(page_size, cache_pages, scheme.detector.arena_kind())?,
@@ -379,7 +380,35 @@ impl ClientSession {
             return Ok(());
         }
         let records = self.tracker.take_pending();
-        if let Err(e) = self.server.ship_log_records(id, &records) {
+        // In generation order: a record's before bytes may be what an earlier one wrote.
+        let mut shipped = Ok(());
+        let (mut pages, mut objects) = (Vec::new(), Vec::new());
+        for record in records {
+            match record {
+                ClientRecord::Page(update) => {
+                    if !objects.is_empty() {
+                        shipped =
+                            shipped.and_then(|()| self.server.ship_object_updates(id, &objects));
+                        objects.clear();
+                    }
+                    pages.push(update);
+                }
+                ClientRecord::Object(update) => {
+                    if !pages.is_empty() {
+                        shipped = shipped.and_then(|()| self.server.ship_log_records(id, &pages));
+                        pages.clear();
+                    }
+                    objects.push(update);
+                }
+            }
+        }
+        if !pages.is_empty() {
+            shipped = shipped.and_then(|()| self.server.ship_log_records(id, &pages));
+        }
+        if !objects.is_empty() {
+            shipped = shipped.and_then(|()| self.server.ship_object_updates(id, &objects));
+        }
+        if let Err(e) = shipped {
             self.poison(format!("shipping log records failed: {e}"));
             return Err(e);
         }

@@ -14,6 +14,10 @@ use std::ops::Range;
 /// offset, length, flags).
 pub const UPDATE_RECORD_FIXED_BYTES: usize = 56;
 
+/// H for Hosking's redo records of a client (generator `ObjectRedo`): OID (8 bytes), offset in
+/// the object (4) and length (4); no before bytes.
+pub const OBJECT_REDO_RECORD_FIXED_BYTES: usize = 16;
+
 /// The modified regions of `after` relative to `before` inside `within`, merged by the
 /// minimal-traffic rule for records of fixed cost `header`.
 pub fn changed_ranges(

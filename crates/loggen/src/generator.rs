@@ -9,13 +9,19 @@
 //! - `SubPageLog`: log the piece whole, no diff (QuickStore section 3.3).
 //! - `WholePage`: no records at all; the page itself is shipped (whole-page logging, QuickStore
 //!   section 3.4). `piece_ranges` then gives the whole piece, for completeness.
+//! - `ObjectRedo`: Hosking's checkpoint-style records (section 3): the same diff against the
+//!   originals, but each range inside an object becomes a record of (OID, offset in the object,
+//!   new bytes), without before bytes; ranges outside objects (a page's slot table and header,
+//!   changed by allocation) stay physical records. The server reads the before bytes off its
+//!   own copy. A redo record's fixed cost is smaller and it carries the gap once, so ranges merge
+//!   when gap <= H_redo (the rule of `changed_ranges` with a cost of 2 x H_redo).
 //!
 //! A piece that is the whole page is always diffed with objects taken from both images, because
 //! a whole-page copy is what detectors take before a page's structure changes (objects added,
 //! moved, removed), and the objects of the pre-image bound the regions too.
 //! The checksum (bytes 0..4) and the LSN (8..16) are never logged: the server sets them.
 
-use crate::diff::{changed_ranges, UPDATE_RECORD_FIXED_BYTES};
+use crate::diff::{changed_ranges, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
 use crate::page::{object_cuts_within, page_ranges, SERVER_OWNED};
 use std::ops::Range;
 
@@ -26,12 +32,23 @@ pub enum Generator {
     SubPageDiff,
     SubPageLog,
     WholePage,
+    ObjectRedo,
 }
 
 impl Generator {
     /// Does this generator ship records (rather than whole pages)?
     pub fn logs_records(self) -> bool {
         self != Generator::WholePage
+    }
+
+    /// The record cost the minimal-traffic merge weighs a gap against (`changed_ranges`
+    /// merges when 2 x gap <= this): update records carry a gap twice (before and after
+    /// bytes), redo records once.
+    pub fn merge_cost(self) -> usize {
+        match self {
+            Generator::ObjectRedo => 2 * OBJECT_REDO_RECORD_FIXED_BYTES,
+            _ => UPDATE_RECORD_FIXED_BYTES,
+        }
     }
 
     /// The ranges of `page` to log for one piece: `before` holds bytes
@@ -45,15 +62,15 @@ impl Generator {
             "piece {at}..{end} lies outside a page of {size} bytes"
         );
         if at == 0 && end == size && self != Generator::WholePage {
-            return page_ranges(before, page, UPDATE_RECORD_FIXED_BYTES);
+            return page_ranges(before, page, self.merge_cost());
         }
         match self {
-            Generator::PageDiff | Generator::SubPageDiff => {
+            Generator::PageDiff | Generator::SubPageDiff | Generator::ObjectRedo => {
                 let now = &page[at..end];
                 segments(&object_cuts_within(page, at..end), at..end)
                     .flat_map(|segment| {
                         let within = segment.start - at..segment.end - at;
-                        changed_ranges(before, now, within, UPDATE_RECORD_FIXED_BYTES)
+                        changed_ranges(before, now, within, self.merge_cost())
                             .into_iter()
                             .map(|r| r.start + at..r.end + at)
                     })
@@ -108,6 +125,7 @@ mod tests {
             Just(Generator::SubPageDiff),
             Just(Generator::SubPageLog),
             Just(Generator::WholePage),
+            Just(Generator::ObjectRedo),
         ]
     }
 

@@ -18,6 +18,8 @@ pub mod diff;
 pub mod generator;
 pub mod page;
 
-pub use diff::{merge, modified_regions, traffic, UPDATE_RECORD_FIXED_BYTES};
+pub use diff::{
+    merge, modified_regions, traffic, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
+};
 pub use generator::Generator;
 pub use page::page_ranges;

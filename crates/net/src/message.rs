@@ -58,6 +58,10 @@ pub enum Request {
     Stats,
     /// Take a checkpoint now.
     Checkpoint,
+    ShipObjectUpdates {
+        txn: u64,
+        records: Vec<WireObjectUpdate>,
+    },
 }
 
 impl Request {
@@ -78,6 +82,7 @@ impl Request {
             Request::Abort { .. } => "abort",
             Request::Stats => "stats",
             Request::Checkpoint => "checkpoint",
+            Request::ShipObjectUpdates { .. } => "ship-object-updates",
         }
     }
 }
@@ -87,6 +92,13 @@ pub struct WireUpdate {
     pub page: u32,
     pub offset: u32,
     pub before: Vec<u8>,
+    pub after: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireObjectUpdate {
+    pub oid: u64,
+    pub offset: u32,
     pub after: Vec<u8>,
 }
 

@@ -3,10 +3,11 @@
 //! log records larger than a frame are split.
 
 use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY};
-use crate::message::{decode, encode, Request, Response, WirePage, WireUpdate};
+use crate::message::{decode, encode, Request, Response, WireObjectUpdate, WirePage, WireUpdate};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
-    LockMode, LockStats, PageServer, PageUpdate, RestartReport, ServerStats, ShippedPage,
+    LockMode, LockStats, ObjectUpdate, PageServer, PageUpdate, RestartReport, ServerStats,
+    ShippedPage,
 };
 use lodestore_storage::large::Extent;
 use lodestore_wal::LogStats;
@@ -328,6 +329,41 @@ impl PageServer for RemotePageServer {
         self.expect_done(
             "ship-log-records",
             &Request::ShipLogRecords {
+                txn: txn.0,
+                records: batch,
+            },
+        )
+    }
+
+    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0;
+        for record in records {
+            let bytes = record.after.len() + 24;
+            if batch_bytes + bytes > MAX_FRAME_BODY / 2 && !batch.is_empty() {
+                let records = std::mem::take(&mut batch);
+                self.expect_done(
+                    "ship-object-updates",
+                    &Request::ShipObjectUpdates {
+                        txn: txn.0,
+                        records,
+                    },
+                )?;
+                batch_bytes = 0;
+            }
+            batch.push(WireObjectUpdate {
+                oid: record.oid.0,
+                offset: record.offset,
+                after: record.after.clone(),
+            });
+            batch_bytes += bytes;
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.expect_done(
+            "ship-object-updates",
+            &Request::ShipObjectUpdates {
                 txn: txn.0,
                 records: batch,
             },

@@ -5,8 +5,8 @@
 
 use crate::frame::{read_frame, write_frame, FrameError};
 use crate::message::{decode, encode, Request, Response, WireError};
-use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
-use lodestore_server::{LockMode, PageServer, PageUpdate, Server, ShippedPage};
+use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
+use lodestore_server::{LockMode, ObjectUpdate, PageServer, PageUpdate, Server, ShippedPage};
 use rustc_hash::FxHashSet;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
@@ -252,6 +252,18 @@ impl Connection {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 server.ship_log_records(self.own(txn)?, &records)?;
+                Response::Done
+            }
+            Request::ShipObjectUpdates { txn, records } => {
+                let records: Vec<ObjectUpdate> = records
+                    .into_iter()
+                    .map(|r| ObjectUpdate {
+                        oid: Oid(r.oid),
+                        offset: r.offset,
+                        after: r.after,
+                    })
+                    .collect();
+                server.ship_object_updates(self.own(txn)?, &records)?;
                 Response::Done
             }
             Request::ShipDirtyPages { txn, pages } => {

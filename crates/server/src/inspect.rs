@@ -99,6 +99,8 @@ pub struct StoreInfo {
     pub path: String,
     pub format_version: u32,
     pub page_size: usize,
+    /// The server's recovery method: esm, redo or wpl.
+    pub recovery_method: &'static str,
     pub pages: u64,
     pub pages_by_kind: BTreeMap<&'static str, u64>,
     pub objects: u64,
@@ -141,6 +143,7 @@ pub fn info(volume: &Volume) -> Result<StoreInfo> {
         path: volume.path().display().to_string(),
         format_version: STORE_FORMAT_VERSION,
         page_size,
+        recovery_method: crate::RecoveryMethodKind::from_code(sb.recovery_method).name(),
         pages: u64::from(volume.page_count()),
         pages_by_kind,
         objects,

@@ -23,6 +23,16 @@ pub struct PageUpdate {
     pub after: Vec<u8>,
 }
 
+/// A change a client logged as Hosking's checkpoint-style record: bytes
+/// `offset..offset + after.len()` of object `oid` are now `after`. No before bytes: the server
+/// reads them off its own copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectUpdate {
+    pub oid: Oid,
+    pub offset: u32,
+    pub after: Vec<u8>,
+}
+
 /// A dirty page on its way to the server.
 #[derive(Clone, Copy, Debug)]
 pub struct ShippedPage<'a> {
@@ -79,6 +89,11 @@ pub trait PageServer: Send + Sync {
     /// before the pages they describe. The server logs them and applies them to its copy of
     /// each page; a record whose before bytes differ from the server's copy is refused.
     fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()>;
+
+    /// Ships object redo records `txn` generated, in order, for objects on pages it holds
+    /// exclusively: the server finds each object on its copy of the page, takes the before
+    /// bytes from there, and logs and applies the change as it does a `PageUpdate`.
+    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()>;
 
     /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit). Returns
     /// the new LSN of each page, which the client stamps on its cached copy.

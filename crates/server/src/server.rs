@@ -7,7 +7,7 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::BufferPool;
-use crate::interface::{LockMode, PageServer, PageUpdate, ShippedPage};
+use crate::interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, ShippedPage};
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
@@ -741,6 +741,41 @@ impl PageServer for Server {
         Ok(())
     }
 
+    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        // Each run of one page's records is resolved against the server's copy as the runs
+        // before it left it, then logged and applied, so a later run of the same page sees
+        // them.
+        for same_page in records.chunk_by(|a, b| a.oid.page() == b.oid.page()) {
+            let page = same_page[0].oid.page();
+            if let Some(foreign) = same_page
+                .iter()
+                .find(|r| r.oid.volume() != self.volume.volume_id())
+            {
+                return Err(Error::ObjectNotFound { oid: foreign.oid });
+            }
+            self.check_data_page(page)?;
+            self.check_exclusive(txn, page, "logged an object of")?;
+            self.cache_page(&mut state, page)?;
+            let mut image = state.pool.get(page).expect("page just cached").to_vec();
+            let mut resolved = Vec::with_capacity(same_page.len());
+            for record in same_page {
+                let update = resolve_object_update(&image, record)?;
+                let range = update.offset as usize..update.offset as usize + update.after.len();
+                image[range].copy_from_slice(&update.after);
+                resolved.push(update);
+            }
+            self.check_updates(txn, &resolved)?;
+            self.method
+                .log_client_updates(self, &mut state, txn, page, &resolved)?;
+            state.stats.log_records_shipped += resolved.len() as u64;
+        }
+        Ok(())
+    }
+
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {
         self.check_shipped(txn, pages)?;
         let mut state = self.usable_state()?;
@@ -930,6 +965,38 @@ fn inactive(txn: TxnId) -> Error {
     Error::TransactionInactive {
         reason: format!("transaction {txn} is not active on this server"),
     }
+}
+
+/// The page update an object redo record stands for, on `image` (the server's copy of the
+/// object's page with the batch's earlier records applied): before bytes read off it.
+fn resolve_object_update(image: &[u8], record: &ObjectUpdate) -> Result<PageUpdate> {
+    let oid = record.oid;
+    let found = if page::kind(image) == Some(PageKind::Slotted) {
+        slotted::record(image, oid.slot()).ok().flatten()
+    } else {
+        None
+    };
+    let Some(object) = found else {
+        return Err(Error::ObjectNotFound { oid });
+    };
+    let payload = object.payload();
+    let start = payload.start + record.offset as usize;
+    let end = start.saturating_add(record.after.len());
+    if record.after.is_empty() || end > payload.end {
+        return Err(Error::InvalidArgument(format!(
+            "object redo record for bytes {}..{} of object {oid} ({} bytes) is empty or out of \
+             bounds",
+            record.offset,
+            record.offset as usize + record.after.len(),
+            payload.len()
+        )));
+    }
+    Ok(PageUpdate {
+        page: oid.page(),
+        offset: start as u32,
+        before: image[start..end].to_vec(),
+        after: record.after.clone(),
+    })
 }
 
 /// Structural checks on a page a client shipped.

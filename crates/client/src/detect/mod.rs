@@ -32,9 +32,9 @@ pub mod written_pages;
 
 use crate::cache::{ArenaKind, ClientCache};
 use lodestore_core::frames::FrameId;
-use lodestore_core::{Error, PageId, Result, SlotId};
-use lodestore_loggen::{Generator, UPDATE_RECORD_FIXED_BYTES};
-use lodestore_server::PageUpdate;
+use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
+use lodestore_loggen::{Generator, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_server::{ObjectUpdate, PageUpdate};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
 use protection::FaultMechanism;
@@ -150,8 +150,10 @@ pub struct WriteTracker {
     remembered: FxHashSet<(PageId, SlotId)>,
     /// Live entries of each page.
     by_page: BTreeMap<PageId, Vec<EntrySeq>>,
-    pending: Vec<PageUpdate>,
+    pending: Vec<ClientRecord>,
     pending_bytes: usize,
+    /// Volume of the pages, for the OIDs of object redo records.
+    volume: VolumeId,
     /// Pages whose first write page protection captured, for the session to mark dirty.
     dirtied: Vec<PageId>,
     stats: DetectionStats,
@@ -164,6 +166,7 @@ impl WriteTracker {
         recovery_buffer_bytes: usize,
         page_size: usize,
         frame_count: usize,
+        volume: VolumeId,
     ) -> Result<WriteTracker> {
         if recovery_buffer_bytes < page_size {
             return Err(Error::InvalidArgument(format!(
@@ -188,6 +191,7 @@ impl WriteTracker {
             by_page: BTreeMap::new(),
             pending: Vec::new(),
             pending_bytes: 0,
+            volume,
             dirtied: Vec::new(),
             stats: DetectionStats::default(),
         })
@@ -220,7 +224,7 @@ impl WriteTracker {
     }
 
     /// The log records generated since the last call, oldest first.
-    pub fn take_pending(&mut self) -> Vec<PageUpdate> {
+    pub fn take_pending(&mut self) -> Vec<ClientRecord> {
         self.pending_bytes = 0;
         std::mem::take(&mut self.pending)
     }
@@ -496,15 +500,49 @@ impl WriteTracker {
         if self.generator != Generator::SubPageLog || entry.granule == Granule::Page {
             self.stats.bytes_compared += entry.len as u64;
         }
+        let hint = match entry.granule {
+            Granule::Object(slot) => Some(slot),
+            _ => None,
+        };
+        // A whole-page piece names objects by a map of the page's objects before and after,
+        // built once for the piece.
+        let maps = (self.generator == Generator::ObjectRedo && entry.granule == Granule::Page)
+            .then(|| (ObjectMap::of(before), ObjectMap::of(now)));
         for range in ranges {
             let len = range.len();
-            self.pending.push(PageUpdate {
-                page: entry.page,
-                offset: range.start as u32,
-                before: before[range.start - at..range.end - at].to_vec(),
-                after: now[range].to_vec(),
-            });
-            let bytes = UPDATE_RECORD_FIXED_BYTES + 2 * len;
+            // Hosking's records name the object; bytes outside every object stay physical. A
+            // whole-page piece may span a change of the page's structure: an object record
+            // then only where the object lies in the same place before and after, since the
+            // server finds it on its copy with the earlier records applied.
+            let object = match &maps {
+                Some((was, is)) => is
+                    .holding(range.clone())
+                    .filter(|found| was.holding(range.clone()).as_ref() == Some(found)),
+                None if self.generator == Generator::ObjectRedo => {
+                    object_holding(now, range.clone(), hint)
+                }
+                None => None,
+            };
+            let (record, bytes) = match object {
+                Some((slot, payload)) => (
+                    ClientRecord::Object(ObjectUpdate {
+                        oid: Oid::new(self.volume, entry.page, slot),
+                        offset: (range.start - payload.start) as u32,
+                        after: now[range].to_vec(),
+                    }),
+                    OBJECT_REDO_RECORD_FIXED_BYTES + len,
+                ),
+                None => (
+                    ClientRecord::Page(PageUpdate {
+                        page: entry.page,
+                        offset: range.start as u32,
+                        before: before[range.start - at..range.end - at].to_vec(),
+                        after: now[range].to_vec(),
+                    }),
+                    UPDATE_RECORD_FIXED_BYTES + 2 * len,
+                ),
+            };
+            self.pending.push(record);
             self.pending_bytes += bytes;
             self.stats.log_records += 1;
             self.stats.log_bytes += bytes as u64;
@@ -710,6 +748,59 @@ impl WriteTracker {
     }
 }
 
+/// A log record a client generated: physical (page, offset, before, after) or, from
+/// Hosking's generator, an object redo record (OID, offset in the object, after).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientRecord {
+    Page(PageUpdate),
+    Object(ObjectUpdate),
+}
+
+/// The object whose payload holds all of `range` on slotted `page`, as its slot and payload;
+/// `hint` is tried first.
+fn object_holding(
+    page: &[u8],
+    range: Range<usize>,
+    hint: Option<SlotId>,
+) -> Option<(SlotId, Range<usize>)> {
+    if page::kind(page) != Some(PageKind::Slotted) {
+        return None;
+    }
+    let holds = |slot: SlotId| {
+        let record = slotted::record(page, slot).ok().flatten()?;
+        let payload = record.payload();
+        (payload.start <= range.start && range.end <= payload.end).then_some((slot, payload))
+    };
+    hint.and_then(holds)
+        .or_else(|| slotted::live_slots(page).find_map(holds))
+}
+
+/// The objects of a slotted page by payload, for finding the object that holds a range.
+struct ObjectMap(Vec<(Range<usize>, SlotId)>);
+
+impl ObjectMap {
+    fn of(page: &[u8]) -> ObjectMap {
+        let mut objects = Vec::new();
+        if page::kind(page) == Some(PageKind::Slotted) {
+            for slot in slotted::live_slots(page) {
+                if let Ok(Some(record)) = slotted::record(page, slot) {
+                    objects.push((record.payload(), slot));
+                }
+            }
+        }
+        objects.sort_unstable_by_key(|(payload, _)| payload.start);
+        ObjectMap(objects)
+    }
+
+    fn holding(&self, range: Range<usize>) -> Option<(SlotId, Range<usize>)> {
+        let after = self
+            .0
+            .partition_point(|(payload, _)| payload.start <= range.start);
+        let (payload, slot) = self.0.get(after.checked_sub(1)?)?;
+        (range.end <= payload.end).then(|| (*slot, payload.clone()))
+    }
+}
+
 /// Page protection: are as many frames writable as the arena allows?
 fn protection_needs_room(cache: &ClientCache) -> bool {
     cache
@@ -748,6 +839,7 @@ mod tests {
             Just(Generator::SubPageDiff),
             Just(Generator::SubPageLog),
             Just(Generator::WholePage),
+            Just(Generator::ObjectRedo),
         ]
     }
 
@@ -818,7 +910,7 @@ mod tests {
         ) {
             let mut cache = ClientCache::new(PAGE, PAGES, detector.arena_kind()).unwrap();
             let mut tracker =
-                WriteTracker::new(detector, generator, buffer_pages * PAGE, PAGE, PAGES).unwrap();
+                WriteTracker::new(detector, generator, buffer_pages * PAGE, PAGE, PAGES, 0).unwrap();
             let mut frames = Vec::new();
             let mut before = Vec::new();
             for number in 0..PAGES {
@@ -849,10 +941,27 @@ mod tests {
             tracker.flush_all(&mut cache).unwrap();
             let mut replayed = before.clone();
             for record in tracker.take_pending() {
-                let image = &mut replayed[record.page.0 as usize - 10];
-                let range = record.offset as usize..record.offset as usize + record.after.len();
-                prop_assert_eq!(&image[range.clone()], &record.before[..], "before bytes");
-                image[range].copy_from_slice(&record.after);
+                match record {
+                    ClientRecord::Page(record) => {
+                        let image = &mut replayed[record.page.0 as usize - 10];
+                        let range =
+                            record.offset as usize..record.offset as usize + record.after.len();
+                        prop_assert_eq!(&image[range.clone()], &record.before[..], "before bytes");
+                        image[range].copy_from_slice(&record.after);
+                    }
+                    ClientRecord::Object(record) => {
+                        // As the server does: the object on the page as it is now.
+                        let image = &mut replayed[record.oid.page().0 as usize - 10];
+                        let payload = slotted::record(image, record.oid.slot())
+                            .unwrap()
+                            .expect("the record's object exists")
+                            .payload();
+                        let start = payload.start + record.offset as usize;
+                        let end = start + record.after.len();
+                        prop_assert!(end <= payload.end, "inside its object");
+                        image[start..end].copy_from_slice(&record.after);
+                    }
+                }
             }
             for (page, frame) in frames.iter().enumerate() {
                 let after = cache.frame(*frame);

@@ -45,6 +45,113 @@ pub fn first_equal(a: &[u8], b: &[u8]) -> usize {
         .unwrap_or(a.len() - at)
 }
 
+/// Calls `found` with every maximal run of differing bytes of `a` and `b`, in order, as
+/// offsets into them. One pass: each step of vectors gives a mask of differing bytes, and runs
+/// are read off the mask (trailing-zero counts), so a page with many small changes costs
+/// little more than one with none; a scan restarted after each change paid a vector set-up,
+/// a call and a word loop per change.
+pub fn for_each_run(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<usize>)) {
+    assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { x86::for_each_run_avx2(a, b, found) };
+        }
+    }
+    for_each_run_words(a, b, found)
+}
+
+/// Runs of differing bytes by word scans: the next differing byte, then the next equal one.
+fn for_each_run_words(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<usize>)) {
+    let mut at = 0;
+    while at < a.len() {
+        at += first_difference(&a[at..], &b[at..]);
+        if at == a.len() {
+            break;
+        }
+        let start = at;
+        at += first_equal(&a[at..], &b[at..]);
+        found(start..at);
+    }
+}
+
+/// Reads the runs off `differing`, a mask of `width` bytes starting at `base` (bit i: byte
+/// `base + i` differs), continuing the run `open` from an earlier mask and leaving the run
+/// still open at the mask's end in it.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn runs_of_mask(
+    differing: u128,
+    width: u32,
+    base: usize,
+    open: &mut Option<usize>,
+    found: &mut dyn FnMut(std::ops::Range<usize>),
+) {
+    let valid = if width == 128 {
+        u128::MAX
+    } else {
+        (1u128 << width) - 1
+    };
+    let (differing, equal) = (differing & valid, !differing & valid);
+    let mut i = 0u32;
+    while i < width {
+        match *open {
+            Some(start) => {
+                let rest = equal >> i;
+                if rest == 0 {
+                    return;
+                }
+                i += rest.trailing_zeros();
+                found(start..base + i as usize);
+                *open = None;
+            }
+            None => {
+                let rest = differing >> i;
+                if rest == 0 {
+                    return;
+                }
+                i += rest.trailing_zeros();
+                *open = Some(base + i as usize);
+            }
+        }
+    }
+}
+
+/// [`runs_of_mask`] for a full mask of 32 bytes, in 32-bit arithmetic.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn runs_of_mask32(
+    differing: u32,
+    base: usize,
+    open: &mut Option<usize>,
+    found: &mut dyn FnMut(std::ops::Range<usize>),
+) {
+    let equal = !differing;
+    let mut i = 0u32;
+    while i < 32 {
+        match *open {
+            Some(start) => {
+                let rest = equal >> i;
+                if rest == 0 {
+                    return;
+                }
+                i += rest.trailing_zeros();
+                found(start..base + i as usize);
+                *open = None;
+            }
+            None => {
+                let rest = differing >> i;
+                if rest == 0 {
+                    return;
+                }
+                i += rest.trailing_zeros();
+                *open = Some(base + i as usize);
+            }
+        }
+    }
+}
+
 /// Eight bytes as a little-endian word.
 fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("an 8-byte chunk"))
@@ -129,6 +236,117 @@ mod x86 {
         at + super::first_difference_words(&a[at..], &b[at..])
     }
 
+    /// Byte-equality vectors of bytes `at..at + 128` of `a` and `b`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, and `at + 128` must not exceed either slice.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn equal_vectors(a: &[u8], b: &[u8], at: usize) -> [__m256i; 4] {
+        debug_assert!(at + 2 * STEP <= a.len() && at + 2 * STEP <= b.len());
+        // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
+        unsafe {
+            let pa = a.as_ptr().add(at) as *const __m256i;
+            let pb = b.as_ptr().add(at) as *const __m256i;
+            [0, 1, 2, 3].map(|i| {
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(i)), _mm256_loadu_si256(pb.add(i)))
+            })
+        }
+    }
+
+    /// Are all 128 bytes behind `equal` equal?
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn all_equal(equal: &[__m256i; 4]) -> bool {
+        let all = _mm256_and_si256(
+            _mm256_and_si256(equal[0], equal[1]),
+            _mm256_and_si256(equal[2], equal[3]),
+        );
+        _mm256_movemask_epi8(all) as u32 == u32::MAX
+    }
+
+    /// The runs of differing bytes, read off masks of 128 bytes per step (32 at the tail,
+    /// then bytes).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn for_each_run_avx2(
+        a: &[u8],
+        b: &[u8],
+        found: &mut dyn FnMut(std::ops::Range<usize>),
+    ) {
+        debug_assert_eq!(a.len(), b.len());
+        let mut open: Option<usize> = None;
+        let mut at = 0;
+        while at + 2 * STEP <= a.len() {
+            // SAFETY: `at + 128 <= len` for both slices.
+            let equal = unsafe { equal_vectors(a, b, at) };
+            if all_equal(&equal) {
+                if let Some(start) = open.take() {
+                    found(start..at);
+                }
+                at += 2 * STEP;
+                // Equal stretches are the common case: skip them in a loop of their own.
+                // SAFETY: `at + 128 <= len` for both slices.
+                while at + 2 * STEP <= a.len() && all_equal(&unsafe { equal_vectors(a, b, at) }) {
+                    at += 2 * STEP;
+                }
+                continue;
+            }
+            for (i, vector) in equal.iter().enumerate() {
+                let differing = !(_mm256_movemask_epi8(*vector) as u32);
+                let base = at + 32 * i;
+                match (differing, open) {
+                    (0, None) => {}
+                    (0, Some(start)) => {
+                        found(start..base);
+                        open = None;
+                    }
+                    (u32::MAX, Some(_)) => {}
+                    _ => super::runs_of_mask32(differing, base, &mut open, found),
+                }
+            }
+            at += 2 * STEP;
+        }
+        while at + 32 <= a.len() {
+            // SAFETY: `at + 32 <= len` for both slices; unaligned loads are allowed.
+            let equal = unsafe {
+                _mm256_cmpeq_epi8(
+                    _mm256_loadu_si256(a.as_ptr().add(at) as *const __m256i),
+                    _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i),
+                )
+            };
+            let differing = !(_mm256_movemask_epi8(equal) as u32);
+            super::runs_of_mask32(differing, at, &mut open, found);
+            at += 32;
+        }
+        let tail = if at == a.len() {
+            0
+        } else if a.len() >= 32 {
+            // The last 32 bytes, overlapping what was scanned: no byte loop.
+            let last = a.len() - 32;
+            // SAFETY: `last + 32 == len` for both slices; unaligned loads are allowed.
+            let equal = unsafe {
+                _mm256_cmpeq_epi8(
+                    _mm256_loadu_si256(a.as_ptr().add(last) as *const __m256i),
+                    _mm256_loadu_si256(b.as_ptr().add(last) as *const __m256i),
+                )
+            };
+            u128::from(!(_mm256_movemask_epi8(equal) as u32) >> (at - last))
+        } else {
+            a[at..]
+                .iter()
+                .zip(&b[at..])
+                .enumerate()
+                .fold(0u128, |bits, (i, (x, y))| bits | (u128::from(x != y) << i))
+        };
+        super::runs_of_mask(tail, (a.len() - at) as u32, at, &mut open, found);
+        if let Some(start) = open {
+            found(start..a.len());
+        }
+    }
+
     /// # Safety
     /// The CPU must support SSE2 (every x86-64 CPU does).
     #[target_feature(enable = "sse2")]
@@ -174,6 +392,17 @@ mod tests {
         a.iter().zip(b).position(|(x, y)| x == y).unwrap_or(a.len())
     }
 
+    fn runs_bytes(a: &[u8], b: &[u8]) -> Vec<std::ops::Range<usize>> {
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for i in (0..a.len()).filter(|&i| a[i] != b[i]) {
+            match runs.last_mut() {
+                Some(last) if last.end == i => last.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        runs
+    }
+
     proptest! {
         /// Every scan finds the same byte a byte loop finds, at any length and offset (so
         /// every tail and every lane of a vector is exercised).
@@ -211,6 +440,15 @@ mod tests {
                 }
             }
             prop_assert_eq!(first_equal(a, &c), first_equal_bytes(a, &c));
+
+            // The runs, by every path, against a byte loop.
+            let expected_runs = runs_bytes(a, &c);
+            let mut runs = Vec::new();
+            for_each_run(a, &c, &mut |r| runs.push(r));
+            prop_assert_eq!(&runs, &expected_runs);
+            let mut runs = Vec::new();
+            for_each_run_words(a, &c, &mut |r| runs.push(r));
+            prop_assert_eq!(&runs, &expected_runs);
         }
     }
 }

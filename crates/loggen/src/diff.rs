@@ -7,7 +7,7 @@
 //! that gap alone, so deciding gap by gap gives the least traffic over all ways of covering the
 //! regions with records (QuickStore section 3.2.2; proven here against a brute-force search).
 
-use crate::compare::{first_difference, first_equal};
+use crate::compare::for_each_run;
 use std::ops::Range;
 
 /// H for update records: the 40-byte record header plus the update's 16 bytes of fields (page,
@@ -60,8 +60,7 @@ pub fn modified_regions(before: &[u8], after: &[u8], within: Range<usize>) -> Ve
     regions
 }
 
-/// Calls `found` with each maximal run of differing bytes inside `within`, in order: a wide
-/// scan to the next differing byte, then a word scan to the end of its run.
+/// Calls `found` with each maximal run of differing bytes inside `within`, in order.
 fn for_each_region(
     before: &[u8],
     after: &[u8],
@@ -70,18 +69,10 @@ fn for_each_region(
 ) {
     assert_eq!(before.len(), after.len());
     assert!(within.end <= before.len());
-    let (before, after) = (&before[within.clone()], &after[within.clone()]);
-    let mut at = 0;
-    while at < before.len() {
-        at += first_difference(&before[at..], &after[at..]);
-        if at == before.len() {
-            break;
-        }
-        let start = at;
-        at += first_equal(&before[at..], &after[at..]);
-        debug_assert!(at > start);
-        found(within.start + start..within.start + at);
-    }
+    let base = within.start;
+    for_each_run(&before[within.clone()], &after[within], &mut |run| {
+        found(base + run.start..base + run.end)
+    });
 }
 
 /// Merges neighbouring regions whenever `2 * gap <= header`.

@@ -13,7 +13,8 @@ use std::ops::Range;
 pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usize>> {
     assert_eq!(before.len(), after.len());
     let cuts = object_cuts(&[before, after]);
-    let mut ranges = Vec::new();
+    // Room for a typical update's ranges, so a page's diff allocates once.
+    let mut ranges = Vec::with_capacity(RANGES_RESERVED);
     for window in cuts.windows(2) {
         let (start, end) = (window[0], window[1]);
         if is_server_owned(start..end) {
@@ -23,6 +24,9 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
     }
     ranges
 }
+
+/// Ranges a page diff makes room for at once.
+const RANGES_RESERVED: usize = 32;
 
 /// Bytes of the page header the server owns and sets itself: the checksum and the LSN.
 pub const SERVER_OWNED: [Range<usize>; 2] = [0..4, 8..16];

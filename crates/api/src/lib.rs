@@ -24,12 +24,14 @@
 //! # Ok::<(), lodestore::Error>(())
 //! ```
 
+pub mod counters;
 mod object;
 mod offline;
 mod options;
 mod store;
 mod transaction;
 
+pub use counters::{Counters, CountersByScheme};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Scheme};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
@@ -38,7 +40,7 @@ pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
 pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
 pub use object::{Oid, Persistent};
-pub use offline::{check, info, objects, roots};
+pub use offline::{check, info, objects, roots, session_counters};
 pub use options::Options;
 pub use store::{Session, Store};
 pub use transaction::Transaction;

@@ -12,6 +12,15 @@ pub fn check(file_system: &dyn FileSystem, path: &Path) -> Result<CheckReport> {
     lodestore_server::check::check(file_system, path)
 }
 
+/// Counters of the sessions of earlier processes on the store in `path`, by scheme (summed
+/// over every session that ended before its store was closed).
+pub fn session_counters(
+    file_system: &dyn FileSystem,
+    path: &Path,
+) -> Result<crate::counters::CountersByScheme> {
+    crate::counters::read(file_system, path)
+}
+
 /// Figures about the store in `path`.
 pub fn info(file_system: &dyn FileSystem, path: &Path) -> Result<StoreInfo> {
     let volume = Volume::open(file_system, path, None, OpenMode::ReadOnly)?;

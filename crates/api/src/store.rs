@@ -1,5 +1,6 @@
 //! `Store`, the handle of an open store, and `Session`, one client of it.
 
+use crate::counters::{self, CountersByScheme};
 use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
@@ -11,7 +12,7 @@ use lodestore_server::{
     pool_pages, PageServer, RecoveryMethodKind, RestartReport, Server, ServerStats,
 };
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// An open store. Embedded (`create`, `open`): the server runs in this process. Remote
 /// (`connect`): a `lodestore serve` process owns the store and every session talks to it over
@@ -21,6 +22,9 @@ pub struct Store {
     /// Dropped first: it stops before the server closes.
     _installer: Option<BackgroundInstaller>,
     backend: Backend,
+    /// Counters of the sessions that ended, by scheme; added to the store's counters file
+    /// when an embedded store closes.
+    session_counters: Arc<Mutex<CountersByScheme>>,
     path: PathBuf,
     options: Options,
 }
@@ -81,6 +85,7 @@ impl Store {
         };
         Ok(Store {
             _installer: installer,
+            session_counters: Arc::default(),
             backend: Backend::Embedded(server),
             path,
             options,
@@ -99,6 +104,7 @@ impl Store {
         )?;
         Ok(Store {
             _installer: None,
+            session_counters: Arc::default(),
             backend: Backend::Remote {
                 address: address.to_string(),
                 control: Box::new(control),
@@ -170,6 +176,7 @@ impl Store {
         };
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
+            counters: (!self.is_remote()).then(|| self.session_counters.clone()),
         })
     }
 
@@ -258,6 +265,20 @@ impl Store {
 /// One client of a store: a client cache and one transaction at a time.
 pub struct Session {
     client: ClientSession,
+    /// Where the session's counters go when it ends (an embedded store's totals).
+    counters: Option<Arc<Mutex<CountersByScheme>>>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let Some(totals) = &self.counters else {
+            return;
+        };
+        let mine = counters::of_session(&self.client.stats(), &self.client.detection_stats());
+        let by_scheme = [(self.client.scheme().name().to_string(), mine)].into();
+        let mut totals = totals.lock().unwrap_or_else(|e| e.into_inner());
+        counters::add(&mut totals, &by_scheme);
+    }
 }
 
 impl Session {
@@ -282,5 +303,27 @@ impl Session {
     /// The scheme this session detects and logs updates with.
     pub fn scheme(&self) -> Scheme {
         self.client.scheme()
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if self.is_remote() {
+            return;
+        }
+        let totals = std::mem::take(
+            &mut *self
+                .session_counters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        if totals.is_empty() {
+            return;
+        }
+        if let Err(e) =
+            counters::add_to_file(self.options.file_system.as_ref(), &self.path, &totals)
+        {
+            tracing::debug!(error = %e, "session counters were not kept");
+        }
     }
 }

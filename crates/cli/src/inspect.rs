@@ -33,10 +33,17 @@ pub fn recover(path: &Path) -> Result<()> {
 pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     recover(path)?;
     let info = lodestore::info(&RealFileSystem, path)?;
+    // Counters are a report: a damaged file is named, and the rest is still shown.
+    let counters = lodestore::session_counters(&RealFileSystem, path);
     if json {
+        let mut value = serde_json::to_value(&info).expect("info serialises");
+        value["session_counters"] = match &counters {
+            Ok(counters) => serde_json::to_value(counters).expect("counters serialise"),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&info).expect("info serialises")
+            serde_json::to_string_pretty(&value).expect("info serialises")
         );
         return Ok(ExitCode::SUCCESS);
     }
@@ -55,7 +62,33 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     println!("free space     {} bytes", info.free_bytes);
     println!("named roots    {}", info.roots);
     println!("last LSN       {}", info.last_lsn);
+    match counters {
+        Ok(counters) if counters.is_empty() => {}
+        Ok(counters) => print_counters(&counters),
+        Err(e) => eprintln!("session counters: {e}"),
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The session counters kept with the store, a column per scheme.
+fn print_counters(counters: &lodestore::CountersByScheme) {
+    let names: std::collections::BTreeSet<&String> =
+        counters.values().flat_map(|c| c.keys()).collect();
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["sessions of earlier runs".to_string()];
+    header.extend(counters.keys().cloned());
+    table.set_header(header);
+    for name in names {
+        let mut row = vec![name.clone()];
+        row.extend(
+            counters
+                .values()
+                .map(|c| c.get(name).copied().unwrap_or(0).to_string()),
+        );
+        table.add_row(row);
+    }
+    println!("{table}");
 }
 
 pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {

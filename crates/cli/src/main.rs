@@ -41,8 +41,10 @@ enum Command {
         #[arg(long, default_value_t = 8192)]
         page_size: usize,
     },
-    /// Show the store's format, page size, pages by kind, objects and free space (recovering
-    /// the store first if it was not closed cleanly).
+    /// Show the store's format, page size, recovery method, pages by kind, objects and free
+    /// space, and the counters of the sessions of earlier runs per scheme (traps, pieces
+    /// copied, bytes compared, log records and bytes, pages shipped, time by Hosking's
+    /// phases). Recovers the store first if it was not closed cleanly.
     Info {
         path: PathBuf,
         /// Print one JSON object instead of a table.

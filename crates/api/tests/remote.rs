@@ -29,12 +29,15 @@ fn a_remote_store_behaves_like_an_embedded_one() {
         std::thread::spawn(move || served.serve(listener, stop).unwrap())
     };
 
-    for scheme in [
+    let schemes = [
         Scheme::SD_ESM,
         Scheme::PD_ESM,
         Scheme::WPL,
+        Scheme::WPL_UFFD,
+        Scheme::PAGES,
         "CARD-64".parse().unwrap(),
-    ] {
+    ];
+    for scheme in schemes {
         let remote = Store::connect(&address, Options::new().scheme(scheme)).unwrap();
         assert!(remote.is_remote());
         assert_eq!(remote.page_size(), served.page_size());
@@ -83,7 +86,7 @@ fn a_remote_store_behaves_like_an_embedded_one() {
     // The server's own process sees the remote clients' work too.
     let mut session = served.session().unwrap();
     let mut txn = session.begin().unwrap();
-    assert_eq!(txn.roots().unwrap().len(), 4);
+    assert_eq!(txn.roots().unwrap().len(), schemes.len());
     txn.commit().unwrap();
     let err = Store::connect(&address, Options::new())
         .unwrap()

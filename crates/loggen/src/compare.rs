@@ -76,60 +76,23 @@ fn for_each_run_words(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<
     }
 }
 
-/// Reads the runs off `differing`, a mask of `width` bytes starting at `base` (bit i: byte
-/// `base + i` differs), continuing the run `open` from an earlier mask and leaving the run
-/// still open at the mask's end in it.
+/// Reads the runs off `differing`, a mask of `width` (at most 32) bytes starting at `base`
+/// (bit i: byte `base + i` differs), continuing the run `open` from an earlier mask and
+/// leaving the run still open at the mask's end in it.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
 fn runs_of_mask(
-    differing: u128,
+    differing: u32,
     width: u32,
     base: usize,
     open: &mut Option<usize>,
     found: &mut dyn FnMut(std::ops::Range<usize>),
 ) {
-    let valid = if width == 128 {
-        u128::MAX
-    } else {
-        (1u128 << width) - 1
-    };
+    debug_assert!(width <= 32);
+    let valid = u32::MAX.checked_shr(32 - width).unwrap_or(0);
     let (differing, equal) = (differing & valid, !differing & valid);
     let mut i = 0u32;
     while i < width {
-        match *open {
-            Some(start) => {
-                let rest = equal >> i;
-                if rest == 0 {
-                    return;
-                }
-                i += rest.trailing_zeros();
-                found(start..base + i as usize);
-                *open = None;
-            }
-            None => {
-                let rest = differing >> i;
-                if rest == 0 {
-                    return;
-                }
-                i += rest.trailing_zeros();
-                *open = Some(base + i as usize);
-            }
-        }
-    }
-}
-
-/// [`runs_of_mask`] for a full mask of 32 bytes, in 32-bit arithmetic.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-#[inline(always)]
-fn runs_of_mask32(
-    differing: u32,
-    base: usize,
-    open: &mut Option<usize>,
-    found: &mut dyn FnMut(std::ops::Range<usize>),
-) {
-    let equal = !differing;
-    let mut i = 0u32;
-    while i < 32 {
         match *open {
             Some(start) => {
                 let rest = equal >> i;
@@ -304,7 +267,7 @@ mod x86 {
                         open = None;
                     }
                     (u32::MAX, Some(_)) => {}
-                    _ => super::runs_of_mask32(differing, base, &mut open, found),
+                    _ => super::runs_of_mask(differing, 32, base, &mut open, found),
                 }
             }
             at += 2 * STEP;
@@ -318,7 +281,7 @@ mod x86 {
                 )
             };
             let differing = !(_mm256_movemask_epi8(equal) as u32);
-            super::runs_of_mask32(differing, at, &mut open, found);
+            super::runs_of_mask(differing, 32, at, &mut open, found);
             at += 32;
         }
         let tail = if at == a.len() {
@@ -333,13 +296,13 @@ mod x86 {
                     _mm256_loadu_si256(b.as_ptr().add(last) as *const __m256i),
                 )
             };
-            u128::from(!(_mm256_movemask_epi8(equal) as u32) >> (at - last))
+            !(_mm256_movemask_epi8(equal) as u32) >> (at - last)
         } else {
             a[at..]
                 .iter()
                 .zip(&b[at..])
                 .enumerate()
-                .fold(0u128, |bits, (i, (x, y))| bits | (u128::from(x != y) << i))
+                .fold(0u32, |bits, (i, (x, y))| bits | (u32::from(x != y) << i))
         };
         super::runs_of_mask(tail, (a.len() - at) as u32, at, &mut open, found);
         if let Some(start) = open {

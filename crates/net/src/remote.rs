@@ -38,6 +38,33 @@ struct Conn {
 }
 
 impl RemotePageServer {
+    /// Sends `records` in order, as few requests as fit half a frame each (`bytes` estimates a
+    /// record's encoded size), each answered `Done`.
+    fn send_in_batches<T, W>(
+        &self,
+        what: &'static str,
+        records: &[T],
+        bytes: impl Fn(&T) -> usize,
+        wire: impl Fn(&T) -> W,
+        request: impl Fn(Vec<W>) -> Request,
+    ) -> Result<()> {
+        let mut batch = Vec::new();
+        let mut batch_bytes = 0;
+        for record in records {
+            let size = bytes(record);
+            if batch_bytes + size > MAX_FRAME_BODY / 2 && !batch.is_empty() {
+                self.expect_done(what, &request(std::mem::take(&mut batch)))?;
+                batch_bytes = 0;
+            }
+            batch.push(wire(record));
+            batch_bytes += size;
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.expect_done(what, &request(batch))
+    }
+
     /// Connects to the server at `address` and says hello.
     pub fn connect(address: &str, client: &str) -> Result<RemotePageServer> {
         let stream = TcpStream::connect(address)
@@ -300,72 +327,36 @@ impl PageServer for RemotePageServer {
     }
 
     fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
-        let mut batch = Vec::new();
-        let mut batch_bytes = 0;
-        for record in records {
-            let bytes = record.before.len() + record.after.len() + 32;
-            if batch_bytes + bytes > MAX_FRAME_BODY / 2 && !batch.is_empty() {
-                let records = std::mem::take(&mut batch);
-                self.expect_done(
-                    "ship-log-records",
-                    &Request::ShipLogRecords {
-                        txn: txn.0,
-                        records,
-                    },
-                )?;
-                batch_bytes = 0;
-            }
-            batch.push(WireUpdate {
-                page: record.page.0,
-                offset: record.offset,
-                before: record.before.clone(),
-                after: record.after.clone(),
-            });
-            batch_bytes += bytes;
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.expect_done(
+        self.send_in_batches(
             "ship-log-records",
-            &Request::ShipLogRecords {
+            records,
+            |r| r.before.len() + r.after.len() + 32,
+            |r| WireUpdate {
+                page: r.page.0,
+                offset: r.offset,
+                before: r.before.clone(),
+                after: r.after.clone(),
+            },
+            |records| Request::ShipLogRecords {
                 txn: txn.0,
-                records: batch,
+                records,
             },
         )
     }
 
     fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {
-        let mut batch = Vec::new();
-        let mut batch_bytes = 0;
-        for record in records {
-            let bytes = record.after.len() + 24;
-            if batch_bytes + bytes > MAX_FRAME_BODY / 2 && !batch.is_empty() {
-                let records = std::mem::take(&mut batch);
-                self.expect_done(
-                    "ship-object-updates",
-                    &Request::ShipObjectUpdates {
-                        txn: txn.0,
-                        records,
-                    },
-                )?;
-                batch_bytes = 0;
-            }
-            batch.push(WireObjectUpdate {
-                oid: record.oid.0,
-                offset: record.offset,
-                after: record.after.clone(),
-            });
-            batch_bytes += bytes;
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.expect_done(
+        self.send_in_batches(
             "ship-object-updates",
-            &Request::ShipObjectUpdates {
+            records,
+            |r| r.after.len() + 24,
+            |r| WireObjectUpdate {
+                oid: r.oid.0,
+                offset: r.offset,
+                after: r.after.clone(),
+            },
+            |records| Request::ShipObjectUpdates {
                 txn: txn.0,
-                records: batch,
+                records,
             },
         )
     }

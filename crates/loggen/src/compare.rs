@@ -50,7 +50,7 @@ pub fn first_equal(a: &[u8], b: &[u8]) -> usize {
 /// are read off the mask (trailing-zero counts), so a page with many small changes costs
 /// little more than one with none; a scan restarted after each change paid a vector set-up,
 /// a call and a word loop per change.
-pub fn for_each_run(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<usize>)) {
+pub fn for_each_run(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<usize>)) {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     {
@@ -63,7 +63,7 @@ pub fn for_each_run(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<us
 }
 
 /// Runs of differing bytes by word scans: the next differing byte, then the next equal one.
-fn for_each_run_words(a: &[u8], b: &[u8], found: &mut dyn FnMut(std::ops::Range<usize>)) {
+fn for_each_run_words(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<usize>)) {
     let mut at = 0;
     while at < a.len() {
         at += first_difference(&a[at..], &b[at..]);
@@ -86,7 +86,7 @@ fn runs_of_mask(
     width: u32,
     base: usize,
     open: &mut Option<usize>,
-    found: &mut dyn FnMut(std::ops::Range<usize>),
+    found: &mut impl FnMut(std::ops::Range<usize>),
 ) {
     debug_assert!(width <= 32);
     let valid = u32::MAX.checked_shr(32 - width).unwrap_or(0);
@@ -237,7 +237,7 @@ mod x86 {
     pub unsafe fn for_each_run_avx2(
         a: &[u8],
         b: &[u8],
-        found: &mut dyn FnMut(std::ops::Range<usize>),
+        found: &mut impl FnMut(std::ops::Range<usize>),
     ) {
         debug_assert_eq!(a.len(), b.len());
         let mut open: Option<usize> = None;

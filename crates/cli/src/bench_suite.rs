@@ -50,8 +50,8 @@ pub struct Oo7Args {
     /// TCP (`Store::connect`), so pages and log records cross the wire.
     #[arg(long)]
     pub remote: bool,
-    /// The server's recovery method: auto (QuickStore's pairing: wpl for WPL, redo for
-    /// PD-REDO, esm for the rest), esm, redo or wpl.
+    /// The server's recovery method: auto (QuickStore's pairing: wpl for WPL and WPL-UFFD,
+    /// redo for PD-REDO, esm for the rest), esm, redo or wpl.
     #[arg(long, default_value = "auto")]
     pub method: String,
     /// Seed of the database generator and the traversals' random choices.

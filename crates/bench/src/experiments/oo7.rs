@@ -40,11 +40,12 @@ pub struct Oo7Config {
     pub quiet: bool,
 }
 
-/// The server's half of a QuickStore scheme: whole-page logging at the client goes with
-/// whole-page logging at the server (section 3.4), PD-REDO with redo-at-server (section 3.5),
+/// The server's half of a QuickStore scheme: whole-page logging at the client (`WPL`, and
+/// `WPL-UFFD` with the kernel's written bits) goes with whole-page logging at the server
+/// (section 3.4), PD-REDO with redo-at-server (section 3.5),
 /// everything else with ESM's logging (section 3.1).
 pub fn paired_method(scheme: Scheme) -> RecoveryMethodKind {
-    if scheme == Scheme::WPL {
+    if scheme == Scheme::WPL || scheme == Scheme::WPL_UFFD {
         RecoveryMethodKind::Wpl
     } else if scheme == Scheme::PD_REDO {
         RecoveryMethodKind::Redo

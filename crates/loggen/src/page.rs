@@ -30,29 +30,44 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
     }
     let cuts = Cuts::of(before, after);
     let cuts = cuts.as_slice();
-    // Each run split at the cuts it crosses; the pieces merge only within one segment
-    // (between cuts[k] and cuts[k + 1]). Pieces are written over the runs already read when
-    // no run crosses a cut (the usual case: changes inside objects), else into a new vector.
-    let crosses = {
-        // Runs and cuts are both sorted: one walk over the two.
-        let mut next_cut = 0;
-        runs.iter().any(|run| {
-            while cuts[next_cut] <= run.start {
-                next_cut += 1;
-            }
-            cuts[next_cut] < run.end
-        })
-    };
-    let mut out: Vec<Range<usize>> = if crosses {
-        Vec::with_capacity(runs.len() + RANGES_RESERVED)
-    } else {
-        Vec::new()
-    };
-    let mut written = 0;
-    let mut last_segment = usize::MAX;
+    // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
+    // range lies in: ranges merge only within one segment.
     let mut segment = 0;
-    for index in 0..runs.len() {
+    let mut last_segment = usize::MAX;
+    // While no run crosses a cut (the usual case: changes inside objects), the ranges are
+    // written over the runs already read.
+    let mut written = 0;
+    let mut index = 0;
+    while index < runs.len() {
         let run = runs[index].clone();
+        while cuts[segment + 1] <= run.start {
+            segment += 1;
+        }
+        if cuts[segment + 1] < run.end {
+            break; // this run crosses a cut: the rest go to a vector of their own
+        }
+        if !is_server_owned(cuts[segment]..cuts[segment + 1]) {
+            if written > 0
+                && last_segment == segment
+                && 2 * (run.start - runs[written - 1].end) <= header
+            {
+                runs[written - 1].end = run.end;
+            } else {
+                runs[written] = run;
+                written += 1;
+            }
+            last_segment = segment;
+        }
+        index += 1;
+    }
+    if index == runs.len() {
+        runs.truncate(written);
+        return runs;
+    }
+    let mut ranges: Vec<Range<usize>> = Vec::with_capacity(runs.len() + RANGES_RESERVED);
+    ranges.extend_from_slice(&runs[..written]);
+    for run in &runs[index..] {
+        // The run split at the cuts it crosses; each piece merged or appended.
         let mut start = run.start;
         while start < run.end {
             while cuts[segment + 1] <= start {
@@ -60,30 +75,18 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
             }
             let end = run.end.min(cuts[segment + 1]);
             if !is_server_owned(cuts[segment]..cuts[segment + 1]) {
-                let ranges: &mut Vec<Range<usize>> = if crosses { &mut out } else { &mut runs };
-                let count = if crosses { ranges.len() } else { written };
-                let merge = count > 0
-                    && last_segment == segment
-                    && 2 * (start - ranges[count - 1].end) <= header;
-                if merge {
-                    ranges[count - 1].end = end;
-                } else if crosses {
-                    ranges.push(start..end);
-                } else {
-                    ranges[written] = start..end;
-                    written += 1;
+                match ranges.last_mut() {
+                    Some(last) if last_segment == segment && 2 * (start - last.end) <= header => {
+                        last.end = end
+                    }
+                    _ => ranges.push(start..end),
                 }
                 last_segment = segment;
             }
             start = end;
         }
     }
-    if crosses {
-        out
-    } else {
-        runs.truncate(written);
-        runs
-    }
+    ranges
 }
 
 /// The cuts of a page diff, read once the page is known to have changed.

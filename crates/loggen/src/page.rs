@@ -194,6 +194,14 @@ mod tests {
         ranges
     }
 
+    /// Fills `len` bytes at `at` with `value`, for each edit, clipped to the page.
+    fn overwrite(page: &mut [u8], edits: &[(usize, u8, usize)]) {
+        for &(at, value, len) in edits {
+            let end = (at + len).min(page.len());
+            page[at.min(end)..end].fill(value);
+        }
+    }
+
     proptest! {
         /// One scan split at the object cuts gives what diffing each segment gives, for
         /// pages whose objects moved, grew, appeared or vanished in between.
@@ -219,10 +227,7 @@ mod tests {
             for len in added {
                 let _ = slotted::insert(&mut after, TypeId(2), len, false);
             }
-            for (at, value, len) in edits {
-                let end = (at + len).min(after.len());
-                after[at..end].fill(value);
-            }
+            overwrite(&mut after, &edits);
             prop_assert_eq!(
                 page_ranges(&before, &after, header),
                 page_ranges_by_segment(&before, &after, header)
@@ -238,10 +243,7 @@ mod tests {
         ) {
             let before: Vec<u8> = (0..1024).map(|i| (i as u8).wrapping_mul(seed)).collect();
             let mut after = before.clone();
-            for (at, value, len) in edits {
-                let end = (at + len).min(after.len());
-                after[at..end].fill(value);
-            }
+            overwrite(&mut after, &edits);
             prop_assert_eq!(
                 page_ranges(&before, &after, header),
                 page_ranges_by_segment(&before, &after, header)

@@ -12,8 +12,8 @@
 //! (their undo-next LSN), so restarting again gives the same result.
 
 use super::{
-    apply_client_updates, check_checkpoint_record, check_logged_page, repair_unrecorded_tail,
-    Change, RecoveryMethod, RecoveryMethodKind, RestartReport,
+    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, Change, RecoveryMethod,
+    RecoveryMethodKind, RestartReport,
 };
 use crate::interface::PageUpdate;
 use crate::server::{Server, State, TxnState};
@@ -71,17 +71,6 @@ impl RecoveryMethod for Esm {
         let mut current = state.pool.get(page).expect("page just cached").to_vec();
         let changes = apply_client_updates(txn, page, &mut current, updates)?;
         log_changes(server, state, txn, page, changes)
-    }
-
-    fn accept_logged_page(
-        &self,
-        server: &Server,
-        state: &mut State,
-        txn: TxnId,
-        page: PageId,
-        image: &[u8],
-    ) -> Result<Lsn> {
-        check_logged_page(server, state, txn, page, image)
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {

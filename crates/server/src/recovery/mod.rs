@@ -156,7 +156,8 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     ) -> Result<Lsn>;
 
     /// A client shipped `image` of `page` after shipping log records for all its changes: make
-    /// sure the records describe it. Returns the page's LSN.
+    /// sure the records describe it. Returns the page's LSN. Every method applies the records
+    /// to its copy as they come, so every method checks the same way.
     fn accept_logged_page(
         &self,
         server: &Server,
@@ -164,7 +165,9 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         txn: TxnId,
         page: PageId,
         image: &[u8],
-    ) -> Result<Lsn>;
+    ) -> Result<Lsn> {
+        check_logged_page(server, state, txn, page, image)
+    }
 
     /// Undoes everything `txn` did.
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()>;
@@ -238,7 +241,7 @@ pub(crate) fn apply_client_updates(
 /// A client shipped `image` of `page` after shipping log records for all its changes (an
 /// empty image under redo-at-server): the server's copy, which the records made, must be what
 /// the client holds. Returns the page's LSN.
-pub(crate) fn check_logged_page(
+fn check_logged_page(
     server: &Server,
     state: &mut State,
     txn: TxnId,

@@ -23,8 +23,8 @@
 //! the restart's checkpoint writes every copy in the table home.
 
 use super::{
-    apply_client_updates, check_checkpoint_record, check_logged_page, repair_unrecorded_tail,
-    RecoveryMethod, RecoveryMethodKind, RestartReport,
+    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, RecoveryMethod,
+    RecoveryMethodKind, RestartReport,
 };
 use crate::interface::PageUpdate;
 use crate::server::{Server, State};
@@ -67,17 +67,6 @@ impl RecoveryMethod for Wpl {
         let mut image = state.pool.get(page).expect("page just cached").to_vec();
         apply_client_updates(txn, page, &mut image, updates)?;
         log_image(server, state, txn, page, image)
-    }
-
-    fn accept_logged_page(
-        &self,
-        server: &Server,
-        state: &mut State,
-        txn: TxnId,
-        page: PageId,
-        image: &[u8],
-    ) -> Result<Lsn> {
-        check_logged_page(server, state, txn, page, image)
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {

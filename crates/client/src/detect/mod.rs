@@ -137,6 +137,23 @@ struct FrameTrack {
     unlogged: bool,
     /// The page was created in this transaction (so also `unlogged`).
     new: bool,
+    /// The frame is on `WriteTracker::touched`.
+    listed: bool,
+}
+
+/// The track of `frame`, put on `touched` the first time it is changed in a transaction, so
+/// the end of a transaction resets the frames it touched instead of walking the whole cache.
+fn touch<'a>(
+    frames: &'a mut [FrameTrack],
+    touched: &mut Vec<FrameId>,
+    frame: FrameId,
+) -> &'a mut FrameTrack {
+    let track = &mut frames[frame];
+    if !track.listed {
+        track.listed = true;
+        touched.push(frame);
+    }
+    track
 }
 
 /// The detector, the recovery buffer and the log generator of one session.
@@ -146,6 +163,8 @@ pub struct WriteTracker {
     page_size: usize,
     buffer: RecoveryBuffer,
     frames: Vec<FrameTrack>,
+    /// Frames whose track changed in this transaction (each once).
+    touched: Vec<FrameId>,
     /// Modified objects. A fast non-cryptographic hash: the set is probed on every write.
     remembered: FxHashSet<(PageId, SlotId)>,
     /// Live entries of each page.
@@ -187,6 +206,7 @@ impl WriteTracker {
             page_size,
             buffer: RecoveryBuffer::new(recovery_buffer_bytes, page_size),
             frames: vec![FrameTrack::default(); frame_count],
+            touched: Vec::new(),
             remembered: FxHashSet::default(),
             by_page: BTreeMap::new(),
             pending: Vec::new(),
@@ -232,8 +252,9 @@ impl WriteTracker {
     /// A page new in this transaction now occupies `frame`: it has no pre-image, it is shipped
     /// whole, and writes to it are not tracked.
     pub fn new_page(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
-        self.frames[frame].unlogged = true;
-        self.frames[frame].new = true;
+        let track = touch(&mut self.frames, &mut self.touched, frame);
+        track.unlogged = true;
+        track.new = true;
         if let Some(protection) = cache.protection_mut() {
             protection.unprotect(frame)?;
         }
@@ -260,7 +281,7 @@ impl WriteTracker {
         }
         match (self.detector, write) {
             (Detector::None, _) => {
-                self.frames[frame].unlogged = true;
+                touch(&mut self.frames, &mut self.touched, frame).unlogged = true;
                 Ok(true)
             }
             // The kernel notes the write; the commit's scan finds it.
@@ -295,7 +316,7 @@ impl WriteTracker {
             }
             (Detector::ObjectMarking, Write::Object { slot, object, .. }) => {
                 let (word, bit) = (slot as usize / 64, 1u64 << (slot % 64));
-                let marks = &mut self.frames[frame].marks;
+                let marks = &mut touch(&mut self.frames, &mut self.touched, frame).marks;
                 if marks.len() <= word {
                     marks.resize(word + 1, 0);
                 }
@@ -347,7 +368,7 @@ impl WriteTracker {
             .buffer
             .push_reserved(page, Granule::Page, 0, self.page_size);
         self.by_page.entry(page).or_default().push(seq);
-        self.frames[frame].page_copied = true;
+        touch(&mut self.frames, &mut self.touched, frame).page_copied = true;
         self.stats.pages_copied += 1;
         self.stats.bytes_copied += self.page_size as u64;
         self.dirtied.push(page);
@@ -362,7 +383,7 @@ impl WriteTracker {
         }
         self.flush_page(cache, page)?;
         self.copy_piece(cache, frame, page, Granule::Page, 0..self.page_size)?;
-        self.frames[frame].page_copied = true;
+        touch(&mut self.frames, &mut self.touched, frame).page_copied = true;
         Ok(())
     }
 
@@ -397,7 +418,7 @@ impl WriteTracker {
             self.evict_oldest(cache)?;
         }
         let units_per_page = self.page_size >> shift;
-        let table = self.frames[frame]
+        let table = touch(&mut self.frames, &mut self.touched, frame)
             .units
             .get_or_insert_with(|| vec![0u8; units_per_page].into_boxed_slice());
         // Runs of units not copied yet, each copied as one piece.
@@ -626,7 +647,7 @@ impl WriteTracker {
         };
         for frame in arena.take_written(frames)? {
             if let Some(page) = cache.page_of(frame) {
-                self.frames[frame].unlogged = true;
+                touch(&mut self.frames, &mut self.touched, frame).unlogged = true;
                 self.dirtied.push(page);
                 self.stats.pages_found_written += 1;
             }
@@ -642,7 +663,7 @@ impl WriteTracker {
         };
         let written = !arena.take_written(frame..frame + 1)?.is_empty();
         if written {
-            self.frames[frame].unlogged = true;
+            touch(&mut self.frames, &mut self.touched, frame).unlogged = true;
             self.stats.pages_found_written += 1;
         }
         Ok(written)
@@ -666,8 +687,8 @@ impl WriteTracker {
     fn commit_scans(&mut self, cache: &ClientCache) {
         match self.detector {
             Detector::Cards { .. } => {
-                for track in &mut self.frames {
-                    if let Some(table) = track.units.as_mut() {
+                for &frame in &self.touched {
+                    if let Some(table) = self.frames[frame].units.as_mut() {
                         self.stats.cards_scanned += table.len() as u64;
                         table.fill(0);
                     }
@@ -707,7 +728,12 @@ impl WriteTracker {
             }
         }
         self.remembered.retain(|(p, _)| *p != page);
-        self.frames[frame] = FrameTrack::default();
+        // Still on `touched` if it was: keep saying so, so it is not listed twice.
+        let listed = self.frames[frame].listed;
+        self.frames[frame] = FrameTrack {
+            listed,
+            ..FrameTrack::default()
+        };
         if let Some(protection) = cache.protection_mut() {
             protection.protect(frame)?;
         }
@@ -732,14 +758,8 @@ impl WriteTracker {
         self.buffer.clear();
         self.by_page.clear();
         self.remembered.clear();
-        for track in &mut self.frames {
-            if track.page_copied
-                || track.units.is_some()
-                || !track.marks.is_empty()
-                || track.unlogged
-            {
-                *track = FrameTrack::default();
-            }
+        for frame in self.touched.drain(..) {
+            self.frames[frame] = FrameTrack::default();
         }
         self.pending.clear();
         self.pending_bytes = 0;

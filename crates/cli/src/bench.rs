@@ -4,7 +4,6 @@
 //! plus one fdatasync.
 
 use lodestore::{Error, Options, RealFileSystem, Result, Store};
-use lodestore_core::limits::page_size_is_supported;
 use lodestore_storage::{FileSystem, OpenMode};
 use std::path::Path;
 use std::process::ExitCode;
@@ -31,6 +30,10 @@ struct Measure {
     median_us: f64,
     p99_us: f64,
     log_mb_per_s: f64,
+    /// Commits one log flush (write + sync) carried, on average: how well group commit works.
+    commits_per_flush: f64,
+    /// Wall time between flushes, on average: the length of a group-commit round.
+    flush_interval_us: f64,
 }
 
 pub fn commit(
@@ -68,10 +71,10 @@ pub fn commit(
     let fsync = median(ceilings.iter().map(|c| c.fdatasync_median_us).collect());
     let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
     println!("ceiling (median of {runs} runs): write 512 B + fdatasync {fsync:.1} us; batched sync {bandwidth:.0} MB/s");
-    println!("threads  commits/s  median us  p99 us  log MB/s  x 1 thread  latency / fdatasync  log / batched");
+    println!("threads  commits/s  median us  p99 us  log MB/s  commits/flush  us/flush  x 1 thread  latency / fdatasync  log / batched");
     let single = median(rows[0].iter().map(|m| m.commits_per_s).collect());
     let mut lines = vec![
-        "threads,run,commits_per_s,median_us,p99_us,log_mb_per_s,fdatasync_us,batched_mb_per_s"
+        "threads,run,commits_per_s,median_us,p99_us,log_mb_per_s,commits_per_flush,flush_interval_us,fdatasync_us,batched_mb_per_s"
             .to_string(),
     ];
     for (i, &t) in threads.iter().enumerate() {
@@ -79,21 +82,25 @@ pub fn commit(
         let latency = median(rows[i].iter().map(|m| m.median_us).collect());
         let p99 = median(rows[i].iter().map(|m| m.p99_us).collect());
         let log = median(rows[i].iter().map(|m| m.log_mb_per_s).collect());
+        let per_flush = median(rows[i].iter().map(|m| m.commits_per_flush).collect());
+        let interval = median(rows[i].iter().map(|m| m.flush_interval_us).collect());
         println!(
-            "{t:>7} {rate:>10.0} {latency:>10.1} {p99:>7.1} {log:>9.2} {:>11.2} {:>20.2} {:>14.4}",
+            "{t:>7} {rate:>10.0} {latency:>10.1} {p99:>7.1} {log:>9.2} {per_flush:>14.1} {interval:>9.1} {:>11.2} {:>20.2} {:>14.4}",
             rate / single,
             latency / fsync,
             log / bandwidth
         );
         for (run, m) in rows[i].iter().enumerate() {
             lines.push(format!(
-                "{},{},{:.1},{:.2},{:.2},{:.3},{:.2},{:.1}",
+                "{},{},{:.1},{:.2},{:.2},{:.3},{:.2},{:.1},{:.2},{:.1}",
                 m.threads,
                 run,
                 m.commits_per_s,
                 m.median_us,
                 m.p99_us,
                 m.log_mb_per_s,
+                m.commits_per_flush,
+                m.flush_interval_us,
                 ceilings[run].fdatasync_median_us,
                 ceilings[run].batched_sync_mb_per_s
             ));
@@ -156,7 +163,7 @@ fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
         txn.commit()?;
         objects
     };
-    let log_before = store.log_stats().bytes_flushed;
+    let log_before = store.log_stats();
     let started = Instant::now();
     let deadline = started + Duration::from_secs_f64(seconds);
     let latencies: Vec<Vec<f64>> = std::thread::scope(|scope| {
@@ -186,7 +193,9 @@ fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
             .collect::<Result<Vec<_>>>()
     })?;
     let elapsed = started.elapsed().as_secs_f64();
-    let log_bytes = store.log_stats().bytes_flushed - log_before;
+    let log_after = store.log_stats();
+    let log_bytes = log_after.bytes_flushed - log_before.bytes_flushed;
+    let flushes = (log_after.flushes - log_before.flushes).max(1) as f64;
     if std::env::var_os("LODESTORE_BENCH_DEBUG").is_some() {
         eprintln!(
             "{threads} threads: {:?} {:?}",
@@ -195,14 +204,17 @@ fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
         );
     }
     let mut all: Vec<f64> = latencies.into_iter().flatten().collect();
+    let commits = all.len() as f64;
     all.sort_by(|a, b| a.total_cmp(b));
     let p99 = all.get(all.len() * 99 / 100).copied().unwrap_or(0.0);
     Ok(Measure {
         threads,
-        commits_per_s: all.len() as f64 / elapsed,
+        commits_per_s: commits / elapsed,
         median_us: median(all.clone()),
         p99_us: p99,
         log_mb_per_s: log_bytes as f64 / elapsed / 1e6,
+        commits_per_flush: commits / flushes,
+        flush_interval_us: elapsed * 1e6 / flushes,
     })
 }
 
@@ -212,70 +224,4 @@ pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     }
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
-}
-
-/// `lodestore bench diff`: page diffing throughput in GB/s on one core, next to a plain
-/// comparison of the same bytes (slice equality, a vectorised memcmp) measured in the same run.
-pub fn diff(page_size: usize, seconds: f64) -> Result<ExitCode> {
-    if !page_size_is_supported(page_size) || seconds.is_nan() || seconds <= 0.0 {
-        return Err(Error::InvalidArgument(
-            "bench diff needs a supported page size and a positive duration".into(),
-        ));
-    }
-    // Pages of one pre-image and several after-images: unchanged, one 8-byte field changed,
-    // and 16 scattered fields changed (the shape of OO7 updates).
-    let before: Vec<u8> = (0..page_size).map(|i| (i * 7 % 251) as u8).collect();
-    let mut one = before.clone();
-    one[page_size / 2..page_size / 2 + 8].fill(0xEE);
-    let mut scattered = before.clone();
-    for k in 0..16 {
-        let at = k * page_size / 16 + 24;
-        scattered[at..at + 8].fill(0xEE);
-    }
-    println!("page size {page_size} B, one core, {seconds} s per figure");
-    println!("{:<28} {:>10}", "workload", "GB/s");
-    let ceiling = {
-        let other = before.clone();
-        rate(
-            seconds,
-            || u64::from(std::hint::black_box(&before[..]) == std::hint::black_box(&other[..])),
-            page_size,
-        )
-    };
-    println!("{:<28} {:>10.1}", "memcmp, equal pages", ceiling);
-    for (name, after) in [
-        ("diff, equal pages", &before),
-        ("diff, one field changed", &one),
-        ("diff, 16 fields changed", &scattered),
-    ] {
-        let gbs = rate(
-            seconds,
-            || {
-                lodestore_loggen::page_ranges(
-                    std::hint::black_box(&before),
-                    std::hint::black_box(after),
-                    lodestore_loggen::UPDATE_RECORD_FIXED_BYTES,
-                )
-                .len() as u64
-            },
-            page_size,
-        );
-        println!("{name:<28} {gbs:>10.1}   {:.2} of memcmp", gbs / ceiling);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// GB/s of `work` over pages of `page_size` bytes, run repeatedly for `seconds`.
-fn rate(seconds: f64, mut work: impl FnMut() -> u64, page_size: usize) -> f64 {
-    let started = Instant::now();
-    let mut pages = 0u64;
-    let mut sink = 0u64;
-    while started.elapsed().as_secs_f64() < seconds {
-        for _ in 0..1000 {
-            sink = sink.wrapping_add(work());
-        }
-        pages += 1000;
-    }
-    std::hint::black_box(sink);
-    pages as f64 * page_size as f64 / started.elapsed().as_secs_f64() / 1e9
 }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_detect;
+mod bench_diff;
 mod bench_suite;
 mod demo;
 mod inspect;
@@ -190,14 +191,18 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
-    /// Page-diffing throughput (GB/s on one core) for unchanged and changed pages, next to a
-    /// plain comparison of the same bytes measured in the same run.
+    /// Page-diffing throughput (GB/s on one core) for a large object's data page and for a
+    /// page of small objects, unchanged and changed as updates change them, next to a plain
+    /// comparison of the same bytes measured in the same run (short samples in turn; medians).
     Diff {
         #[arg(long, default_value_t = 8192)]
         page_size: usize,
         /// Seconds per figure.
         #[arg(long, default_value_t = 1.0)]
         seconds: f64,
+        /// Also write every sample to this CSV file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
     },
 }
 
@@ -253,7 +258,11 @@ fn main() -> ExitCode {
                 runs,
                 csv,
             }) => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
-            Some(BenchCommand::Diff { page_size, seconds }) => bench::diff(page_size, seconds),
+            Some(BenchCommand::Diff {
+                page_size,
+                seconds,
+                csv,
+            }) => bench_diff::diff(page_size, seconds, csv.as_deref()),
             Some(BenchCommand::Detect { path, runs }) => bench_detect::detect(&path, runs),
         },
         Command::Torture(args) => torture::run(&args),

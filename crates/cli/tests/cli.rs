@@ -157,3 +157,31 @@ fn check_fails_when_recovery_fails() {
     let out = lodestore(&["check", arg(&store), "--no-recover"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
+
+#[test]
+fn bench_diff_reports_every_workload_and_writes_its_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("diff.csv");
+    let out = lodestore(&["bench", "diff", "--seconds", "0.01", "--csv", arg(&csv)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let samples = std::fs::read_to_string(&csv).unwrap();
+    for workload in [
+        "memcmp, equal pages",
+        "data page, 16 scattered 8-byte fields",
+        "objects, x and y incremented in 16 objects",
+        "objects, one removed and one inserted",
+    ] {
+        assert!(stdout.contains(workload), "{workload} missing from:\n{stdout}");
+        let rates: Vec<f64> = samples
+            .lines()
+            .filter(|line| line.starts_with(&format!("{workload},")))
+            .map(|line| line.rsplit(',').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(rates.len() >= 5, "{workload}: {rates:?}");
+        assert!(rates.iter().all(|&r| r > 0.0 && r.is_finite()), "{rates:?}");
+    }
+    let bad = lodestore(&["bench", "diff", "--page-size", "1000"]);
+    assert!(!bad.status.success());
+    assert!(text(&bad.stderr).contains("page size"), "{}", text(&bad.stderr));
+}

@@ -4,8 +4,9 @@
 //! the LSN (8..16) are never logged: the server sets them.
 
 use crate::compare::for_each_run;
+use lodestore_core::limits::PAGE_SIZE_MAX;
 use lodestore_storage::page::{self, PageKind};
-use lodestore_storage::slotted::{self, SLOT_BYTES, SLOT_TABLE_AT};
+use lodestore_storage::slotted::{self, RECORD_ALIGN, SLOT_BYTES, SLOT_TABLE_AT};
 use std::ops::Range;
 
 /// The ranges to log for a page that changed from `before` to `after`, merged within each
@@ -15,10 +16,17 @@ use std::ops::Range;
 /// object bounds read, and the runs split at them: an unchanged page costs one scan and no
 /// allocation, and its objects are not parsed for nothing.
 pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usize>> {
+    let mut ranges = Vec::new();
+    page_ranges_into(before, after, header, &mut ranges);
+    ranges
+}
+
+/// [`page_ranges`] into `runs` (cleared first), so a caller diffing many pages allocates once.
+pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut Vec<Range<usize>>) {
     assert_eq!(before.len(), after.len());
+    runs.clear();
     // The scan's own work stays small (it runs in the vector loop): collect the runs, then
     // split and merge them in a second pass.
-    let mut runs: Vec<Range<usize>> = Vec::new();
     for_each_run(before, after, &mut |run| {
         if runs.capacity() == 0 {
             runs.reserve(RANGES_RESERVED); // one allocation for a typical update's runs
@@ -26,7 +34,11 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
         runs.push(run)
     });
     if runs.is_empty() {
-        return runs;
+        return;
+    }
+    if runs_stay_in_objects(before, after, runs, header) {
+        merge_close_runs(runs, header);
+        return;
     }
     let cuts = Cuts::of(before, after);
     let cuts = cuts.as_slice();
@@ -62,7 +74,7 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
     }
     if index == runs.len() {
         runs.truncate(written);
-        return runs;
+        return;
     }
     let mut ranges: Vec<Range<usize>> = Vec::with_capacity(runs.len() + RANGES_RESERVED);
     ranges.extend_from_slice(&runs[..written]);
@@ -86,7 +98,180 @@ pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usiz
             start = end;
         }
     }
-    ranges
+    *runs = ranges;
+}
+
+/// For two slotted images: the offset from which every cut of either image is a record bound
+/// (a multiple of [`RECORD_ALIGN`]), namely the end of the larger slot table. `None` if either
+/// image is not a slotted page.
+fn record_area_floor(before: &[u8], after: &[u8]) -> Option<usize> {
+    let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
+    if !slotted(before) || !slotted(after) {
+        return None;
+    }
+    let table_end = |image: &[u8]| SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(image);
+    Some(table_end(before).max(table_end(after)).min(before.len()))
+}
+
+/// Can `runs` be merged without splitting any, knowing only `bounds` (which units of
+/// [`RECORD_ALIGN`] bytes may begin with a record bound)? Yes if every run lies above `floor`,
+/// no run has a possible bound strictly inside it, and no two runs close enough to merge have
+/// one between them.
+fn runs_stay_in_segments(
+    runs: &[Range<usize>],
+    floor: usize,
+    header: usize,
+    bounds: &impl Fn(Range<usize>) -> bool,
+) -> bool {
+    let mut previous_end: Option<usize> = None;
+    for run in runs {
+        if run.start < floor {
+            return false;
+        }
+        // Units whose first byte lies strictly inside the run, or in the gap before it.
+        let inside = run.start / RECORD_ALIGN + 1..run.end.div_ceil(RECORD_ALIGN);
+        if bounds(inside) {
+            return false;
+        }
+        if let Some(end) = previous_end {
+            let gap = end.div_ceil(RECORD_ALIGN)..run.start / RECORD_ALIGN + 1;
+            if 2 * (run.start - end) <= header && bounds(gap) {
+                return false;
+            }
+        }
+        previous_end = Some(run.end);
+    }
+    true
+}
+
+/// Do `runs` stay in their segments on two slotted images? First without reading any object
+/// (every multiple of [`RECORD_ALIGN`] a possible bound): an aligned field or a few bytes of
+/// one pass. Then with the record bounds of `after`, which are those of `before` too when no
+/// run touches the slot table or a record header: neighbouring fields of one object pass.
+fn runs_stay_in_objects(before: &[u8], after: &[u8], runs: &[Range<usize>], header: usize) -> bool {
+    let Some(floor) = record_area_floor(before, after) else {
+        return false;
+    };
+    if runs_stay_in_segments(runs, floor, header, &|units| !units.is_empty()) {
+        return true;
+    }
+    // A map as small as the page allows: clearing it is part of the cost.
+    if after.len() <= SMALL_PAGE_BYTES {
+        runs_stay_in_mapped_objects::<{ map_words(SMALL_PAGE_BYTES) }>(after, runs, floor, header)
+    } else {
+        runs_stay_in_mapped_objects::<{ map_words(PAGE_SIZE_MAX) }>(after, runs, floor, header)
+    }
+}
+
+/// The second test of [`runs_stay_in_objects`], with a map of `W` words.
+fn runs_stay_in_mapped_objects<const W: usize>(
+    after: &[u8],
+    runs: &[Range<usize>],
+    floor: usize,
+    header: usize,
+) -> bool {
+    let Some(map) = BoundMap::<W>::of(after, floor) else {
+        return false;
+    };
+    let touches_header = runs
+        .iter()
+        .any(|run| map.any_start(run.start / RECORD_ALIGN..(run.end - 1) / RECORD_ALIGN + 1));
+    !touches_header && runs_stay_in_segments(runs, floor, header, &|units| map.any_bound(units))
+}
+
+// A header starting inside a unit ends inside the next one.
+const _: () = assert!(slotted::RECORD_HEADER_BYTES == RECORD_ALIGN);
+
+/// Pages up to this size take the small bound map.
+const SMALL_PAGE_BYTES: usize = 16384;
+
+/// Words of a bound map for pages of `page_bytes`: a bit per unit, and one more unit (a
+/// header at the last unit reaches it).
+const fn map_words(page_bytes: usize) -> usize {
+    (page_bytes / RECORD_ALIGN + 1).div_ceil(64)
+}
+
+/// The record bounds of a slotted page, one bit per [`RECORD_ALIGN`] bytes: the units holding
+/// a record header some slot points to, and where any valid record starts or ends. Built with one read of the slot
+/// table and each record header, no sorting.
+struct BoundMap<const W: usize> {
+    starts: [u64; W],
+    bounds: [u64; W],
+}
+
+impl<const W: usize> BoundMap<W> {
+    /// `None` if the page is larger than the map covers.
+    fn of(page: &[u8], floor: usize) -> Option<BoundMap<W>> {
+        if page.len() / RECORD_ALIGN >= W * 64 {
+            return None;
+        }
+        let mut map = BoundMap {
+            starts: [0; W],
+            bounds: [0; W],
+        };
+        let table_end = SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(page);
+        debug_assert!(floor >= SLOT_TABLE_AT && table_end.min(page.len()) <= floor);
+        let table = &page[SLOT_TABLE_AT..table_end.min(floor)];
+        for entry in table.chunks_exact(SLOT_BYTES) {
+            let offset = u16::from_le_bytes([entry[0], entry[1]]) as usize;
+            if offset == 0 {
+                continue;
+            }
+            // Every header a slot points to, valid or not: if no run touches it, it reads
+            // the same in both images, and so does the record's validity.
+            let unit = offset / RECORD_ALIGN;
+            set_bit(&mut map.starts, unit);
+            if !offset.is_multiple_of(RECORD_ALIGN) {
+                set_bit(&mut map.starts, unit + 1); // the header straddles two units
+            }
+            if let Some(end) = slotted::record_end(page, offset, table_end) {
+                set_bit(&mut map.bounds, unit);
+                set_bit(&mut map.bounds, end / RECORD_ALIGN);
+            }
+        }
+        Some(map)
+    }
+
+    fn any_start(&self, units: Range<usize>) -> bool {
+        any_bit(&self.starts, units)
+    }
+
+    fn any_bound(&self, units: Range<usize>) -> bool {
+        any_bit(&self.bounds, units)
+    }
+}
+
+/// Sets bit `unit`, if the map has it: a slot of a damaged page can point past the page, where
+/// no run is.
+fn set_bit(words: &mut [u64], unit: usize) {
+    if let Some(word) = words.get_mut(unit / 64) {
+        *word |= 1 << (unit % 64);
+    }
+}
+
+/// Is any bit of `units` set in `words`?
+fn any_bit(words: &[u64], units: Range<usize>) -> bool {
+    units.into_iter().any(|unit| {
+        words
+            .get(unit / 64)
+            .is_some_and(|w| w >> (unit % 64) & 1 != 0)
+    })
+}
+
+/// Merges neighbouring runs by the minimal-traffic rule, in place; every run is known to lie
+/// in one segment with any neighbour close enough to merge with.
+fn merge_close_runs(runs: &mut Vec<Range<usize>>, header: usize) {
+    let mut written = 0;
+    for index in 0..runs.len() {
+        let run = runs[index].clone();
+        if written > 0 && 2 * (run.start - runs[written - 1].end) <= header {
+            runs[written - 1].end = run.end;
+        } else {
+            runs[written] = run;
+            written += 1;
+        }
+    }
+    runs.truncate(written);
 }
 
 /// The cuts of a page diff, read once the page is known to have changed.
@@ -234,6 +419,48 @@ mod tests {
             );
         }
 
+        /// The same for objects updated in place (the structure unchanged), where most
+        /// changes are a few bytes of a field and the objects need not be parsed: aligned
+        /// and unaligned fields, neighbouring fields, fields at object edges.
+        #[test]
+        fn in_place_updates_equal_the_per_segment_definition(
+            sizes in proptest::collection::vec(1usize..120, 1..40),
+            fields in proptest::collection::vec((0usize..40, 0usize..128, 1usize..10, any::<u8>()), 0..24),
+            raw in proptest::collection::vec(
+                (prop_oneof![3 => 0usize..4096, 1 => 0usize..128], 1usize..24, any::<u8>()),
+                0..3,
+            ),
+            header in prop_oneof![Just(32usize), Just(56usize)],
+            page_bytes in prop_oneof![Just(4096usize), Just(32768usize)],
+        ) {
+            let mut before = vec![0u8; page_bytes];
+            slotted::init(&mut before, PageId(9), 0);
+            let slots: Vec<u16> = sizes
+                .iter()
+                .filter_map(|&len| slotted::insert(&mut before, TypeId(1), len, false))
+                .collect();
+            let mut after = before.clone();
+            for (object, at, len, value) in fields {
+                let record = slotted::record(&after, slots[object % slots.len()]).unwrap().unwrap();
+                let payload = record.payload();
+                let start = (payload.start + at).min(payload.end - 1);
+                let end = (start + len).min(payload.end);
+                after[start..end].fill(value);
+            }
+            // A few writes anywhere: over record headers and padding, so runs cross record
+            // bounds and bounds move, and over the page header and the slot table.
+            for (at, len, value) in raw {
+                // Low offsets hit the header and the slot table, high ones the records.
+                let start = if at < 128 { at } else { after.len() - 4096 + at };
+                let end = (start + len).min(after.len());
+                after[start..end].fill(value);
+            }
+            prop_assert_eq!(
+                page_ranges(&before, &after, header),
+                page_ranges_by_segment(&before, &after, header)
+            );
+        }
+
         /// The same for pages of any kind, a large object's data among them.
         #[test]
         fn one_scan_equals_the_definition_on_any_page(
@@ -279,12 +506,36 @@ mod tests {
     }
 
     #[test]
+    fn a_record_that_changed_length_is_split_at_its_old_and_new_end() {
+        // A record with free space above it (its neighbour removed), so its old end is no
+        // other record's start: only the before-image knows that bound.
+        let mut before = slotted_page();
+        let neighbour = slotted::insert(&mut before, TypeId(1), 40, false).unwrap();
+        let grown = slotted::insert(&mut before, TypeId(1), 40, false).unwrap();
+        assert!(slotted::remove(&mut before, neighbour));
+        let record = slotted::record(&before, grown).unwrap().unwrap();
+        let old_end = record.offset + slotted::record_bytes(40);
+        let mut after = before.clone();
+        // The length word says 48 now, and bytes across the old end changed.
+        after[record.offset + 4] = 48;
+        after[old_end - 4..old_end + 4].fill(0x77);
+        let ranges = page_ranges(&before, &after, 56);
+        assert_eq!(ranges, page_ranges_by_segment(&before, &after, 56));
+        assert!(ranges.contains(&(old_end - 4..old_end)), "{ranges:?}");
+        assert!(ranges.contains(&(old_end..old_end + 4)), "{ranges:?}");
+    }
+
+    #[test]
     fn checksum_and_lsn_are_not_logged() {
         let before = slotted_page();
-        let mut after = before.clone();
-        after[0..4].fill(0xAA);
-        after[8..16].fill(0xBB);
-        assert!(page_ranges(&before, &after, 56).is_empty());
+        let (checksum, lsn) = ((0, 4), (8, 16));
+        for fields in [&[checksum][..], &[lsn], &[checksum, lsn]] {
+            let mut after = before.clone();
+            for &(start, end) in fields {
+                after[start..end].fill(0xAA);
+            }
+            assert!(page_ranges(&before, &after, 56).is_empty(), "{fields:?}");
+        }
     }
 
     #[test]

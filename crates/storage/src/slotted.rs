@@ -34,7 +34,8 @@ pub const SLOT_BYTES: usize = 2;
 pub const RECORD_HEADER_BYTES: usize = 8;
 /// Set in a record's length word when the payload is a large-object descriptor.
 pub const LARGE_FLAG: u32 = 1 << 31;
-const RECORD_ALIGN: usize = 8;
+/// Records start at multiples of this and take a multiple of it, so every record bound is one.
+pub const RECORD_ALIGN: usize = 8;
 
 /// A decoded record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,28 +116,54 @@ pub fn record(page: &[u8], slot: SlotId) -> Result<Option<Record>, String> {
     if offset == 0 {
         return Ok(None);
     }
+    match read_header(page, offset, slot_table_end(page)) {
+        Header::OutsideRecordArea => Err(format!(
+            "slot {slot} points to offset {offset}, outside the record area"
+        )),
+        Header::RunsPastPageEnd { payload_len } => Err(format!(
+            "slot {slot}: record at offset {offset} with {payload_len} payload bytes runs past the page end"
+        )),
+        Header::Record(record) => Ok(Some(record)),
+    }
+}
+
+/// Where the record whose header a slot places at `offset` ends, if that header can be one
+/// (the same checks as [`record`]); `table_end` is the end of the page's slot table. For
+/// callers that walk every slot and cannot afford to reread the slot count each time.
+#[inline]
+pub fn record_end(page: &[u8], offset: usize, table_end: usize) -> Option<usize> {
+    match read_header(page, offset, table_end) {
+        Header::Record(record) => Some(record.offset + record_bytes(record.payload_len)),
+        _ => None,
+    }
+}
+
+/// What a record header at a slot's offset says.
+enum Header {
+    OutsideRecordArea,
+    RunsPastPageEnd { payload_len: usize },
+    Record(Record),
+}
+
+#[inline]
+fn read_header(page: &[u8], offset: usize, table_end: usize) -> Header {
     if !offset.is_multiple_of(RECORD_ALIGN)
-        || offset < slot_table_end(page)
+        || offset < table_end
         || offset + RECORD_HEADER_BYTES > page.len()
     {
-        return Err(format!(
-            "slot {slot} points to offset {offset}, outside the record area"
-        ));
+        return Header::OutsideRecordArea;
     }
-    let type_id = TypeId(get_u32(page, offset));
     let length_word = get_u32(page, offset + 4);
     let payload_len = (length_word & !LARGE_FLAG) as usize;
     if offset + record_bytes(payload_len) > page.len() {
-        return Err(format!(
-            "slot {slot}: record at offset {offset} with {payload_len} payload bytes runs past the page end"
-        ));
+        return Header::RunsPastPageEnd { payload_len };
     }
-    Ok(Some(Record {
-        type_id,
+    Header::Record(Record {
+        type_id: TypeId(get_u32(page, offset)),
         payload_len,
         large: length_word & LARGE_FLAG != 0,
         offset,
-    }))
+    })
 }
 
 /// Can a record of `payload_len` bytes be inserted (after compaction if need be)?

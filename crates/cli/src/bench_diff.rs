@@ -1,0 +1,206 @@
+//! `lodestore bench diff`: page-diffing throughput in GB/s on one core, next to a plain
+//! comparison of the same bytes (slice equality, a vectorised memcmp) measured in the same run.
+//!
+//! Two kinds of page: a large object's data page (no objects: the diff is the scan) and a
+//! slotted page full of small objects (the scan, then the runs kept inside objects and merged).
+//! Workloads are timed in short samples taken in turn, so a burst of the machine's other work
+//! falls on all of them alike; each figure is the median sample, with the best next to it.
+
+use crate::bench::median;
+use lodestore::{Error, Result};
+use lodestore_core::limits::page_size_is_supported;
+use lodestore_core::{PageId, TypeId};
+use lodestore_loggen::{page_ranges_into, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_storage::slotted;
+use std::ops::Range;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Payload bytes of each object on the slotted page (an OO7 atomic part's size).
+const OBJECT_BYTES: usize = 96;
+/// Objects changed on a page by the scattered workloads.
+const CHANGED_OBJECTS: usize = 16;
+/// Pages diffed per sample.
+const PAGES_PER_SAMPLE: usize = 2000;
+
+/// One workload: a pre-image and an after-image to diff.
+struct Workload {
+    name: &'static str,
+    before: Vec<u8>,
+    after: Vec<u8>,
+}
+
+pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCode> {
+    if !page_size_is_supported(page_size) || seconds.is_nan() || seconds <= 0.0 {
+        return Err(Error::InvalidArgument(
+            "bench diff needs a supported page size and a positive duration".into(),
+        ));
+    }
+    let workloads = workloads(page_size);
+    // Sample 0 of every round is the memcmp ceiling, over the first workload's equal pages.
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
+    let mut ranges: Vec<Range<usize>> = Vec::new();
+    let started = Instant::now();
+    let budget = seconds * (workloads.len() + 1) as f64;
+    while started.elapsed().as_secs_f64() < budget || samples[0].len() < 5 {
+        let ceiling = &workloads[0].before;
+        let copy = ceiling.clone();
+        samples[0].push(sample(page_size, || {
+            u64::from(std::hint::black_box(&ceiling[..]) == std::hint::black_box(&copy[..]))
+        }));
+        for (i, workload) in workloads.iter().enumerate() {
+            samples[i + 1].push(sample(page_size, || {
+                // One vector for the ranges of every page, as a generator diffing many pages
+                // keeps.
+                page_ranges_into(
+                    std::hint::black_box(&workload.before),
+                    std::hint::black_box(&workload.after),
+                    UPDATE_RECORD_FIXED_BYTES,
+                    &mut ranges,
+                );
+                ranges.len() as u64
+            }));
+        }
+    }
+    let medians: Vec<f64> = samples.iter().map(|s| median(s.clone())).collect();
+    println!(
+        "page size {page_size} B, one core, {} samples of {PAGES_PER_SAMPLE} pages per figure",
+        samples[0].len()
+    );
+    println!(
+        "{:<46} {:>12} {:>9} {:>10}",
+        "workload", "median GB/s", "best", "of memcmp"
+    );
+    let names = std::iter::once("memcmp, equal pages").chain(workloads.iter().map(|w| w.name));
+    let mut lines = vec!["workload,sample,gb_per_s".to_string()];
+    for (i, name) in names.enumerate() {
+        let best = samples[i].iter().copied().fold(0.0, f64::max);
+        println!(
+            "{name:<46} {:>12.1} {best:>9.1} {:>10.2}",
+            medians[i],
+            medians[i] / medians[0]
+        );
+        for (k, gbs) in samples[i].iter().enumerate() {
+            lines.push(format!("{name},{k},{gbs:.2}"));
+        }
+    }
+    if let Some(csv) = csv {
+        std::fs::write(csv, lines.join("\n") + "\n").map_err(|e| Error::io(csv, "write", e))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The pages diffed: a data page and a slotted page, unchanged and changed in the ways updates
+/// change them.
+fn workloads(page_size: usize) -> Vec<Workload> {
+    let data: Vec<u8> = (0..page_size).map(|i| (i * 7 % 251) as u8).collect();
+    let objects = slotted_page(page_size);
+    let slots: Vec<u16> = slotted::live_slots(&objects).collect();
+    let payload = |page: &[u8], k: usize| {
+        let slot = slots[k * slots.len() / CHANGED_OBJECTS];
+        slotted::record(page, slot)
+            .ok()
+            .flatten()
+            .expect("a live object")
+            .payload()
+    };
+    let changed = |page: &[u8], edit: &dyn Fn(&mut [u8], Range<usize>)| {
+        let mut after = page.to_vec();
+        for k in 0..CHANGED_OBJECTS {
+            edit(&mut after, payload(page, k));
+        }
+        after
+    };
+    let mut one_data_field = data.clone();
+    one_data_field[page_size / 2..page_size / 2 + 8].fill(0xEE);
+    let scattered_data_fields = {
+        let mut after = data.clone();
+        for k in 0..CHANGED_OBJECTS {
+            let at = k * page_size / CHANGED_OBJECTS + 24;
+            after[at..at + 8].fill(0xEE);
+        }
+        after
+    };
+    let mut one_object_field = objects.clone();
+    let first = payload(&objects, 0);
+    one_object_field[first.start + 24..first.start + 32].fill(0xEE);
+    let mut inserted = objects.clone();
+    slotted::remove(&mut inserted, slots[slots.len() / 2]);
+    slotted::insert(&mut inserted, TypeId(2), OBJECT_BYTES / 2, false);
+    vec![
+        Workload {
+            name: "data page, equal",
+            before: data.clone(),
+            after: data.clone(),
+        },
+        Workload {
+            name: "data page, one 8-byte field",
+            before: data.clone(),
+            after: one_data_field,
+        },
+        Workload {
+            name: "data page, 16 scattered 8-byte fields",
+            before: data,
+            after: scattered_data_fields,
+        },
+        Workload {
+            name: "objects, equal",
+            before: objects.clone(),
+            after: objects.clone(),
+        },
+        Workload {
+            name: "objects, one 8-byte field",
+            before: objects.clone(),
+            after: one_object_field,
+        },
+        Workload {
+            name: "objects, an 8-byte field in 16 objects",
+            after: changed(&objects, &|page, p| {
+                page[p.start + 24..p.start + 32].fill(0xEE)
+            }),
+            before: objects.clone(),
+        },
+        Workload {
+            name: "objects, x and y incremented in 16 objects",
+            after: changed(&objects, &|page, p| {
+                page[p.start + 8] ^= 1;
+                page[p.start + 16] ^= 1;
+            }),
+            before: objects.clone(),
+        },
+        Workload {
+            name: "objects, one removed and one inserted",
+            before: objects,
+            after: inserted,
+        },
+    ]
+}
+
+/// A slotted page full of objects of [`OBJECT_BYTES`], their payloads patterned.
+fn slotted_page(page_size: usize) -> Vec<u8> {
+    let mut page = vec![0u8; page_size];
+    slotted::init(&mut page, PageId(1), 0);
+    while slotted::insert(&mut page, TypeId(1), OBJECT_BYTES, false).is_some() {}
+    let payloads: Vec<Range<usize>> = slotted::live_slots(&page)
+        .filter_map(|slot| slotted::record(&page, slot).ok().flatten())
+        .map(|record| record.payload())
+        .collect();
+    for payload in payloads {
+        for i in payload {
+            page[i] = (i * 7 % 251) as u8;
+        }
+    }
+    page
+}
+
+/// GB/s of `work` over [`PAGES_PER_SAMPLE`] pages of `page_size` bytes.
+fn sample(page_size: usize, mut work: impl FnMut() -> u64) -> f64 {
+    let started = Instant::now();
+    let mut sink = 0u64;
+    for _ in 0..PAGES_PER_SAMPLE {
+        sink = sink.wrapping_add(work());
+    }
+    std::hint::black_box(sink);
+    (PAGES_PER_SAMPLE * page_size) as f64 / started.elapsed().as_secs_f64() / 1e9
+}

@@ -172,7 +172,10 @@ fn bench_diff_reports_every_workload_and_writes_its_samples() {
         "objects, x and y incremented in 16 objects",
         "objects, one removed and one inserted",
     ] {
-        assert!(stdout.contains(workload), "{workload} missing from:\n{stdout}");
+        assert!(
+            stdout.contains(workload),
+            "{workload} missing from:\n{stdout}"
+        );
         let rates: Vec<f64> = samples
             .lines()
             .filter(|line| line.starts_with(&format!("{workload},")))
@@ -183,5 +186,9 @@ fn bench_diff_reports_every_workload_and_writes_its_samples() {
     }
     let bad = lodestore(&["bench", "diff", "--page-size", "1000"]);
     assert!(!bad.status.success());
-    assert!(text(&bad.stderr).contains("page size"), "{}", text(&bad.stderr));
+    assert!(
+        text(&bad.stderr).contains("page size"),
+        "{}",
+        text(&bad.stderr)
+    );
 }

@@ -209,14 +209,8 @@ impl<const W: usize> BoundMap<W> {
             starts: [0; W],
             bounds: [0; W],
         };
-        let table_end = SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(page);
-        debug_assert!(floor >= SLOT_TABLE_AT && table_end.min(page.len()) <= floor);
-        let table = &page[SLOT_TABLE_AT..table_end.min(floor)];
-        for entry in table.chunks_exact(SLOT_BYTES) {
-            let offset = u16::from_le_bytes([entry[0], entry[1]]) as usize;
-            if offset == 0 {
-                continue;
-            }
+        debug_assert!(floor >= SLOT_TABLE_AT);
+        visit_slots(page, floor, |offset, end| {
             // Every header a slot points to, valid or not: if no run touches it, it reads
             // the same in both images, and so does the record's validity.
             let unit = offset / RECORD_ALIGN;
@@ -224,11 +218,11 @@ impl<const W: usize> BoundMap<W> {
             if !offset.is_multiple_of(RECORD_ALIGN) {
                 set_bit(&mut map.starts, unit + 1); // the header straddles two units
             }
-            if let Some(end) = slotted::record_end(page, offset, table_end) {
+            if let Some(end) = end {
                 set_bit(&mut map.bounds, unit);
                 set_bit(&mut map.bounds, end / RECORD_ALIGN);
             }
-        }
+        });
         Some(map)
     }
 
@@ -239,6 +233,69 @@ impl<const W: usize> BoundMap<W> {
     fn any_bound(&self, units: Range<usize>) -> bool {
         any_bit(&self.bounds, units)
     }
+}
+
+/// Calls `visit` with the offset of every slot in use of slotted `page` whose table entry lies
+/// below `limit`, and the end of its record if the header there can be one (as
+/// [`slotted::record`] decides).
+fn visit_slots(page: &[u8], limit: usize, mut visit: impl FnMut(usize, Option<usize>)) {
+    let table_end = SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(page);
+    let table = &page[SLOT_TABLE_AT..table_end.min(limit).min(page.len())];
+    for entry in table.chunks_exact(SLOT_BYTES) {
+        let offset = u16::from_le_bytes([entry[0], entry[1]]) as usize;
+        if offset != 0 {
+            visit(offset, slotted::record_end(page, offset, table_end));
+        }
+    }
+}
+
+/// Every cut of a diff of two images, at least one of them slotted, in order: what
+/// [`object_cuts`] gives, with the record bounds gathered in a bitmap instead of sorted.
+fn mapped_cuts<const W: usize>(images: [&[u8]; 2]) -> Vec<usize> {
+    let size = images[0].len();
+    debug_assert!(size / RECORD_ALIGN < W * 64);
+    // The header fields' cuts and the slot tables' bounds: few, sorted apart (an image that
+    // is not slotted leaves its table end at usize::MAX, never merged).
+    let mut fixed = [0, 4, 8, 16, SLOT_TABLE_AT, usize::MAX, usize::MAX];
+    let mut bounds = [0u64; W];
+    for (image, table_end) in images.into_iter().zip(5..) {
+        if page::kind(image) == Some(PageKind::Slotted) {
+            fixed[table_end] = (SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(image)).min(size);
+            visit_slots(image, size, |offset, end| {
+                if let Some(end) = end {
+                    set_bit(&mut bounds, offset / RECORD_ALIGN);
+                    set_bit(&mut bounds, end / RECORD_ALIGN);
+                }
+            });
+        }
+    }
+    fixed.sort_unstable();
+    set_bit(&mut bounds, size / RECORD_ALIGN);
+    // Merge the record bounds, in order from the bitmap, with the fixed cuts.
+    let mut cuts = Vec::with_capacity(64);
+    let mut push = |cut: usize| {
+        if cuts.last() != Some(&cut) {
+            cuts.push(cut);
+        }
+    };
+    let mut next_fixed = 0;
+    for (index, &word) in bounds.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 {
+            let cut = (index * 64 + bits.trailing_zeros() as usize) * RECORD_ALIGN;
+            while next_fixed < fixed.len() && fixed[next_fixed] <= cut {
+                push(fixed[next_fixed]);
+                next_fixed += 1;
+            }
+            push(cut);
+            bits &= bits - 1;
+        }
+    }
+    debug_assert!(
+        fixed[next_fixed..].iter().all(|&c| c == usize::MAX),
+        "size is the last cut"
+    );
+    cuts
 }
 
 /// Sets bit `unit`, if the map has it: a slot of a damaged page can point past the page, where
@@ -286,7 +343,14 @@ impl Cuts {
         if page::kind(before) == Some(PageKind::Slotted)
             || page::kind(after) == Some(PageKind::Slotted)
         {
-            Cuts::Objects(object_cuts(&[before, after]))
+            let images = [before, after];
+            Cuts::Objects(if before.len() <= SMALL_PAGE_BYTES {
+                mapped_cuts::<{ map_words(SMALL_PAGE_BYTES) }>(images)
+            } else if before.len() <= PAGE_SIZE_MAX {
+                mapped_cuts::<{ map_words(PAGE_SIZE_MAX) }>(images)
+            } else {
+                object_cuts(&images)
+            })
         } else {
             Cuts::Header([0, 4, 8, 16, before.len()])
         }
@@ -414,6 +478,10 @@ mod tests {
             }
             overwrite(&mut after, &edits);
             prop_assert_eq!(
+                mapped_cuts::<{ map_words(4096) }>([&before, &after]),
+                object_cuts(&[&before, &after])
+            );
+            prop_assert_eq!(
                 page_ranges(&before, &after, header),
                 page_ranges_by_segment(&before, &after, header)
             );
@@ -471,6 +539,13 @@ mod tests {
             let before: Vec<u8> = (0..1024).map(|i| (i as u8).wrapping_mul(seed)).collect();
             let mut after = before.clone();
             overwrite(&mut after, &edits);
+            let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
+            if slotted(&before) || slotted(&after) {
+                prop_assert_eq!(
+                    mapped_cuts::<{ map_words(1024) }>([&before, &after]),
+                    object_cuts(&[&before, &after])
+                );
+            }
             prop_assert_eq!(
                 page_ranges(&before, &after, header),
                 page_ranges_by_segment(&before, &after, header)

@@ -101,6 +101,36 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
     *runs = ranges;
 }
 
+/// The ranges of one piece of slotted `page` (bytes `at..at + before.len()`, `before` their
+/// earlier copy), cut only at the objects of `page` as it is now, when the runs of changed bytes
+/// are seen to stay inside those objects without splitting (see [`page_ranges`]). `None` sends
+/// the caller to the per-segment diff.
+pub fn piece_ranges_within_objects(
+    page: &[u8],
+    at: usize,
+    before: &[u8],
+    header: usize,
+) -> Option<Vec<Range<usize>>> {
+    let end = at + before.len();
+    assert!(end <= page.len(), "piece {at}..{end} outside the page");
+    if page::kind(page) != Some(PageKind::Slotted) {
+        return None;
+    }
+    let mut runs = Vec::new();
+    for_each_run(before, &page[at..end], &mut |run| {
+        runs.push(run.start + at..run.end + at)
+    });
+    if runs.is_empty() {
+        return Some(runs);
+    }
+    // The page as both images: its bounds are the only ones that count for a piece.
+    if !runs_stay_in_objects(page, page, &runs, header) {
+        return None;
+    }
+    merge_close_runs(&mut runs, header);
+    Some(runs)
+}
+
 /// For two slotted images: the offset from which every cut of either image is a record bound
 /// (a multiple of [`RECORD_ALIGN`]), namely the end of the larger slot table. `None` if either
 /// image is not a slotted page.

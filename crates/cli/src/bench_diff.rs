@@ -10,7 +10,7 @@ use crate::bench::median;
 use lodestore::{Error, Result};
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
-use lodestore_loggen::{page_ranges_into, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_loggen::{page_ranges_into, Generator, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::slotted;
 use std::ops::Range;
 use std::path::Path;
@@ -29,7 +29,12 @@ struct Workload {
     name: &'static str,
     before: Vec<u8>,
     after: Vec<u8>,
+    /// Diff these pieces of [`BLOCK_BYTES`] (as sub-page diffing does) instead of the page.
+    blocks: Vec<usize>,
 }
+
+/// Bytes of a sub-page block (the `SD-ESM` scheme's).
+const BLOCK_BYTES: usize = 64;
 
 pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCode> {
     if !page_size_is_supported(page_size) || seconds.is_nan() || seconds <= 0.0 {
@@ -50,6 +55,23 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
             u64::from(std::hint::black_box(&ceiling[..]) == std::hint::black_box(&copy[..]))
         }));
         for (i, workload) in workloads.iter().enumerate() {
+            if !workload.blocks.is_empty() {
+                let bytes = workload.blocks.len() * BLOCK_BYTES;
+                samples[i + 1].push(sample(bytes, || {
+                    let after = std::hint::black_box(&workload.after[..]);
+                    let before = std::hint::black_box(&workload.before[..]);
+                    workload
+                        .blocks
+                        .iter()
+                        .map(|&at| {
+                            Generator::SubPageDiff
+                                .piece_ranges(after, at, &before[at..at + BLOCK_BYTES])
+                                .len() as u64
+                        })
+                        .sum()
+                }));
+                continue;
+            }
             samples[i + 1].push(sample(page_size, || {
                 // One vector for the ranges of every page, as a generator diffing many pages
                 // keeps.
@@ -125,6 +147,20 @@ fn workloads(page_size: usize) -> Vec<Workload> {
     let mut one_object_field = objects.clone();
     let first = payload(&objects, 0);
     one_object_field[first.start + 24..first.start + 32].fill(0xEE);
+    let field_in_16 = changed(&objects, &|page, p| {
+        page[p.start + 24..p.start + 32].fill(0xEE)
+    });
+    let x_and_y_in_16 = changed(&objects, &|page, p| {
+        page[p.start + 8] ^= 1;
+        page[p.start + 16] ^= 1;
+    });
+    // The blocks a sub-page detector would have copied: those holding a changed byte.
+    let blocks_of = |after: &[u8]| -> Vec<usize> {
+        (0..page_size)
+            .step_by(BLOCK_BYTES)
+            .filter(|&at| objects[at..at + BLOCK_BYTES] != after[at..at + BLOCK_BYTES])
+            .collect()
+    };
     let mut inserted = objects.clone();
     slotted::remove(&mut inserted, slots[slots.len() / 2]);
     slotted::insert(&mut inserted, TypeId(2), OBJECT_BYTES / 2, false);
@@ -133,46 +169,61 @@ fn workloads(page_size: usize) -> Vec<Workload> {
             name: "data page, equal",
             before: data.clone(),
             after: data.clone(),
+            blocks: Vec::new(),
         },
         Workload {
             name: "data page, one 8-byte field",
             before: data.clone(),
             after: one_data_field,
+            blocks: Vec::new(),
         },
         Workload {
             name: "data page, 16 scattered 8-byte fields",
             before: data,
             after: scattered_data_fields,
+            blocks: Vec::new(),
         },
         Workload {
             name: "objects, equal",
             before: objects.clone(),
             after: objects.clone(),
+            blocks: Vec::new(),
         },
         Workload {
             name: "objects, one 8-byte field",
             before: objects.clone(),
             after: one_object_field,
+            blocks: Vec::new(),
         },
         Workload {
             name: "objects, an 8-byte field in 16 objects",
-            after: changed(&objects, &|page, p| {
-                page[p.start + 24..p.start + 32].fill(0xEE)
-            }),
+            after: field_in_16.clone(),
             before: objects.clone(),
+            blocks: Vec::new(),
         },
         Workload {
             name: "objects, x and y incremented in 16 objects",
-            after: changed(&objects, &|page, p| {
-                page[p.start + 8] ^= 1;
-                page[p.start + 16] ^= 1;
-            }),
+            after: x_and_y_in_16.clone(),
+            before: objects.clone(),
+            blocks: Vec::new(),
+        },
+        Workload {
+            name: "64-byte blocks, a field in each of 16",
+            blocks: blocks_of(&field_in_16),
+            after: field_in_16,
+            before: objects.clone(),
+        },
+        Workload {
+            name: "64-byte blocks, x and y in each of 16",
+            blocks: blocks_of(&x_and_y_in_16),
+            after: x_and_y_in_16,
             before: objects.clone(),
         },
         Workload {
             name: "objects, one removed and one inserted",
             before: objects,
             after: inserted,
+            blocks: Vec::new(),
         },
     ]
 }
@@ -194,13 +245,13 @@ fn slotted_page(page_size: usize) -> Vec<u8> {
     page
 }
 
-/// GB/s of `work` over [`PAGES_PER_SAMPLE`] pages of `page_size` bytes.
-fn sample(page_size: usize, mut work: impl FnMut() -> u64) -> f64 {
+/// GB/s of `work` over [`PAGES_PER_SAMPLE`] calls, each comparing `bytes`.
+fn sample(bytes: usize, mut work: impl FnMut() -> u64) -> f64 {
     let started = Instant::now();
     let mut sink = 0u64;
     for _ in 0..PAGES_PER_SAMPLE {
         sink = sink.wrapping_add(work());
     }
     std::hint::black_box(sink);
-    (PAGES_PER_SAMPLE * page_size) as f64 / started.elapsed().as_secs_f64() / 1e9
+    (PAGES_PER_SAMPLE * bytes) as f64 / started.elapsed().as_secs_f64() / 1e9
 }

@@ -507,14 +507,7 @@ mod tests {
                 let _ = slotted::insert(&mut after, TypeId(2), len, false);
             }
             overwrite(&mut after, &edits);
-            prop_assert_eq!(
-                mapped_cuts::<{ map_words(4096) }>([&before, &after]),
-                object_cuts(&[&before, &after])
-            );
-            prop_assert_eq!(
-                page_ranges(&before, &after, header),
-                page_ranges_by_segment(&before, &after, header)
-            );
+            diff_matches_definition(&before, &after, header)?;
         }
 
         /// The same for objects updated in place (the structure unchanged), where most
@@ -553,10 +546,7 @@ mod tests {
                 let end = (start + len).min(after.len());
                 after[start..end].fill(value);
             }
-            prop_assert_eq!(
-                page_ranges(&before, &after, header),
-                page_ranges_by_segment(&before, &after, header)
-            );
+            diff_matches_definition(&before, &after, header)?;
         }
 
         /// The same for pages of any kind, a large object's data among them.
@@ -569,18 +559,29 @@ mod tests {
             let before: Vec<u8> = (0..1024).map(|i| (i as u8).wrapping_mul(seed)).collect();
             let mut after = before.clone();
             overwrite(&mut after, &edits);
-            let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
-            if slotted(&before) || slotted(&after) {
-                prop_assert_eq!(
-                    mapped_cuts::<{ map_words(1024) }>([&before, &after]),
-                    object_cuts(&[&before, &after])
-                );
-            }
+            diff_matches_definition(&before, &after, header)?;
+        }
+    }
+
+    /// The one-scan diff equals the per-segment definition, and the cuts gathered in a bitmap
+    /// equal the sorted ones.
+    fn diff_matches_definition(
+        before: &[u8],
+        after: &[u8],
+        header: usize,
+    ) -> Result<(), TestCaseError> {
+        let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
+        if slotted(before) || slotted(after) {
             prop_assert_eq!(
-                page_ranges(&before, &after, header),
-                page_ranges_by_segment(&before, &after, header)
+                mapped_cuts::<{ map_words(PAGE_SIZE_MAX) }>([before, after]),
+                object_cuts(&[before, after])
             );
         }
+        prop_assert_eq!(
+            page_ranges(before, after, header),
+            page_ranges_by_segment(before, after, header)
+        );
+        Ok(())
     }
 
     fn slotted_page() -> Vec<u8> {

@@ -10,7 +10,7 @@ use crate::bench::median;
 use lodestore::{Error, Result};
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
-use lodestore_loggen::{page_ranges_into, Generator, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_loggen::{page_ranges_into, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::slotted;
 use std::ops::Range;
 use std::path::Path;
@@ -46,6 +46,7 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
     // Sample 0 of every round is the memcmp ceiling, over the first workload's equal pages.
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
     let mut ranges: Vec<Range<usize>> = Vec::new();
+    let mut bounds = PageBounds::default();
     let started = Instant::now();
     let budget = seconds * (workloads.len() + 1) as f64;
     while started.elapsed().as_secs_f64() < budget || samples[0].len() < 5 {
@@ -60,12 +61,15 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 samples[i + 1].push(sample(bytes, || {
                     let after = std::hint::black_box(&workload.after[..]);
                     let before = std::hint::black_box(&workload.before[..]);
+                    // As a commit diffs a page's pieces: its bounds read once, if needed.
+                    bounds.forget();
                     workload
                         .blocks
                         .iter()
                         .map(|&at| {
+                            let piece = &before[at..at + BLOCK_BYTES];
                             Generator::SubPageDiff
-                                .piece_ranges(after, at, &before[at..at + BLOCK_BYTES])
+                                .piece_ranges_cached(after, at, piece, &mut bounds, 1)
                                 .len() as u64
                         })
                         .sum()

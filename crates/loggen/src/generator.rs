@@ -22,7 +22,9 @@
 //! The checksum (bytes 0..4) and the LSN (8..16) are never logged: the server sets them.
 
 use crate::diff::{changed_ranges, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
-use crate::page::{object_cuts_within, page_ranges, piece_ranges_within_objects, SERVER_OWNED};
+use crate::page::{
+    object_cuts_within, page_ranges, piece_ranges_within_objects, PageBounds, SERVER_OWNED,
+};
 use std::ops::Range;
 
 /// How a client turns what changed into log records.
@@ -55,6 +57,30 @@ impl Generator {
     /// `at..at + before.len()` of the page as they were when the piece was copied, `page` is
     /// the page now. Ranges are in order, never overlap, and lie inside the piece.
     pub fn piece_ranges(self, page: &[u8], at: usize, before: &[u8]) -> Vec<Range<usize>> {
+        self.piece_ranges_with(page, at, before, None)
+    }
+
+    /// [`Generator::piece_ranges`] for one of several pieces of a page diffed one after
+    /// another: `bounds` keeps the page's object bounds under `key` between calls (the caller
+    /// forgets them when the page may change).
+    pub fn piece_ranges_cached(
+        self,
+        page: &[u8],
+        at: usize,
+        before: &[u8],
+        bounds: &mut PageBounds,
+        key: u64,
+    ) -> Vec<Range<usize>> {
+        self.piece_ranges_with(page, at, before, Some((bounds, key)))
+    }
+
+    fn piece_ranges_with(
+        self,
+        page: &[u8],
+        at: usize,
+        before: &[u8],
+        cached: Option<(&mut PageBounds, u64)>,
+    ) -> Vec<Range<usize>> {
         let size = page.len();
         let end = at + before.len();
         assert!(
@@ -67,7 +93,7 @@ impl Generator {
         match self {
             Generator::PageDiff | Generator::SubPageDiff | Generator::ObjectRedo => {
                 if let Some(ranges) =
-                    piece_ranges_within_objects(page, at, before, self.merge_cost())
+                    piece_ranges_within_objects(page, at, before, self.merge_cost(), cached)
                 {
                     return ranges;
                 }
@@ -223,10 +249,17 @@ mod tests {
                 let end = (at + len).min(PAGE);
                 after[at..end].fill(value);
             }
+            // Alone, and with the page's bounds kept from one piece to the next.
+            let mut bounds = PageBounds::default();
             for at in (0..PAGE).step_by(piece_bytes) {
                 let piece = &before[at..at + piece_bytes];
-                if let Some(quick) = piece_ranges_within_objects(&after, at, piece, header) {
-                    prop_assert_eq!(quick, piece_ranges_by_segment(&after, at, piece, header));
+                let expected = piece_ranges_by_segment(&after, at, piece, header);
+                if let Some(quick) = piece_ranges_within_objects(&after, at, piece, header, None) {
+                    prop_assert_eq!(&quick, &expected);
+                }
+                let cached = Some((&mut bounds, 7));
+                if let Some(quick) = piece_ranges_within_objects(&after, at, piece, header, cached) {
+                    prop_assert_eq!(&quick, &expected);
                 }
             }
         }

@@ -36,7 +36,7 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
     if runs.is_empty() {
         return;
     }
-    if runs_stay_in_objects(before, after, runs, header) {
+    if runs_stay_in_objects(before, after, runs, header, None) {
         merge_close_runs(runs, header);
         return;
     }
@@ -110,6 +110,7 @@ pub fn piece_ranges_within_objects(
     at: usize,
     before: &[u8],
     header: usize,
+    cached: Option<(&mut PageBounds, u64)>,
 ) -> Option<Vec<Range<usize>>> {
     let end = at + before.len();
     assert!(end <= page.len(), "piece {at}..{end} outside the page");
@@ -124,7 +125,7 @@ pub fn piece_ranges_within_objects(
         return Some(runs);
     }
     // The page as both images: its bounds are the only ones that count for a piece.
-    if !runs_stay_in_objects(page, page, &runs, header) {
+    if !runs_stay_in_objects(page, page, &runs, header, cached) {
         return None;
     }
     merge_close_runs(&mut runs, header);
@@ -178,35 +179,65 @@ fn runs_stay_in_segments(
 /// (every multiple of [`RECORD_ALIGN`] a possible bound): an aligned field or a few bytes of
 /// one pass. Then with the record bounds of `after`, which are those of `before` too when no
 /// run touches the slot table or a record header: neighbouring fields of one object pass.
-fn runs_stay_in_objects(before: &[u8], after: &[u8], runs: &[Range<usize>], header: usize) -> bool {
+/// `cached`, if given, holds (or gets) the bounds of `after` under the caller's key.
+fn runs_stay_in_objects(
+    before: &[u8],
+    after: &[u8],
+    runs: &[Range<usize>],
+    header: usize,
+    cached: Option<(&mut PageBounds, u64)>,
+) -> bool {
     let Some(floor) = record_area_floor(before, after) else {
         return false;
     };
     if runs_stay_in_segments(runs, floor, header, &|units| !units.is_empty()) {
         return true;
     }
-    // A map as small as the page allows: clearing it is part of the cost.
-    if after.len() <= SMALL_PAGE_BYTES {
-        runs_stay_in_mapped_objects::<{ map_words(SMALL_PAGE_BYTES) }>(after, runs, floor, header)
-    } else {
-        runs_stay_in_mapped_objects::<{ map_words(PAGE_SIZE_MAX) }>(after, runs, floor, header)
+    match cached {
+        Some((bounds, key)) => {
+            if bounds.key != Some(key) {
+                bounds.key = None;
+                let words = map_words(after.len());
+                bounds.map.starts.resize(words, 0);
+                bounds.map.bounds.resize(words, 0);
+                if !bounds.map.fill(after, floor) {
+                    return false;
+                }
+                bounds.key = Some(key);
+            }
+            bounds.map.keeps(runs, floor, header)
+        }
+        // A map on the stack, as small as the page allows: clearing it is part of the cost.
+        None if after.len() <= SMALL_PAGE_BYTES => {
+            let mut map = BoundMap {
+                starts: [0; map_words(SMALL_PAGE_BYTES)],
+                bounds: [0; map_words(SMALL_PAGE_BYTES)],
+            };
+            map.fill(after, floor) && map.keeps(runs, floor, header)
+        }
+        None => {
+            let mut map = BoundMap {
+                starts: [0; map_words(PAGE_SIZE_MAX)],
+                bounds: [0; map_words(PAGE_SIZE_MAX)],
+            };
+            map.fill(after, floor) && map.keeps(runs, floor, header)
+        }
     }
 }
 
-/// The second test of [`runs_stay_in_objects`], with a map of `W` words.
-fn runs_stay_in_mapped_objects<const W: usize>(
-    after: &[u8],
-    runs: &[Range<usize>],
-    floor: usize,
-    header: usize,
-) -> bool {
-    let Some(map) = BoundMap::<W>::of(after, floor) else {
-        return false;
-    };
-    let touches_header = runs
-        .iter()
-        .any(|run| map.any_start(run.start / RECORD_ALIGN..(run.end - 1) / RECORD_ALIGN + 1));
-    !touches_header && runs_stay_in_segments(runs, floor, header, &|units| map.any_bound(units))
+/// The record bounds of one page, kept while its pieces are diffed one after another, so the
+/// slot table is walked once per page rather than once per piece. The holder names the page
+/// with a key of its own and must call [`PageBounds::forget`] whenever the page may change.
+#[derive(Debug, Default)]
+pub struct PageBounds {
+    key: Option<u64>,
+    map: BoundMap<Vec<u64>>,
+}
+
+impl PageBounds {
+    pub fn forget(&mut self) {
+        self.key = None;
+    }
 }
 
 // A header starting inside a unit ends inside the next one.
@@ -222,46 +253,53 @@ const fn map_words(page_bytes: usize) -> usize {
 }
 
 /// The record bounds of a slotted page, one bit per [`RECORD_ALIGN`] bytes: the units holding
-/// a record header some slot points to, and where any valid record starts or ends. Built with one read of the slot
-/// table and each record header, no sorting.
-struct BoundMap<const W: usize> {
-    starts: [u64; W],
-    bounds: [u64; W],
+/// a record header some slot points to, and where any valid record starts or ends. Built with
+/// one read of the slot table and each record header, no sorting.
+#[derive(Debug, Default)]
+struct BoundMap<S> {
+    starts: S,
+    bounds: S,
 }
 
-impl<const W: usize> BoundMap<W> {
-    /// `None` if the page is larger than the map covers.
-    fn of(page: &[u8], floor: usize) -> Option<BoundMap<W>> {
-        if page.len() / RECORD_ALIGN >= W * 64 {
-            return None;
+impl<S: AsRef<[u64]> + AsMut<[u64]>> BoundMap<S> {
+    /// Fills the map from `page`; false if the page is larger than the map covers.
+    fn fill(&mut self, page: &[u8], floor: usize) -> bool {
+        if page.len() / RECORD_ALIGN >= self.bounds.as_ref().len() * 64 {
+            return false;
         }
-        let mut map = BoundMap {
-            starts: [0; W],
-            bounds: [0; W],
-        };
+        let (starts, bounds) = (self.starts.as_mut(), self.bounds.as_mut());
+        starts.fill(0);
+        bounds.fill(0);
         debug_assert!(floor >= SLOT_TABLE_AT);
         visit_slots(page, floor, |offset, end| {
             // Every header a slot points to, valid or not: if no run touches it, it reads
             // the same in both images, and so does the record's validity.
             let unit = offset / RECORD_ALIGN;
-            set_bit(&mut map.starts, unit);
+            set_bit(starts, unit);
             if !offset.is_multiple_of(RECORD_ALIGN) {
-                set_bit(&mut map.starts, unit + 1); // the header straddles two units
+                set_bit(starts, unit + 1); // the header straddles two units
             }
             if let Some(end) = end {
-                set_bit(&mut map.bounds, unit);
-                set_bit(&mut map.bounds, end / RECORD_ALIGN);
+                set_bit(bounds, unit);
+                set_bit(bounds, end / RECORD_ALIGN);
             }
         });
-        Some(map)
+        true
     }
 
-    fn any_start(&self, units: Range<usize>) -> bool {
-        any_bit(&self.starts, units)
-    }
-
-    fn any_bound(&self, units: Range<usize>) -> bool {
-        any_bit(&self.bounds, units)
+    /// The second test of [`runs_stay_in_objects`]: no run touches a header, none needs a
+    /// split, no two mergeable runs have a bound between them.
+    fn keeps(&self, runs: &[Range<usize>], floor: usize, header: usize) -> bool {
+        let touches_header = runs.iter().any(|run| {
+            any_bit(
+                self.starts.as_ref(),
+                run.start / RECORD_ALIGN..(run.end - 1) / RECORD_ALIGN + 1,
+            )
+        });
+        !touches_header
+            && runs_stay_in_segments(runs, floor, header, &|units| {
+                any_bit(self.bounds.as_ref(), units)
+            })
     }
 }
 

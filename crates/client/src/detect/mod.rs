@@ -33,7 +33,9 @@ pub mod written_pages;
 use crate::cache::{ArenaKind, ClientCache};
 use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
-use lodestore_loggen::{Generator, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_loggen::{
+    Generator, PageBounds, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
+};
 use lodestore_server::{ObjectUpdate, PageUpdate};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
@@ -175,6 +177,9 @@ pub struct WriteTracker {
     volume: VolumeId,
     /// Pages whose first write page protection captured, for the session to mark dirty.
     dirtied: Vec<PageId>,
+    /// Object bounds of the page whose pieces are being diffed, kept between its pieces and
+    /// forgotten before any write, so they always describe the page as it is.
+    page_bounds: PageBounds,
     stats: DetectionStats,
 }
 
@@ -213,6 +218,7 @@ impl WriteTracker {
             pending_bytes: 0,
             volume,
             dirtied: Vec::new(),
+            page_bounds: PageBounds::default(),
             stats: DetectionStats::default(),
         })
     }
@@ -252,6 +258,7 @@ impl WriteTracker {
     /// A page new in this transaction now occupies `frame`: it has no pre-image, it is shipped
     /// whole, and writes to it are not tracked.
     pub fn new_page(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
+        self.page_bounds.forget();
         let track = touch(&mut self.frames, &mut self.touched, frame);
         track.unlogged = true;
         track.new = true;
@@ -272,6 +279,7 @@ impl WriteTracker {
         page: PageId,
         write: Write,
     ) -> Result<bool> {
+        self.page_bounds.forget(); // the page is about to change
         self.collect(cache)?;
         if self.frames[frame].unlogged {
             if let Some(protection) = cache.protection_mut() {
@@ -517,7 +525,13 @@ impl WriteTracker {
         let before = self.buffer.bytes(&entry);
         let now = cache.frame(frame);
         let at = entry.at as usize;
-        let ranges = self.generator.piece_ranges(now, at, before);
+        let ranges = self.generator.piece_ranges_cached(
+            now,
+            at,
+            before,
+            &mut self.page_bounds,
+            u64::from(entry.page.0),
+        );
         if self.generator != Generator::SubPageLog || entry.granule == Granule::Page {
             self.stats.bytes_compared += entry.len as u64;
         }
@@ -669,13 +683,19 @@ impl WriteTracker {
         Ok(written)
     }
 
-    /// Generates the records of every live piece, oldest first (at commit), then runs the
-    /// commit-time scans of the card and marking detectors.
+    /// Generates the records of every live piece (at commit), page by page and oldest first
+    /// within a page, so a page's object bounds are read once for all its pieces; then runs
+    /// the commit-time scans of the card and marking detectors.
     pub fn flush_all(&mut self, cache: &mut ClientCache) -> Result<()> {
         self.collect(cache)?;
         self.scan_written(cache, 0..cache.capacity())?;
-        let live: Vec<EntrySeq> = self.buffer.live().map(|(seq, _)| seq).collect();
-        for seq in live {
+        let mut live: Vec<(PageId, EntrySeq)> = self
+            .buffer
+            .live()
+            .map(|(seq, entry)| (entry.page, seq))
+            .collect();
+        live.sort_by_key(|&(page, _)| page); // stable: pieces of a page stay in order
+        for (_, seq) in live {
             self.generate(cache, seq)?;
         }
         self.commit_scans(cache);
@@ -721,6 +741,7 @@ impl WriteTracker {
         frame: FrameId,
         page: PageId,
     ) -> Result<()> {
+        self.page_bounds.forget();
         self.collect(cache)?;
         if let Some(seqs) = self.by_page.remove(&page) {
             for seq in seqs {
@@ -746,6 +767,7 @@ impl WriteTracker {
     /// The transaction ended (its records shipped, or it aborted): every frame is read-only
     /// and clean of detector state again, and the buffer is empty.
     pub fn end_transaction(&mut self, cache: &mut ClientCache) -> Result<()> {
+        self.page_bounds.forget();
         if let Some(protection) = cache.protection_mut() {
             let _ = protection.take_capture();
             protection.protect_all()?;

@@ -4,12 +4,15 @@
 //! Two kinds of page: a large object's data page (no objects: the diff is the scan) and a
 //! slotted page full of small objects (the scan, then the runs kept inside objects and merged).
 //! Workloads are timed in short samples taken in turn, so a burst of the machine's other work
-//! falls on all of them alike; each figure is the median sample, with the best next to it.
+//! falls on all of them alike; each figure is the median sample, with the best next to it. For
+//! the page workloads the scan alone (finding the runs of changed bytes, before they are kept
+//! inside objects and merged) is timed too.
 
 use crate::bench::median;
 use lodestore::{Error, Result};
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
+use lodestore_loggen::compare::for_each_run;
 use lodestore_loggen::{page_ranges_into, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::slotted;
 use std::ops::Range;
@@ -45,6 +48,8 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
     let workloads = workloads(page_size);
     // Sample 0 of every round is the memcmp ceiling, over the first workload's equal pages.
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
+    // The scan alone (finding the runs of changed bytes), for the page workloads.
+    let mut scan_samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
     let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut bounds = PageBounds::default();
     let started = Instant::now();
@@ -76,6 +81,15 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 }));
                 continue;
             }
+            scan_samples[i + 1].push(sample(page_size, || {
+                ranges.clear();
+                for_each_run(
+                    std::hint::black_box(&workload.before),
+                    std::hint::black_box(&workload.after),
+                    &mut |run| ranges.push(run),
+                );
+                ranges.len() as u64
+            }));
             samples[i + 1].push(sample(page_size, || {
                 // One vector for the ranges of every page, as a generator diffing many pages
                 // keeps.
@@ -95,20 +109,27 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
         samples[0].len()
     );
     println!(
-        "{:<46} {:>12} {:>9} {:>10}",
-        "workload", "median GB/s", "best", "of memcmp"
+        "{:<46} {:>12} {:>9} {:>10} {:>10}",
+        "workload", "median GB/s", "best", "of memcmp", "scan GB/s"
     );
     let names = std::iter::once("memcmp, equal pages").chain(workloads.iter().map(|w| w.name));
-    let mut lines = vec!["workload,sample,gb_per_s".to_string()];
+    let mut lines = vec!["workload,part,sample,gb_per_s".to_string()];
     for (i, name) in names.enumerate() {
         let best = samples[i].iter().copied().fold(0.0, f64::max);
+        let scan = if scan_samples[i].is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", median(scan_samples[i].clone()))
+        };
         println!(
-            "{name:<46} {:>12.1} {best:>9.1} {:>10.2}",
+            "{name:<46} {:>12.1} {best:>9.1} {:>10.2} {scan:>10}",
             medians[i],
             medians[i] / medians[0]
         );
-        for (k, gbs) in samples[i].iter().enumerate() {
-            lines.push(format!("{name},{k},{gbs:.2}"));
+        for (part, list) in [("diff", &samples[i]), ("scan", &scan_samples[i])] {
+            for (k, gbs) in list.iter().enumerate() {
+                lines.push(format!("{name},{part},{k},{gbs:.2}"));
+            }
         }
     }
     if let Some(csv) = csv {

@@ -178,7 +178,7 @@ fn bench_diff_reports_every_workload_and_writes_its_samples() {
         );
         let rates: Vec<f64> = samples
             .lines()
-            .filter(|line| line.starts_with(&format!("{workload},")))
+            .filter(|line| line.starts_with(&format!("{workload},diff,")))
             .map(|line| line.rsplit(',').next().unwrap().parse().unwrap())
             .collect();
         assert!(rates.len() >= 5, "{workload}: {rates:?}");

@@ -197,30 +197,26 @@ fn runs_stay_in_objects(
         Some((bounds, key)) => {
             if bounds.key != Some(key) {
                 bounds.key = None;
-                let words = map_words(after.len());
-                bounds.map.starts.resize(words, 0);
-                bounds.map.bounds.resize(words, 0);
-                if !bounds.map.fill(after, floor) {
-                    return false;
+                let units = map_units(after.len());
+                for map in [&mut bounds.map.starts, &mut bounds.map.bounds] {
+                    map.clear();
+                    map.resize(units, 0);
                 }
+                bounds.map.fill(after, floor);
                 bounds.key = Some(key);
             }
             bounds.map.keeps(runs, floor, header)
         }
-        // A map on the stack, as small as the page allows: clearing it is part of the cost.
+        // A map on the stack, as small as the page allows: zeroing it is part of the cost.
+        None if after.len() <= DEFAULT_PAGE_BYTES => {
+            BoundMap::<[u8; map_units(DEFAULT_PAGE_BYTES)]>::zeroed()
+                .fits(after, runs, floor, header)
+        }
         None if after.len() <= SMALL_PAGE_BYTES => {
-            let mut map = BoundMap {
-                starts: [0; map_words(SMALL_PAGE_BYTES)],
-                bounds: [0; map_words(SMALL_PAGE_BYTES)],
-            };
-            map.fill(after, floor) && map.keeps(runs, floor, header)
+            BoundMap::<[u8; map_units(SMALL_PAGE_BYTES)]>::zeroed().fits(after, runs, floor, header)
         }
         None => {
-            let mut map = BoundMap {
-                starts: [0; map_words(PAGE_SIZE_MAX)],
-                bounds: [0; map_words(PAGE_SIZE_MAX)],
-            };
-            map.fill(after, floor) && map.keeps(runs, floor, header)
+            BoundMap::<[u8; map_units(PAGE_SIZE_MAX)]>::zeroed().fits(after, runs, floor, header)
         }
     }
 }
@@ -231,7 +227,7 @@ fn runs_stay_in_objects(
 #[derive(Debug, Default)]
 pub struct PageBounds {
     key: Option<u64>,
-    map: BoundMap<Vec<u64>>,
+    map: BoundMap<Vec<u8>>,
 }
 
 impl PageBounds {
@@ -240,67 +236,97 @@ impl PageBounds {
     }
 }
 
-// A header starting inside a unit ends inside the next one.
+// A record's header fills exactly the unit it starts.
 const _: () = assert!(slotted::RECORD_HEADER_BYTES == RECORD_ALIGN);
 
-/// Pages up to this size take the small bound map.
+/// Pages up to this size (the default page size) take the smallest bound map on the stack.
+const DEFAULT_PAGE_BYTES: usize = 8192;
+/// Pages up to this size take the next one.
 const SMALL_PAGE_BYTES: usize = 16384;
 
-/// Words of a bound map for pages of `page_bytes`: a bit per unit, and one more unit (a
-/// header at the last unit reaches it).
+/// Units of a bound map for pages of `page_bytes`: one per [`RECORD_ALIGN`] bytes, and one for
+/// the page end (where the last record ends).
+const fn map_units(page_bytes: usize) -> usize {
+    page_bytes / RECORD_ALIGN + 1
+}
+
+/// Words of a bitmap of the units of pages of `page_bytes` ([`mapped_cuts`]).
 const fn map_words(page_bytes: usize) -> usize {
     (page_bytes / RECORD_ALIGN + 1).div_ceil(64)
 }
 
-/// The record bounds of a slotted page, one bit per [`RECORD_ALIGN`] bytes: the units holding
-/// a record header some slot points to, and where any valid record starts or ends. Built with
-/// one read of the slot table and each record header, no sorting.
+/// The record bounds of a slotted page, one byte per [`RECORD_ALIGN`] bytes (nonzero where
+/// set): the units holding a record header some slot points to, and where any valid record
+/// starts or ends. Built with one read of the slot table and each record header, no sorting.
+/// Bytes, not bits: the walk only stores, where setting bits chains a read, an or and a write
+/// of the same word from record to record (a word covers the bounds of several records).
 #[derive(Debug, Default)]
 struct BoundMap<S> {
     starts: S,
     bounds: S,
 }
 
-impl<S: AsRef<[u64]> + AsMut<[u64]>> BoundMap<S> {
-    /// Fills the map from `page`; false if the page is larger than the map covers.
-    fn fill(&mut self, page: &[u8], floor: usize) -> bool {
-        if page.len() / RECORD_ALIGN >= self.bounds.as_ref().len() * 64 {
-            return false;
+impl<const N: usize> BoundMap<[u8; N]> {
+    fn zeroed() -> Self {
+        BoundMap {
+            starts: [0; N],
+            bounds: [0; N],
         }
+    }
+
+    /// Fills this zeroed map from `page` and tests `runs` against it (see [`BoundMap::keeps`]).
+    fn fits(mut self, page: &[u8], runs: &[Range<usize>], floor: usize, header: usize) -> bool {
+        debug_assert!(map_units(page.len()) <= N);
+        self.fill(page, floor);
+        self.keeps(runs, floor, header)
+    }
+}
+
+impl<S: AsRef<[u8]> + AsMut<[u8]>> BoundMap<S> {
+    /// Fills the map, zeroed and of at least [`map_units`] of the page, from `page`.
+    fn fill(&mut self, page: &[u8], floor: usize) {
         let (starts, bounds) = (self.starts.as_mut(), self.bounds.as_mut());
-        starts.fill(0);
-        bounds.fill(0);
+        assert!(map_units(page.len()) <= bounds.len().min(starts.len()));
         debug_assert!(floor >= SLOT_TABLE_AT);
         visit_slots(page, floor, |offset, end| {
-            // Every header a slot points to, valid or not: if no run touches it, it reads
-            // the same in both images, and so does the record's validity.
+            // Every aligned header a slot points to, valid or not: if no run touches it, it
+            // reads the same in both images, and so does whether it is a record. (A header
+            // off the alignment is none in either image, whatever its bytes.) A slot of a
+            // damaged page may point past the page, and the map, where no run is.
             let unit = offset / RECORD_ALIGN;
-            set_bit(starts, unit);
-            if !offset.is_multiple_of(RECORD_ALIGN) {
-                set_bit(starts, unit + 1); // the header straddles two units
+            if offset.is_multiple_of(RECORD_ALIGN) {
+                if let Some(start) = starts.get_mut(unit) {
+                    *start = 1;
+                }
             }
             if let Some(end) = end {
-                set_bit(bounds, unit);
-                set_bit(bounds, end / RECORD_ALIGN);
+                // A record lies inside the page, so inside the map.
+                bounds[unit] = 1;
+                bounds[end / RECORD_ALIGN] = 1;
             }
         });
-        true
     }
 
     /// The second test of [`runs_stay_in_objects`]: no run touches a header, none needs a
     /// split, no two mergeable runs have a bound between them.
     fn keeps(&self, runs: &[Range<usize>], floor: usize, header: usize) -> bool {
+        let (starts, bounds) = (self.starts.as_ref(), self.bounds.as_ref());
         let touches_header = runs.iter().any(|run| {
-            any_bit(
-                self.starts.as_ref(),
+            any_set(
+                starts,
                 run.start / RECORD_ALIGN..(run.end - 1) / RECORD_ALIGN + 1,
             )
         });
         !touches_header
-            && runs_stay_in_segments(runs, floor, header, &|units| {
-                any_bit(self.bounds.as_ref(), units)
-            })
+            && runs_stay_in_segments(runs, floor, header, &|units| any_set(bounds, units))
     }
+}
+
+/// Is any unit of `units` set in byte map `map`? Units past the map are not.
+fn any_set(map: &[u8], units: Range<usize>) -> bool {
+    let end = units.end.min(map.len());
+    map.get(units.start..end)
+        .is_some_and(|set| set.iter().any(|&unit| unit != 0))
 }
 
 /// Calls `visit` with the offset of every slot in use of slotted `page` whose table entry lies
@@ -372,15 +398,6 @@ fn set_bit(words: &mut [u64], unit: usize) {
     if let Some(word) = words.get_mut(unit / 64) {
         *word |= 1 << (unit % 64);
     }
-}
-
-/// Is any bit of `units` set in `words`?
-fn any_bit(words: &[u64], units: Range<usize>) -> bool {
-    units.into_iter().any(|unit| {
-        words
-            .get(unit / 64)
-            .is_some_and(|w| w >> (unit % 64) & 1 != 0)
-    })
 }
 
 /// Merges neighbouring runs by the minimal-traffic rule, in place; every run is known to lie
@@ -554,6 +571,7 @@ mod tests {
         #[test]
         fn in_place_updates_equal_the_per_segment_definition(
             sizes in proptest::collection::vec(1usize..120, 1..40),
+            holes in proptest::collection::vec(any::<bool>(), 40),
             fields in proptest::collection::vec((0usize..40, 0usize..128, 1usize..10, any::<u8>()), 0..24),
             raw in proptest::collection::vec(
                 (prop_oneof![3 => 0usize..4096, 1 => 0usize..128], 1usize..24, any::<u8>()),
@@ -568,6 +586,17 @@ mod tests {
                 .iter()
                 .filter_map(|&len| slotted::insert(&mut before, TypeId(1), len, false))
                 .collect();
+            // Some objects freed before the update: their space lies between records, so
+            // a record's end is not always the next one's start.
+            let mut kept = Vec::new();
+            for (index, (&slot, &hole)) in slots.iter().zip(&holes).enumerate() {
+                if hole && index > 0 {
+                    slotted::remove(&mut before, slot);
+                } else {
+                    kept.push(slot);
+                }
+            }
+            let slots = kept;
             let mut after = before.clone();
             for (object, at, len, value) in fields {
                 let record = slotted::record(&after, slots[object % slots.len()]).unwrap().unwrap();

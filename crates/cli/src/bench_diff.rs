@@ -66,16 +66,23 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 samples[i + 1].push(sample(bytes, || {
                     let after = std::hint::black_box(&workload.after[..]);
                     let before = std::hint::black_box(&workload.before[..]);
-                    // As a commit diffs a page's pieces: its bounds read once, if needed.
+                    // As a commit diffs a page's pieces: its bounds read once, if needed, and
+                    // one vector for the ranges of every piece.
                     bounds.forget();
                     workload
                         .blocks
                         .iter()
                         .map(|&at| {
                             let piece = &before[at..at + BLOCK_BYTES];
-                            Generator::SubPageDiff
-                                .piece_ranges_cached(after, at, piece, &mut bounds, 1)
-                                .len() as u64
+                            Generator::SubPageDiff.piece_ranges_cached(
+                                after,
+                                at,
+                                piece,
+                                &mut bounds,
+                                1,
+                                &mut ranges,
+                            );
+                            ranges.len() as u64
                         })
                         .sum()
                 }));

@@ -23,7 +23,7 @@
 
 use crate::diff::{changed_ranges, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
 use crate::page::{
-    object_cuts_within, page_ranges, piece_ranges_within_objects, PageBounds, SERVER_OWNED,
+    object_cuts_within, page_ranges_into, piece_ranges_within_objects, PageBounds, SERVER_OWNED,
 };
 use std::ops::Range;
 
@@ -57,12 +57,15 @@ impl Generator {
     /// `at..at + before.len()` of the page as they were when the piece was copied, `page` is
     /// the page now. Ranges are in order, never overlap, and lie inside the piece.
     pub fn piece_ranges(self, page: &[u8], at: usize, before: &[u8]) -> Vec<Range<usize>> {
-        self.piece_ranges_with(page, at, before, None)
+        let mut ranges = Vec::new();
+        self.piece_ranges_with(page, at, before, None, &mut ranges);
+        ranges
     }
 
-    /// [`Generator::piece_ranges`] for one of several pieces of a page diffed one after
-    /// another: `bounds` keeps the page's object bounds under `key` between calls (the caller
-    /// forgets them when the page may change).
+    /// [`Generator::piece_ranges`] into `ranges` (cleared first), for one of several pieces of
+    /// a page diffed one after another: `bounds` keeps the page's object bounds under `key`
+    /// between calls (the caller forgets them when the page may change), and one vector
+    /// serves every piece.
     pub fn piece_ranges_cached(
         self,
         page: &[u8],
@@ -70,8 +73,9 @@ impl Generator {
         before: &[u8],
         bounds: &mut PageBounds,
         key: u64,
-    ) -> Vec<Range<usize>> {
-        self.piece_ranges_with(page, at, before, Some((bounds, key)))
+        ranges: &mut Vec<Range<usize>>,
+    ) {
+        self.piece_ranges_with(page, at, before, Some((bounds, key)), ranges)
     }
 
     fn piece_ranges_with(
@@ -80,7 +84,8 @@ impl Generator {
         at: usize,
         before: &[u8],
         cached: Option<(&mut PageBounds, u64)>,
-    ) -> Vec<Range<usize>> {
+        ranges: &mut Vec<Range<usize>>,
+    ) {
         let size = page.len();
         let end = at + before.len();
         assert!(
@@ -88,18 +93,16 @@ impl Generator {
             "piece {at}..{end} lies outside a page of {size} bytes"
         );
         if at == 0 && end == size && self != Generator::WholePage {
-            return page_ranges(before, page, self.merge_cost());
+            return page_ranges_into(before, page, self.merge_cost(), ranges);
         }
         match self {
             Generator::PageDiff | Generator::SubPageDiff | Generator::ObjectRedo => {
-                if let Some(ranges) =
-                    piece_ranges_within_objects(page, at, before, self.merge_cost(), cached)
-                {
-                    return ranges;
+                let header = self.merge_cost();
+                if !piece_ranges_within_objects(page, at, before, header, cached, ranges) {
+                    *ranges = piece_ranges_by_segment(page, at, before, header);
                 }
-                piece_ranges_by_segment(page, at, before, self.merge_cost())
             }
-            Generator::SubPageLog | Generator::WholePage => client_owned(at..end),
+            Generator::SubPageLog | Generator::WholePage => *ranges = client_owned(at..end),
         }
     }
 }
@@ -251,14 +254,16 @@ mod tests {
             }
             // Alone, and with the page's bounds kept from one piece to the next.
             let mut bounds = PageBounds::default();
+            // One vector for every piece, as a commit keeps: nothing of one piece may stay.
+            let mut quick = Vec::new();
             for at in (0..PAGE).step_by(piece_bytes) {
                 let piece = &before[at..at + piece_bytes];
                 let expected = piece_ranges_by_segment(&after, at, piece, header);
-                if let Some(quick) = piece_ranges_within_objects(&after, at, piece, header, None) {
+                if piece_ranges_within_objects(&after, at, piece, header, None, &mut quick) {
                     prop_assert_eq!(&quick, &expected);
                 }
                 let cached = Some((&mut bounds, 7));
-                if let Some(quick) = piece_ranges_within_objects(&after, at, piece, header, cached) {
+                if piece_ranges_within_objects(&after, at, piece, header, cached, &mut quick) {
                     prop_assert_eq!(&quick, &expected);
                 }
             }

@@ -102,34 +102,36 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
 }
 
 /// The ranges of one piece of slotted `page` (bytes `at..at + before.len()`, `before` their
-/// earlier copy), cut only at the objects of `page` as it is now, when the runs of changed bytes
-/// are seen to stay inside those objects without splitting (see [`page_ranges`]). `None` sends
-/// the caller to the per-segment diff.
+/// earlier copy) into `runs` (cleared first), cut only at the objects of `page` as it is now,
+/// when the runs of changed bytes are seen to stay inside those objects without splitting (see
+/// [`page_ranges`]). False sends the caller to the per-segment diff. A commit diffs many small
+/// pieces, so the caller keeps one vector for all of them.
 pub fn piece_ranges_within_objects(
     page: &[u8],
     at: usize,
     before: &[u8],
     header: usize,
     cached: Option<(&mut PageBounds, u64)>,
-) -> Option<Vec<Range<usize>>> {
+    runs: &mut Vec<Range<usize>>,
+) -> bool {
     let end = at + before.len();
     assert!(end <= page.len(), "piece {at}..{end} outside the page");
+    runs.clear();
     if page::kind(page) != Some(PageKind::Slotted) {
-        return None;
+        return false;
     }
-    let mut runs = Vec::new();
     for_each_run(before, &page[at..end], &mut |run| {
         runs.push(run.start + at..run.end + at)
     });
     if runs.is_empty() {
-        return Some(runs);
+        return true;
     }
     // The page as both images: its bounds are the only ones that count for a piece.
-    if !runs_stay_in_objects(page, page, &runs, header, cached) {
-        return None;
+    if !runs_stay_in_objects(page, page, runs, header, cached) {
+        return false;
     }
-    merge_close_runs(&mut runs, header);
-    Some(runs)
+    merge_close_runs(runs, header);
+    true
 }
 
 /// For two slotted images: the offset from which every cut of either image is a record bound

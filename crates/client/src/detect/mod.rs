@@ -180,6 +180,9 @@ pub struct WriteTracker {
     /// Object bounds of the page whose pieces are being diffed, kept between its pieces and
     /// forgotten before any write, so they always describe the page as it is.
     page_bounds: PageBounds,
+    /// The ranges of the piece being generated: one vector for every piece, which a commit
+    /// diffs by the thousand.
+    piece_ranges: Vec<Range<usize>>,
     stats: DetectionStats,
 }
 
@@ -219,6 +222,7 @@ impl WriteTracker {
             volume,
             dirtied: Vec::new(),
             page_bounds: PageBounds::default(),
+            piece_ranges: Vec::new(),
             stats: DetectionStats::default(),
         })
     }
@@ -525,12 +529,14 @@ impl WriteTracker {
         let before = self.buffer.bytes(&entry);
         let now = cache.frame(frame);
         let at = entry.at as usize;
-        let ranges = self.generator.piece_ranges_cached(
+        let mut ranges = std::mem::take(&mut self.piece_ranges);
+        self.generator.piece_ranges_cached(
             now,
             at,
             before,
             &mut self.page_bounds,
             u64::from(entry.page.0),
+            &mut ranges,
         );
         if self.generator != Generator::SubPageLog || entry.granule == Granule::Page {
             self.stats.bytes_compared += entry.len as u64;
@@ -543,7 +549,7 @@ impl WriteTracker {
         // built once for the piece.
         let maps = (self.generator == Generator::ObjectRedo && entry.granule == Granule::Page)
             .then(|| (ObjectMap::of(before), ObjectMap::of(now)));
-        for range in ranges {
+        for range in ranges.drain(..) {
             let len = range.len();
             // Hosking's records name the object; bytes outside every object stay physical. A
             // whole-page piece may span a change of the page's structure: an object record
@@ -582,6 +588,7 @@ impl WriteTracker {
             self.stats.log_records += 1;
             self.stats.log_bytes += bytes as u64;
         }
+        self.piece_ranges = ranges;
         self.buffer.kill(seq);
         if let Some(seqs) = self.by_page.get_mut(&entry.page) {
             seqs.retain(|s| *s != seq);

@@ -83,11 +83,12 @@ pub fn init(page: &mut [u8], number: PageId, volume: VolumeId) {
 pub fn validate(page: &[u8], number: PageId) -> Result<(), String> {
     let area = page::kind_area_u64(page);
     let (first, count) = (area as u32, (area >> 32) as u32);
-    if first != number.0 + 1 || count != entries_per_map(page.len()) {
+    // In 64 bits: the last page number has no page after it to cover.
+    let expected_first = u64::from(number.0) + 1;
+    if u64::from(first) != expected_first || count != entries_per_map(page.len()) {
         return Err(format!(
-            "space map claims to cover {count} pages from {first}, expected {} from {}",
+            "space map claims to cover {count} pages from {first}, expected {} from {expected_first}",
             entries_per_map(page.len()),
-            number.0 + 1
         ));
     }
     Ok(())
@@ -116,6 +117,18 @@ mod tests {
         assert_eq!(locate(PageId(3), ps), (PageId(2), 0));
         assert_eq!(locate(PageId(2 + e), ps), (PageId(2), e as usize - 1));
         assert_eq!(locate(PageId(4 + e), ps), (PageId(3 + e), 0));
+    }
+
+    #[test]
+    fn a_map_claiming_the_last_page_number_is_refused_not_a_panic() {
+        let mut page = vec![0u8; 4096];
+        init(&mut page, PageId(7), 0);
+        assert_eq!(validate(&page, PageId(7)), Ok(()));
+        assert!(validate(&page, PageId(8)).is_err());
+        // Found by the slotted_page fuzz target: the number after the last one overflowed.
+        page::set_kind_area_u64(&mut page, u64::from(entries_per_map(4096)) << 32);
+        let refused = validate(&page, PageId(u32::MAX)).unwrap_err();
+        assert!(refused.contains("from 4294967296"), "{refused}");
     }
 
     #[test]

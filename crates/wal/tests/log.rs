@@ -1,10 +1,12 @@
 //! The log manager against an in-memory file system: round trips across segments, torn tails,
-//! damage before the end, missing segments, newer formats, concurrent group commit.
+//! damage before the end, missing segments, newer formats, concurrent group commit, and damage
+//! anywhere (a property test).
 
 use lodestore_core::{Error, Lsn, PageId, TxnId};
 use lodestore_storage::{FileSystem, MemoryFileSystem};
 use lodestore_wal::segment::{segment_path, SEGMENT_HEADER_BYTES};
 use lodestore_wal::{Log, LogOptions, RecordBody};
+use proptest::prelude::*;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -269,5 +271,90 @@ fn damaged_last_commit_is_reported_not_truncated() {
             "damaged commit taken for a torn tail, log ends at {}",
             end.end
         ),
+    }
+}
+
+/// One way to damage a log's files: overwrite bytes, cut a file short, or remove it.
+#[derive(Clone, Debug)]
+enum Damage {
+    Overwrite {
+        segment: u64,
+        at: usize,
+        len: usize,
+        value: u8,
+    },
+    Cut {
+        segment: u64,
+        at: usize,
+    },
+    Remove {
+        segment: u64,
+    },
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        8 => (0u64..4, 0usize..600_000, 1usize..64, any::<u8>())
+            .prop_map(|(segment, at, len, value)| Damage::Overwrite { segment, at, len, value }),
+        1 => (0u64..4, 0usize..600_000).prop_map(|(segment, at)| Damage::Cut { segment, at }),
+        1 => (0u64..4).prop_map(|segment| Damage::Remove { segment }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// A log damaged anywhere opens to an error, or to a prefix of the records written (never
+    /// a record that was not), and then goes on taking records that survive another open.
+    /// The fuzz target `log_open` runs the same check on inputs it chooses.
+    #[test]
+    fn a_damaged_log_opens_to_an_error_or_a_prefix(
+        count in 1u32..400,
+        damages in proptest::collection::vec(damage(), 1..4),
+    ) {
+        let fs = fs();
+        let dir = Path::new("/s/log");
+        let log = Log::create(fs.clone(), dir, options()).unwrap();
+        write_many(&log, count);
+        let segments = log.segment_count() as u64;
+        drop(log);
+        for damage in damages {
+            let path = |segment: u64| segment_path(dir, 1 + segment % segments);
+            match damage {
+                Damage::Overwrite { segment, at, len, value } => {
+                    fs.with_file(&path(segment), |bytes| {
+                        let start = at % bytes.len().max(1);
+                        let end = (start + len).min(bytes.len());
+                        bytes[start..end].fill(value);
+                    });
+                }
+                Damage::Cut { segment, at } => {
+                    fs.with_file(&path(segment), |bytes| bytes.truncate(at % (bytes.len() + 1)));
+                }
+                Damage::Remove { segment } => {
+                    let _ = fs.remove(&path(segment));
+                }
+            }
+        }
+        let Ok((log, _)) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)) else {
+            return Ok(());
+        };
+        let mut found = Vec::new();
+        log.scan(Lsn(SEGMENT), |record| {
+            if record.body != RecordBody::FlushMark {
+                found.push(record.body);
+            }
+            Ok(())
+        })
+        .unwrap();
+        prop_assert!(found.len() <= count as usize);
+        for (i, body) in found.iter().enumerate() {
+            prop_assert_eq!(body, &update(i as u32), "record {} was not written", i);
+        }
+        let lsn = log.append(None, Lsn(0), &RecordBody::Abort).unwrap();
+        log.flush(lsn).unwrap();
+        drop(log);
+        let (log, _) = Log::open(fs, dir, options(), Lsn(SEGMENT)).unwrap();
+        prop_assert_eq!(log.read(lsn).unwrap().body, RecordBody::Abort);
     }
 }

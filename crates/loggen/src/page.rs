@@ -104,8 +104,8 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
 /// The ranges of one piece of slotted `page` (bytes `at..at + before.len()`, `before` their
 /// earlier copy) into `runs` (cleared first), cut only at the objects of `page` as it is now,
 /// when the runs of changed bytes are seen to stay inside those objects without splitting (see
-/// [`page_ranges`]). False sends the caller to the per-segment diff. A commit diffs many small
-/// pieces, so the caller keeps one vector for all of them.
+/// [`page_ranges`]). False sends the caller to the per-segment diff (`runs` then holds nothing
+/// of use). A commit diffs many small pieces, so the caller keeps one vector for all of them.
 pub fn piece_ranges_within_objects(
     page: &[u8],
     at: usize,

@@ -546,9 +546,9 @@ impl WriteTracker {
             _ => None,
         };
         // A whole-page piece names objects by a map of the page's objects before and after,
-        // built once for the piece.
+        // built once for the piece (one map for both when the structure did not change).
         let maps = (self.generator == Generator::ObjectRedo && entry.granule == Granule::Page)
-            .then(|| (ObjectMap::of(before), ObjectMap::of(now)));
+            .then(|| ObjectMap::of_both(before, now));
         for range in ranges.drain(..) {
             let len = range.len();
             // Hosking's records name the object; bytes outside every object stay physical. A
@@ -556,9 +556,10 @@ impl WriteTracker {
             // then only where the object lies in the same place before and after, since the
             // server finds it on its copy with the earlier records applied.
             let object = match &maps {
-                Some((was, is)) => is
-                    .holding(range.clone())
-                    .filter(|found| was.holding(range.clone()).as_ref() == Some(found)),
+                Some((was, is)) => is.holding(range.clone()).filter(|found| {
+                    was.as_ref()
+                        .is_none_or(|was| was.holding(range.clone()).as_ref() == Some(found))
+                }),
                 None if self.generator == Generator::ObjectRedo => {
                     object_holding(now, range.clone(), hint)
                 }
@@ -841,6 +842,18 @@ impl ObjectMap {
         ObjectMap(objects)
     }
 
+    /// The maps of a page's earlier and current images: the earlier one `None` when it would
+    /// equal the current one, because everything [`ObjectMap::of`] reads (the kind, the slot
+    /// table, each header's length word) reads the same in both, as after updates in place.
+    fn of_both(before: &[u8], now: &[u8]) -> (Option<ObjectMap>, ObjectMap) {
+        let is = ObjectMap::of(now);
+        if same_layout(before, now) {
+            (None, is)
+        } else {
+            (Some(ObjectMap::of(before)), is)
+        }
+    }
+
     fn holding(&self, range: Range<usize>) -> Option<(SlotId, Range<usize>)> {
         let after = self
             .0
@@ -848,6 +861,34 @@ impl ObjectMap {
         let (payload, slot) = self.0.get(after.checked_sub(1)?)?;
         (range.end <= payload.end).then(|| (*slot, payload.clone()))
     }
+}
+
+/// Do two images of a page hold their objects in the same places, as far as
+/// [`slotted::record`] can tell: the same kind, slot count and slot table, and the same
+/// length word in every header a slot points to?
+fn same_layout(before: &[u8], now: &[u8]) -> bool {
+    if before.len() != now.len() || page::kind(before) != page::kind(now) {
+        return false;
+    }
+    if page::kind(now) != Some(PageKind::Slotted) {
+        return true; // no objects in either
+    }
+    let count = slotted::slot_count(now);
+    if slotted::slot_count(before) != count {
+        return false;
+    }
+    let table = slotted::SLOT_TABLE_AT
+        ..(slotted::SLOT_TABLE_AT + slotted::SLOT_BYTES * count).min(now.len());
+    if before[table.clone()] != now[table.clone()] {
+        return false;
+    }
+    now[table].chunks_exact(slotted::SLOT_BYTES).all(|entry| {
+        let length_word = u16::from_le_bytes([entry[0], entry[1]]) as usize + 4;
+        match now.get(length_word..length_word + 4) {
+            Some(word) => before[length_word..length_word + 4] == *word,
+            None => true, // past the page: no record in either
+        }
+    })
 }
 
 /// Page protection: are as many frames writable as the arena allows?
@@ -942,6 +983,45 @@ mod tests {
             page[payload].fill(slot as u8 * 3);
         }
         page
+    }
+
+    #[test]
+    fn updates_in_place_share_one_object_map() {
+        let before = initial_page(0);
+        let mut now = before.clone();
+        let payload = slotted::record(&now, 3).unwrap().unwrap().payload();
+        now[payload].fill(0xEE);
+        let (was, is) = ObjectMap::of_both(&before, &now);
+        assert!(was.is_none(), "the layout did not change");
+        assert_eq!(is.0.len(), 8);
+        slotted::resize(&mut now, 5, 8);
+        assert!(
+            ObjectMap::of_both(&before, &now).0.is_some(),
+            "a record was resized"
+        );
+    }
+
+    proptest! {
+        /// The earlier image's map is left out only when it equals the current one.
+        #[test]
+        fn one_object_map_serves_both_images_only_when_they_agree(
+            remove in proptest::option::of(0u16..8),
+            edits in proptest::collection::vec((16..PAGE, 1usize..16, any::<u8>()), 0..6),
+        ) {
+            let before = initial_page(0);
+            let mut now = before.clone();
+            if let Some(slot) = remove {
+                slotted::remove(&mut now, slot);
+            }
+            for (at, len, value) in edits {
+                let end = (at + len).min(PAGE);
+                now[at..end].fill(value);
+            }
+            let (was, is) = ObjectMap::of_both(&before, &now);
+            prop_assert_eq!(&is.0, &ObjectMap::of(&now).0);
+            let was = was.unwrap_or(is);
+            prop_assert_eq!(was.0, ObjectMap::of(&before).0);
+        }
     }
 
     proptest! {

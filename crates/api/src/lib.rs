@@ -33,7 +33,7 @@ mod transaction;
 
 pub use counters::{Counters, CountersByScheme};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};
-pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Scheme};
+pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};

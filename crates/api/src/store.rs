@@ -304,6 +304,18 @@ impl Session {
     pub fn scheme(&self) -> Scheme {
         self.client.scheme()
     }
+
+    /// Where objects this session allocates from now on go: in free space anywhere (the
+    /// default), or clustered on pages of their own. Choosing `Clustered` again starts a new
+    /// cluster, so a loader can keep each group of objects apart.
+    pub fn set_placement(&mut self, placement: crate::Placement) {
+        self.client.set_placement(placement);
+    }
+
+    /// Where objects this session allocates go.
+    pub fn placement(&self) -> crate::Placement {
+        self.client.placement()
+    }
 }
 
 impl Drop for Store {

@@ -10,4 +10,4 @@ pub mod session;
 pub use cache::ClientCache;
 pub use detect::{DetectionStats, Detector};
 pub use scheme::Scheme;
-pub use session::{ClientSession, ObjectInfo};
+pub use session::{ClientSession, ObjectInfo, Placement};

@@ -112,8 +112,29 @@ struct ActiveTxn {
     began: Instant,
 }
 
+/// Where a session puts the objects it allocates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// In free space anywhere in the store, as the server's hints find it: the store stays
+    /// dense.
+    #[default]
+    Anywhere,
+    /// Together: on pages this session has filled since it chose this placement, then on new
+    /// pages, never in free space elsewhere. Objects allocated together are then read
+    /// together, and sessions that cluster apart share no page through allocation (OO7's
+    /// private modules).
+    Clustered,
+}
+
+/// Pages a clustering session remembers to fill further.
+const CLUSTER_PAGES_MAX: usize = 16;
+
 pub struct ClientSession {
     server: Arc<dyn PageServer>,
+    placement: Placement,
+    /// With [`Placement::Clustered`]: pages committed transactions of the session filled,
+    /// most recent last.
+    cluster: Vec<PageId>,
     cache: ClientCache,
     tracker: WriteTracker,
     scheme: Scheme,
@@ -147,6 +168,8 @@ impl ClientSession {
             scheme,
             volume: server.volume_id(),
             server,
+            placement: Placement::Anywhere,
+            cluster: Vec::new(),
             page_size,
             txn: None,
             stats: ClientStats::default(),
@@ -176,6 +199,17 @@ impl ClientSession {
 
     pub fn is_active(&self) -> bool {
         self.txn.is_some()
+    }
+
+    /// Sets where objects allocated from now on go; choosing [`Placement::Clustered`] (again)
+    /// starts a new cluster.
+    pub fn set_placement(&mut self, placement: Placement) {
+        self.placement = placement;
+        self.cluster.clear();
+    }
+
+    pub fn placement(&self) -> Placement {
+        self.placement
     }
 
     /// Starts a transaction. A session runs one at a time.
@@ -275,7 +309,10 @@ impl ClientSession {
                         self.cache.state_mut(frame).dirty = false;
                     }
                 }
-                self.txn = None;
+                let filled = self.txn.take().map(|txn| txn.allocation_window);
+                if self.placement == Placement::Clustered {
+                    self.remember_cluster_pages(filled.unwrap_or_default());
+                }
                 self.tracker.end_transaction(&mut self.cache)?;
                 self.stats.commits += 1;
                 phases.other = entered
@@ -746,10 +783,24 @@ impl ClientSession {
             }
             self.active()?.allocation_window.retain(|p| *p != page);
         }
-        // 2. Pages the server's free-space hints suggest.
+        // 2. In a cluster, the pages its earlier transactions filled; elsewhere, pages the
+        // server's free-space hints suggest.
+        if self.placement == Placement::Clustered {
+            for page in self.cluster.clone().into_iter().rev() {
+                if let Some(oid) = self.try_insert(page, type_id, len, large)? {
+                    self.remember_allocation_page(page)?;
+                    return Ok(oid);
+                }
+                self.cluster.retain(|p| *p != page);
+            }
+        }
         let need = slotted::record_bytes(len) + slotted::SLOT_BYTES;
         let mut skip = Vec::new();
-        for _ in 0..FIND_SPACE_ATTEMPTS_MAX {
+        let hints = match self.placement {
+            Placement::Anywhere => FIND_SPACE_ATTEMPTS_MAX,
+            Placement::Clustered => 0,
+        };
+        for _ in 0..hints {
             let id = self.active()?.id;
             let Some((page, lsn)) = self.server.find_space(id, need, &skip)? else {
                 break;
@@ -773,6 +824,17 @@ impl ClientSession {
                 len: len as u64,
                 reason: "does not fit an empty page".into(),
             })
+    }
+
+    /// After a commit: the pages its allocations went to stay in the cluster (not after an
+    /// abort, which may have freed them).
+    fn remember_cluster_pages(&mut self, filled: Vec<PageId>) {
+        for page in filled {
+            self.cluster.retain(|p| *p != page);
+            self.cluster.push(page);
+        }
+        let excess = self.cluster.len().saturating_sub(CLUSTER_PAGES_MAX);
+        self.cluster.drain(..excess);
     }
 
     fn remember_allocation_page(&mut self, page: PageId) -> Result<()> {

@@ -70,7 +70,12 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
     }
     let template = workspace::template(
         &config.out,
-        &format!("oo7-{}-seed{}", config.preset, config.seed),
+        &format!(
+            "oo7-{}-seed{}-layout{}",
+            config.preset,
+            config.seed,
+            oo7::LAYOUT
+        ),
         |path| {
             let store = Store::create(path, Options::new())?;
             let total =

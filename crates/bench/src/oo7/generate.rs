@@ -17,7 +17,7 @@ use super::schema::{
 };
 use crate::lists::{alloc_oid_list, typed};
 use indicatif::ProgressBar;
-use lodestore::{Oid, Persistent, Result, Session, Store, Transaction};
+use lodestore::{Oid, Persistent, Placement, Result, Session, Store, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -26,6 +26,10 @@ pub const ROOT_NAME: &str = "oo7";
 
 /// Bytes of new objects per generator transaction.
 const BATCH_BYTES: u64 = 2 << 20;
+
+/// The version of the database layout `generate` makes, part of a cached template's name so a
+/// template of an older layout is not reused (2: each module clustered on pages of its own).
+pub const LAYOUT: u32 = 2;
 
 /// Builds the database described by `params` in `store`, deterministically for `seed`, and
 /// names it by the root [`ROOT_NAME`]. `progress` advances by one per composite part.
@@ -49,6 +53,7 @@ pub fn generate(
             progress,
         )?);
     }
+    session.set_placement(Placement::Anywhere);
     let mut txn = session.begin()?;
     let raw_modules: Vec<u64> = modules.iter().map(|m| m.raw().0).collect();
     let module_list = alloc_oid_list(&mut txn, &raw_modules)?;
@@ -90,6 +95,9 @@ fn generate_module(
     progress: &ProgressBar,
 ) -> Result<Oid<Module>> {
     let module_id = next(&mut ids.module);
+    // Each module on pages of its own, as QuickStore's clients each had a private module:
+    // clients traversing different modules then share no page.
+    session.set_placement(Placement::Clustered);
     let mut txn = session.begin()?;
     let module = txn.alloc(&Module {
         id: module_id,

@@ -54,6 +54,10 @@ pub fn for_each_run(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<u
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
     {
+        if std::arch::is_x86_feature_detected!("avx512bw") {
+            // SAFETY: the CPU supports AVX-512BW, checked just above.
+            return unsafe { x86::for_each_run_avx512(a, b, found) };
+        }
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { x86::for_each_run_avx2(a, b, found) };
@@ -76,42 +80,44 @@ fn for_each_run_words(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range
     }
 }
 
-/// Reads the runs off `differing`, a mask of `width` (at most 32) bytes starting at `base`
-/// (bit i: byte `base + i` differs), continuing the run `open` from an earlier mask and
-/// leaving the run still open at the mask's end in it.
+/// Reads the runs off `differing`, a mask of the `width` (at most 64) bytes starting at `base`
+/// (bit i: byte `base + i` differs; no bit at or past `width`), continuing the run `open`
+/// from an earlier mask and leaving the run still open at the mask's end in it. Each run
+/// costs two trailing-zero counts and a shift, whatever its length.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
-fn runs_of_mask(
-    differing: u32,
+fn runs_of_word(
+    mut differing: u64,
     width: u32,
     base: usize,
     open: &mut Option<usize>,
     found: &mut impl FnMut(std::ops::Range<usize>),
 ) {
-    debug_assert!(width <= 32);
-    let valid = u32::MAX.checked_shr(32 - width).unwrap_or(0);
-    let (differing, equal) = (differing & valid, !differing & valid);
-    let mut i = 0u32;
-    while i < width {
-        match *open {
-            Some(start) => {
-                let rest = equal >> i;
-                if rest == 0 {
-                    return;
-                }
-                i += rest.trailing_zeros();
-                found(start..base + i as usize);
-                *open = None;
-            }
-            None => {
-                let rest = differing >> i;
-                if rest == 0 {
-                    return;
-                }
-                i += rest.trailing_zeros();
-                *open = Some(base + i as usize);
-            }
+    debug_assert!((1..=64).contains(&width));
+    debug_assert!(
+        width == 64 || differing >> width == 0,
+        "bits past the mask's width"
+    );
+    if let Some(start) = *open {
+        // The first equal byte ends the open run; none within the width continues it.
+        let end = (!differing).trailing_zeros();
+        if end >= width {
+            return;
         }
+        found(start..base + end as usize);
+        *open = None;
+        differing &= u64::MAX << end;
+    }
+    while differing != 0 {
+        let start = differing.trailing_zeros();
+        // The run's length: the ones from `start` on (bits past the width are zero).
+        let end = start + (!(differing >> start)).trailing_zeros();
+        if end >= width {
+            *open = Some(base + start as usize);
+            return;
+        }
+        found(base + start as usize..base + end as usize);
+        differing &= u64::MAX << end;
     }
 }
 
@@ -199,37 +205,54 @@ mod x86 {
         at + super::first_difference_words(&a[at..], &b[at..])
     }
 
-    /// Byte-equality vectors of bytes `at..at + 128` of `a` and `b`.
+    /// Masks of the bytes that differ in `at..at + 64` and `at + 64..at + 128` of `a` and `b`
+    /// (bit i: byte i of the half differs).
     ///
     /// # Safety
     /// The CPU must support AVX2, and `at + 128` must not exceed either slice.
     #[target_feature(enable = "avx2")]
     #[inline]
-    unsafe fn equal_vectors(a: &[u8], b: &[u8], at: usize) -> [__m256i; 4] {
+    unsafe fn differing_128_avx2(a: &[u8], b: &[u8], at: usize) -> [u64; 2] {
         debug_assert!(at + 2 * STEP <= a.len() && at + 2 * STEP <= b.len());
         // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
-        unsafe {
+        let [e0, e1, e2, e3] = unsafe {
             let pa = a.as_ptr().add(at) as *const __m256i;
             let pb = b.as_ptr().add(at) as *const __m256i;
-            [0, 1, 2, 3].map(|i| {
-                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(i)), _mm256_loadu_si256(pb.add(i)))
-            })
+            [
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa), _mm256_loadu_si256(pb)),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(1)), _mm256_loadu_si256(pb.add(1))),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(2)), _mm256_loadu_si256(pb.add(2))),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(3)), _mm256_loadu_si256(pb.add(3))),
+            ]
+        };
+        let all = _mm256_and_si256(_mm256_and_si256(e0, e1), _mm256_and_si256(e2, e3));
+        if _mm256_movemask_epi8(all) as u32 == u32::MAX {
+            return [0, 0]; // one test for the common all-equal step
         }
+        let bits = |v: __m256i| u64::from(_mm256_movemask_epi8(v) as u32);
+        [!(bits(e0) | bits(e1) << 32), !(bits(e2) | bits(e3) << 32)]
     }
 
-    /// Are all 128 bytes behind `equal` equal?
+    /// The mask of the bytes that differ in the 32 bytes at `at` (bit i: byte `at + i`).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, and `at + 32` must not exceed either slice.
     #[target_feature(enable = "avx2")]
     #[inline]
-    fn all_equal(equal: &[__m256i; 4]) -> bool {
-        let all = _mm256_and_si256(
-            _mm256_and_si256(equal[0], equal[1]),
-            _mm256_and_si256(equal[2], equal[3]),
-        );
-        _mm256_movemask_epi8(all) as u32 == u32::MAX
+    unsafe fn differing_32_avx2(a: &[u8], b: &[u8], at: usize) -> u64 {
+        debug_assert!(at + 32 <= a.len() && at + 32 <= b.len());
+        // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
+        let equal = unsafe {
+            _mm256_cmpeq_epi8(
+                _mm256_loadu_si256(a.as_ptr().add(at) as *const __m256i),
+                _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i),
+            )
+        };
+        u64::from(!(_mm256_movemask_epi8(equal) as u32))
     }
 
-    /// The runs of differing bytes, read off masks of 128 bytes per step (32 at the tail,
-    /// then bytes).
+    /// The runs of differing bytes, read off a 64-bit mask per 64 bytes (two per 128-byte
+    /// step, whose all-equal test is one branch), then 32 bytes at a time at the tail.
     ///
     /// # Safety
     /// The CPU must support AVX2.
@@ -239,118 +262,126 @@ mod x86 {
         b: &[u8],
         found: &mut impl FnMut(std::ops::Range<usize>),
     ) {
-        debug_assert_eq!(a.len(), b.len());
-        if (32..=STEP).contains(&a.len()) {
-            // SAFETY: the CPU supports AVX2 (this function's contract); the length is in range.
-            return unsafe { for_each_run_in_one_mask(a, b, found) };
-        }
+        let len = a.len();
+        assert_eq!(b.len(), len);
         let mut open: Option<usize> = None;
         let mut at = 0;
-        while at + 2 * STEP <= a.len() {
-            // SAFETY: `at + 128 <= len` for both slices.
-            let equal = unsafe { equal_vectors(a, b, at) };
-            if all_equal(&equal) {
-                if let Some(start) = open.take() {
-                    found(start..at);
+        if len < 32 {
+            let differing = a
+                .iter()
+                .zip(b)
+                .enumerate()
+                .fold(0u64, |bits, (i, (x, y))| bits | (u64::from(x != y) << i));
+            if len > 0 {
+                super::runs_of_word(differing, len as u32, 0, &mut open, found);
+            }
+        } else if len <= STEP {
+            // A sub-page block: one mask from two overlapping compares.
+            let last = len - 32;
+            // SAFETY: `32 <= len`, and `last + 32 == len`.
+            let differing =
+                unsafe { differing_32_avx2(a, b, 0) | differing_32_avx2(a, b, last) << last };
+            super::runs_of_word(differing, len as u32, 0, &mut open, found);
+        } else {
+            while at + 2 * STEP <= len {
+                // SAFETY: `at + 128 <= len` for both slices.
+                let [low, high] = unsafe { differing_128_avx2(a, b, at) };
+                if low | high == 0 {
+                    if let Some(start) = open.take() {
+                        found(start..at);
+                    }
+                } else {
+                    super::runs_of_word(low, 64, at, &mut open, found);
+                    super::runs_of_word(high, 64, at + STEP, &mut open, found);
                 }
                 at += 2 * STEP;
-                // Equal stretches are the common case: skip them in a loop of their own.
-                // SAFETY: `at + 128 <= len` for both slices.
-                while at + 2 * STEP <= a.len() && all_equal(&unsafe { equal_vectors(a, b, at) }) {
-                    at += 2 * STEP;
-                }
-                continue;
             }
-            for (i, vector) in equal.iter().enumerate() {
-                let differing = !(_mm256_movemask_epi8(*vector) as u32);
-                let base = at + 32 * i;
-                match (differing, open) {
-                    (0, None) => {}
-                    (0, Some(start)) => {
-                        found(start..base);
-                        open = None;
-                    }
-                    (u32::MAX, Some(_)) => {}
-                    _ => super::runs_of_mask(differing, 32, base, &mut open, found),
-                }
+            while at + 32 <= len {
+                // SAFETY: `at + 32 <= len` for both slices.
+                let differing = unsafe { differing_32_avx2(a, b, at) };
+                super::runs_of_word(differing, 32, at, &mut open, found);
+                at += 32;
             }
-            at += 2 * STEP;
+            if at < len {
+                // The last 32 bytes, overlapping what was scanned: no byte loop.
+                let last = len - 32;
+                // SAFETY: `last + 32 == len` for both slices.
+                let differing = unsafe { differing_32_avx2(a, b, last) } >> (at - last);
+                super::runs_of_word(differing, (len - at) as u32, at, &mut open, found);
+            }
         }
-        while at + 32 <= a.len() {
-            // SAFETY: `at + 32 <= len` for both slices; unaligned loads are allowed.
-            let equal = unsafe {
-                _mm256_cmpeq_epi8(
-                    _mm256_loadu_si256(a.as_ptr().add(at) as *const __m256i),
-                    _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i),
-                )
-            };
-            let differing = !(_mm256_movemask_epi8(equal) as u32);
-            super::runs_of_mask(differing, 32, at, &mut open, found);
-            at += 32;
-        }
-        let tail = if at == a.len() {
-            0
-        } else if a.len() >= 32 {
-            // The last 32 bytes, overlapping what was scanned: no byte loop.
-            let last = a.len() - 32;
-            // SAFETY: `last + 32 == len` for both slices; unaligned loads are allowed.
-            let equal = unsafe {
-                _mm256_cmpeq_epi8(
-                    _mm256_loadu_si256(a.as_ptr().add(last) as *const __m256i),
-                    _mm256_loadu_si256(b.as_ptr().add(last) as *const __m256i),
-                )
-            };
-            !(_mm256_movemask_epi8(equal) as u32) >> (at - last)
-        } else {
-            a[at..]
-                .iter()
-                .zip(&b[at..])
-                .enumerate()
-                .fold(0u32, |bits, (i, (x, y))| bits | (u32::from(x != y) << i))
-        };
-        super::runs_of_mask(tail, (a.len() - at) as u32, at, &mut open, found);
         if let Some(start) = open {
-            found(start..a.len());
+            found(start..len);
         }
     }
 
-    /// [`for_each_run_avx2`] for 32 to 64 bytes (a sub-page block, of which a commit diffs
-    /// thousands): one 64-bit mask of differing bytes from two overlapping 32-byte compares,
-    /// the runs read off it with nothing carried from one vector to the next.
+    /// The mask of the bytes that differ in the `width` (1 to 64) bytes at `at`; bytes past
+    /// `width` are not read.
     ///
     /// # Safety
-    /// The CPU must support AVX2.
-    #[target_feature(enable = "avx2")]
-    unsafe fn for_each_run_in_one_mask(
+    /// The CPU must support AVX-512BW, and `at + width` must not exceed either slice.
+    #[target_feature(enable = "avx512bw")]
+    #[inline]
+    unsafe fn differing_avx512(a: &[u8], b: &[u8], at: usize, width: usize) -> u64 {
+        debug_assert!((1..=STEP).contains(&width));
+        debug_assert!(at + width <= a.len() && at + width <= b.len());
+        let keep = u64::MAX >> (STEP - width);
+        // SAFETY: the masked loads touch only the `width` bytes in bounds (masked-off bytes
+        // are neither read nor faulted on).
+        unsafe {
+            let pa = a.as_ptr().add(at) as *const i8;
+            let pb = b.as_ptr().add(at) as *const i8;
+            _mm512_mask_cmpneq_epi8_mask(
+                keep,
+                _mm512_maskz_loadu_epi8(keep, pa),
+                _mm512_maskz_loadu_epi8(keep, pb),
+            )
+        }
+    }
+
+    /// The runs of differing bytes with AVX-512: a 64-bit mask of differing bytes straight
+    /// from each 64-byte compare, two per step, and a masked compare for the tail (and for a
+    /// sub-page block, whole).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512BW.
+    #[target_feature(enable = "avx512bw")]
+    pub unsafe fn for_each_run_avx512(
         a: &[u8],
         b: &[u8],
         found: &mut impl FnMut(std::ops::Range<usize>),
     ) {
         let len = a.len();
-        assert!((32..=STEP).contains(&len) && b.len() == len);
-        let last = len - 32;
-        // SAFETY: `last + 32 == len` for both slices; unaligned loads are allowed.
-        let [low, high] = unsafe {
-            [0, last].map(|at| {
-                let equal = _mm256_cmpeq_epi8(
-                    _mm256_loadu_si256(a.as_ptr().add(at) as *const __m256i),
-                    _mm256_loadu_si256(b.as_ptr().add(at) as *const __m256i),
-                );
-                u64::from(!(_mm256_movemask_epi8(equal) as u32))
-            })
-        };
-        // Bit i: byte i differs; the two vectors overlap where `last < 32`, and no bit lies
-        // at or past `len`.
-        let mut differing = low | high << last;
-        while differing != 0 {
-            let start = differing.trailing_zeros();
-            let end = start + (!(differing >> start)).trailing_zeros();
-            found(start as usize..end as usize);
-            differing = if end < 64 {
-                differing & (u64::MAX << end)
-            } else {
-                0
+        assert_eq!(b.len(), len);
+        let mut open: Option<usize> = None;
+        let mut at = 0;
+        while at + 2 * STEP <= len {
+            // SAFETY: `at + 128 <= len` for both slices.
+            let [low, high] = unsafe {
+                [
+                    differing_avx512(a, b, at, STEP),
+                    differing_avx512(a, b, at + STEP, STEP),
+                ]
             };
+            if low | high == 0 {
+                if let Some(start) = open.take() {
+                    found(start..at);
+                }
+            } else {
+                super::runs_of_word(low, 64, at, &mut open, found);
+                super::runs_of_word(high, 64, at + STEP, &mut open, found);
+            }
+            at += 2 * STEP;
+        }
+        while at < len {
+            let width = (len - at).min(STEP);
+            // SAFETY: `at + width <= len` for both slices.
+            let differing = unsafe { differing_avx512(a, b, at, width) };
+            super::runs_of_word(differing, width as u32, at, &mut open, found);
+            at += width;
+        }
+        if let Some(start) = open {
+            found(start..len);
         }
     }
 
@@ -456,6 +487,22 @@ mod tests {
             let mut runs = Vec::new();
             for_each_run_words(a, &c, &mut |r| runs.push(r));
             prop_assert_eq!(&runs, &expected_runs);
+            // Each vector path this CPU has, not only the one `for_each_run` picks.
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let mut runs = Vec::new();
+                    // SAFETY: the CPU supports AVX2, checked just above.
+                    unsafe { x86::for_each_run_avx2(a, &c, &mut |r| runs.push(r)) };
+                    prop_assert_eq!(&runs, &expected_runs);
+                }
+                if std::arch::is_x86_feature_detected!("avx512bw") {
+                    let mut runs = Vec::new();
+                    // SAFETY: the CPU supports AVX-512BW, checked just above.
+                    unsafe { x86::for_each_run_avx512(a, &c, &mut |r| runs.push(r)) };
+                    prop_assert_eq!(&runs, &expected_runs);
+                }
+            }
         }
     }
 }

@@ -37,11 +37,19 @@ pub struct Entry {
     pub live: bool,
 }
 
+/// Where the ring starts: a page boundary (of the smallest page size).
+const RING_ALIGN: usize = 4096;
+
 /// Numbers entries for their whole life, so they can be found after older ones left.
 pub type EntrySeq = u64;
 
 pub struct RecoveryBuffer {
-    ring: Box<[u8]>,
+    /// The ring's bytes start at `ring_at` of this allocation, on a page boundary: a page's
+    /// pre-image then lies as the page does in its frame, and the diff's wide loads never
+    /// straddle a cache line (a misaligned operand made each one two).
+    storage: Box<[u8]>,
+    ring_at: usize,
+    capacity: usize,
     entries: VecDeque<Entry>,
     /// Sequence number of `entries[0]`.
     front_seq: EntrySeq,
@@ -61,13 +69,17 @@ impl RecoveryBuffer {
         );
         // Touch every page now, so no first write of a transaction pays for the kernel
         // mapping a zero page (a zeroed allocation is mapped lazily).
-        let mut ring = vec![0u8; capacity_bytes].into_boxed_slice();
-        for byte in ring.iter_mut().step_by(4096) {
+        let mut storage = vec![0u8; capacity_bytes + RING_ALIGN - 1].into_boxed_slice();
+        let ring_at = storage.as_ptr().align_offset(RING_ALIGN);
+        assert!(ring_at < RING_ALIGN, "a byte pointer can always be aligned");
+        for byte in storage.iter_mut().step_by(4096) {
             // SAFETY: a valid, aligned pointer into `ring`.
             unsafe { std::ptr::write_volatile(byte, 0) };
         }
         RecoveryBuffer {
-            ring,
+            storage,
+            ring_at,
+            capacity: capacity_bytes,
             entries: VecDeque::new(),
             front_seq: 0,
             tail: 0,
@@ -77,13 +89,13 @@ impl RecoveryBuffer {
     }
 
     pub fn capacity(&self) -> usize {
-        self.ring.len()
+        self.capacity
     }
 
     /// Bytes not held by any entry (a piece placed at the ring's end may still need to skip
     /// some of them).
     pub fn free_bytes(&self) -> usize {
-        self.ring.len() - self.used
+        self.capacity - self.used
     }
 
     /// Bytes of live pre-images.
@@ -94,12 +106,12 @@ impl RecoveryBuffer {
     /// Where a piece of `len` bytes would go, and the bytes skipped at the ring's end to get
     /// there; `None` if the oldest entries must leave first.
     fn place(&self, len: usize) -> Option<(usize, usize)> {
-        let (start, skipped) = if self.tail + len <= self.ring.len() {
+        let (start, skipped) = if self.tail + len <= self.capacity {
             (self.tail, 0)
         } else {
-            (0, self.ring.len() - self.tail)
+            (0, self.capacity - self.tail)
         };
-        (self.used + skipped + len <= self.ring.len()).then_some((start, skipped))
+        (self.used + skipped + len <= self.capacity).then_some((start, skipped))
     }
 
     /// Can a piece of `len` bytes be added without an eviction?
@@ -130,7 +142,7 @@ impl RecoveryBuffer {
     /// caller made room first (`has_room`).
     pub fn reserve(&mut self, len: usize) -> &mut [u8] {
         let (start, _) = self.place(len).expect("caller made room");
-        &mut self.ring[start..start + len]
+        &mut self.storage[self.ring_at + start..self.ring_at + start + len]
     }
 
     /// Adds the piece just written into the space `reserve(len)` gave.
@@ -154,7 +166,7 @@ impl RecoveryBuffer {
         self.tail = start + len;
         self.used += skipped + len;
         self.live_bytes += len;
-        debug_assert!(self.used <= self.ring.len());
+        debug_assert!(self.used <= self.capacity);
         self.front_seq + self.entries.len() as u64 - 1
     }
 
@@ -172,7 +184,8 @@ impl RecoveryBuffer {
 
     /// The pre-image bytes of `entry`.
     pub fn bytes(&self, entry: &Entry) -> &[u8] {
-        &self.ring[entry.start..entry.start + entry.len as usize]
+        let start = self.ring_at + entry.start;
+        &self.storage[start..start + entry.len as usize]
     }
 
     /// Marks entry `seq` dead: its records were generated (or are no longer needed).
@@ -209,6 +222,23 @@ impl RecoveryBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_pieces_lie_on_page_boundaries() {
+        let mut buffer = RecoveryBuffer::new(3 * 8192, 8192);
+        let page = vec![7u8; 8192];
+        for n in 0..3u32 {
+            let seq = buffer.push(PageId(n), Granule::Page, 0, &page);
+            let entry = buffer.get(seq).expect("just pushed");
+            let bytes = buffer.bytes(&entry);
+            assert_eq!(bytes, &page[..]);
+            assert_eq!(
+                bytes.as_ptr() as usize % RING_ALIGN,
+                0,
+                "page {n} misaligned"
+            );
+        }
+    }
 
     #[test]
     fn oldest_entries_leave_first_and_space_comes_back() {

@@ -121,6 +121,26 @@ fn runs_of_word(
     }
 }
 
+/// [`runs_of_word`] for the two 64-byte masks of a 128-byte step at `at`: a step with no
+/// differing byte (the common case) only ends the open run.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+#[inline(always)]
+fn runs_of_step(
+    [low, high]: [u64; 2],
+    at: usize,
+    open: &mut Option<usize>,
+    found: &mut impl FnMut(std::ops::Range<usize>),
+) {
+    if low | high == 0 {
+        if let Some(start) = open.take() {
+            found(start..at);
+        }
+    } else {
+        runs_of_word(low, 64, at, open, found);
+        runs_of_word(high, 64, at + 64, open, found);
+    }
+}
+
 /// Eight bytes as a little-endian word.
 fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("an 8-byte chunk"))
@@ -286,14 +306,7 @@ mod x86 {
             while at + 2 * STEP <= len {
                 // SAFETY: `at + 128 <= len` for both slices.
                 let [low, high] = unsafe { differing_128_avx2(a, b, at) };
-                if low | high == 0 {
-                    if let Some(start) = open.take() {
-                        found(start..at);
-                    }
-                } else {
-                    super::runs_of_word(low, 64, at, &mut open, found);
-                    super::runs_of_word(high, 64, at + STEP, &mut open, found);
-                }
+                super::runs_of_step([low, high], at, &mut open, found);
                 at += 2 * STEP;
             }
             while at + 32 <= len {
@@ -363,14 +376,7 @@ mod x86 {
                     differing_avx512(a, b, at + STEP, STEP),
                 ]
             };
-            if low | high == 0 {
-                if let Some(start) = open.take() {
-                    found(start..at);
-                }
-            } else {
-                super::runs_of_word(low, 64, at, &mut open, found);
-                super::runs_of_word(high, 64, at + STEP, &mut open, found);
-            }
+            super::runs_of_step([low, high], at, &mut open, found);
             at += 2 * STEP;
         }
         while at < len {

@@ -12,7 +12,7 @@ use crate::bench::median;
 use lodestore::{Error, Result};
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
-use lodestore_loggen::compare::for_each_run;
+use lodestore_loggen::compare::{for_each_run, for_each_run_on, ScanPath};
 use lodestore_loggen::{page_ranges_into, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::slotted;
 use std::ops::Range;
@@ -24,6 +24,11 @@ use std::time::Instant;
 const OBJECT_BYTES: usize = 96;
 /// Objects changed on a page by the scattered workloads.
 const CHANGED_OBJECTS: usize = 16;
+/// The workloads whose scan is timed on every scan path the CPU has.
+const PATH_WORKLOADS: [&str; 2] = [
+    "data page, 16 scattered 8-byte fields",
+    "objects, x and y incremented in 16 objects",
+];
 /// Pages diffed per sample.
 const PAGES_PER_SAMPLE: usize = 2000;
 
@@ -50,6 +55,19 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
     // The scan alone (finding the runs of changed bytes), for the page workloads.
     let mut scan_samples: Vec<Vec<f64>> = vec![Vec::new(); workloads.len() + 1];
+    // Every scan path the CPU has, on the workloads of [`PATH_WORKLOADS`].
+    let paths = ScanPath::available();
+    let path_workloads: Vec<usize> = PATH_WORKLOADS
+        .iter()
+        .map(|name| {
+            workloads
+                .iter()
+                .position(|w| w.name == *name)
+                .expect("a workload of that name")
+        })
+        .collect();
+    let mut path_samples: Vec<Vec<Vec<f64>>> =
+        vec![vec![Vec::new(); path_workloads.len()]; paths.len()];
     let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut bounds = PageBounds::default();
     let started = Instant::now();
@@ -109,6 +127,21 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 ranges.len() as u64
             }));
         }
+        for (p, &path) in paths.iter().enumerate() {
+            for (k, &w) in path_workloads.iter().enumerate() {
+                let workload = &workloads[w];
+                path_samples[p][k].push(sample(page_size, || {
+                    ranges.clear();
+                    for_each_run_on(
+                        path,
+                        std::hint::black_box(&workload.before[..]),
+                        std::hint::black_box(&workload.after[..]),
+                        &mut |run| ranges.push(run),
+                    );
+                    ranges.len() as u64
+                }));
+            }
+        }
     }
     let medians: Vec<f64> = samples.iter().map(|s| median(s.clone())).collect();
     println!(
@@ -138,6 +171,23 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 lines.push(format!("{name},{part},{k},{gbs:.2}"));
             }
         }
+    }
+    println!();
+    println!("scan alone, by the instructions it uses (median GB/s; the widest is used):");
+    print!("{:<12}", "scan path");
+    for name in PATH_WORKLOADS {
+        print!(" {name:>44}");
+    }
+    println!();
+    for (p, path) in paths.iter().enumerate() {
+        print!("{:<12}", path.name());
+        for (k, name) in PATH_WORKLOADS.iter().enumerate() {
+            print!(" {:>44.1}", median(path_samples[p][k].clone()));
+            for (n, gbs) in path_samples[p][k].iter().enumerate() {
+                lines.push(format!("{name},scan {},{n},{gbs:.2}", path.name()));
+            }
+        }
+        println!();
     }
     if let Some(csv) = csv {
         std::fs::write(csv, lines.join("\n") + "\n").map_err(|e| Error::io(csv, "write", e))?;

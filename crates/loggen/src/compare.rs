@@ -1,29 +1,12 @@
-//! Wide comparison of two images: where the next differing byte is, and where a run of
-//! differing bytes ends. Diffing spends almost all its time skipping equal bytes, so that scan
-//! compares 64 bytes per step with vector instructions (AVX2 when the CPU has it, SSE2
-//! otherwise on x86-64, 8-byte words elsewhere); a byte loop is about 40 times slower.
-
-/// The index of the first byte where `a` and `b` differ, or their length if none does.
-pub fn first_difference(a: &[u8], b: &[u8]) -> usize {
-    assert_eq!(a.len(), b.len());
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { x86::first_difference_avx2(a, b) };
-        }
-        // SAFETY: SSE2 is part of the x86-64 baseline.
-        unsafe { x86::first_difference_sse2(a, b) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        first_difference_words(a, b)
-    }
-}
+//! Wide comparison of two images: the runs of differing bytes. Diffing spends almost all its
+//! time skipping equal bytes, so the scan compares 128 bytes per step with vector instructions
+//! (AVX-512BW or AVX2, whichever is the widest the CPU has) and reads the runs off 64-bit masks
+//! of differing bytes; elsewhere it falls back to 8-byte words. A byte loop is about 40 times
+//! slower.
 
 /// The index of the first byte where `a` and `b` are equal, or their length if none is: the
 /// end of a run of changed bytes. Runs are short (a field or two), so words are enough.
-pub fn first_equal(a: &[u8], b: &[u8]) -> usize {
+fn first_equal(a: &[u8], b: &[u8]) -> usize {
     assert_eq!(a.len(), b.len());
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGHS: u64 = 0x8080_8080_8080_8080;
@@ -51,18 +34,85 @@ pub fn first_equal(a: &[u8], b: &[u8]) -> usize {
 /// little more than one with none; a scan restarted after each change paid a vector set-up,
 /// a call and a word loop per change.
 pub fn for_each_run(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<usize>)) {
+    for_each_run_on(ScanPath::widest(), a, b, found)
+}
+
+/// The instructions a scan for runs is made of. [`for_each_run`] takes the widest the CPU
+/// has; benchmarks compare them all on the same pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScanPath {
+    /// 64-byte compares giving a 64-bit mask each (AVX-512BW).
+    Avx512,
+    /// 32-byte compares, two masks joined per 64 bytes (AVX2).
+    Avx2,
+    /// 8-byte words: the portable path.
+    Words,
+}
+
+impl ScanPath {
+    pub fn name(self) -> &'static str {
+        match self {
+            ScanPath::Avx512 => "AVX-512",
+            ScanPath::Avx2 => "AVX2",
+            ScanPath::Words => "words",
+        }
+    }
+
+    /// Can this CPU run the path?
+    pub fn is_available(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            ScanPath::Avx512 => std::arch::is_x86_feature_detected!("avx512bw"),
+            #[cfg(target_arch = "x86_64")]
+            ScanPath::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(not(target_arch = "x86_64"))]
+            ScanPath::Avx512 | ScanPath::Avx2 => false,
+            ScanPath::Words => true,
+        }
+    }
+
+    /// The paths this CPU can run, widest first.
+    pub fn available() -> Vec<ScanPath> {
+        [ScanPath::Avx512, ScanPath::Avx2, ScanPath::Words]
+            .into_iter()
+            .filter(|path| path.is_available())
+            .collect()
+    }
+
+    /// The widest path this CPU can run (the feature tests are cached by the standard
+    /// library: a load and a test each).
+    pub fn widest() -> ScanPath {
+        if ScanPath::Avx512.is_available() {
+            ScanPath::Avx512
+        } else if ScanPath::Avx2.is_available() {
+            ScanPath::Avx2
+        } else {
+            ScanPath::Words
+        }
+    }
+}
+
+/// [`for_each_run`] on a given path; one the CPU cannot run falls back to [`ScanPath::Words`].
+pub fn for_each_run_on(
+    path: ScanPath,
+    a: &[u8],
+    b: &[u8],
+    found: &mut impl FnMut(std::ops::Range<usize>),
+) {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512bw") {
+    match path {
+        ScanPath::Avx512 if path.is_available() => {
             // SAFETY: the CPU supports AVX-512BW, checked just above.
             return unsafe { x86::for_each_run_avx512(a, b, found) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
+        ScanPath::Avx2 if path.is_available() => {
             // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { x86::for_each_run_avx2(a, b, found) };
         }
+        _ => {}
     }
+    let _ = path;
     for_each_run_words(a, b, found)
 }
 
@@ -70,7 +120,7 @@ pub fn for_each_run(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<u
 fn for_each_run_words(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<usize>)) {
     let mut at = 0;
     while at < a.len() {
-        at += first_difference(&a[at..], &b[at..]);
+        at += first_difference_words(&a[at..], &b[at..]);
         if at == a.len() {
             break;
         }
@@ -121,24 +171,41 @@ fn runs_of_word(
     }
 }
 
-/// [`runs_of_word`] for the two 64-byte masks of a 128-byte step at `at`: a step with no
-/// differing byte (the common case) only ends the open run.
+/// The runs in the whole 128-byte steps of two slices of `len` bytes, for the vector paths:
+/// `equal(at)` tells whether the step at `at` is all equal, `masks(at)` gives its two 64-bit
+/// masks of differing bytes; both are called only with `at + 128 <= len`. Returns where the
+/// steps end. Equal stretches, the common case, are skipped in a loop of their own, which
+/// keeps nothing but the position live.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
-fn runs_of_step(
-    [low, high]: [u64; 2],
-    at: usize,
+fn runs_of_steps(
+    len: usize,
+    equal: impl Fn(usize) -> bool,
+    masks: impl Fn(usize) -> [u64; 2],
     open: &mut Option<usize>,
     found: &mut impl FnMut(std::ops::Range<usize>),
-) {
-    if low | high == 0 {
-        if let Some(start) = open.take() {
-            found(start..at);
+) -> usize {
+    const STEP_BYTES: usize = 128;
+    let mut at = 0;
+    while at + STEP_BYTES <= len {
+        if equal(at) {
+            if let Some(start) = open.take() {
+                found(start..at);
+            }
+            at += STEP_BYTES;
+            while at + STEP_BYTES <= len && equal(at) {
+                at += STEP_BYTES;
+            }
+            continue;
         }
-    } else {
+        // The step's compares again, for its masks: they are in L1, and a step that is
+        // tested and masked in one go keeps more live across the equal steps.
+        let [low, high] = masks(at);
         runs_of_word(low, 64, at, open, found);
         runs_of_word(high, 64, at + 64, open, found);
+        at += STEP_BYTES;
     }
+    at
 }
 
 /// Eight bytes as a little-endian word.
@@ -146,8 +213,8 @@ fn word(bytes: &[u8]) -> u64 {
     u64::from_le_bytes(bytes.try_into().expect("an 8-byte chunk"))
 }
 
-/// The portable scan: 8-byte words, then bytes.
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+/// The index of the first byte where `a` and `b` differ, or their length if none does: 8-byte
+/// words, then bytes.
 fn first_difference_words(a: &[u8], b: &[u8]) -> usize {
     let mut at = 0;
     for (x, y) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
@@ -168,61 +235,41 @@ fn first_difference_words(a: &[u8], b: &[u8]) -> usize {
 mod x86 {
     use std::arch::x86_64::*;
 
-    /// Bytes compared per step: two 32-byte or four 16-byte vectors of each image.
-    const STEP: usize = 64;
+    /// Bytes behind one 64-bit mask of differing bytes; a step of the scan is two.
+    const MASK_BYTES: usize = 64;
 
+    /// Equality vectors of the 128 bytes at `at` of `a` and `b`.
+    ///
     /// # Safety
-    /// The CPU must support AVX2.
+    /// The CPU must support AVX2, and `at + 128` must not exceed either slice.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn first_difference_avx2(a: &[u8], b: &[u8]) -> usize {
-        debug_assert_eq!(a.len(), b.len());
-        let mut at = 0;
-        // Equal stretches are the common case: 128 bytes per step with one branch, then the
-        // step that differs is searched vector by vector.
-        while at + 2 * STEP <= a.len() {
-            // SAFETY: `at + 128 <= len` for both slices; unaligned loads are allowed.
-            let equal = unsafe {
-                let pa = a.as_ptr().add(at) as *const __m256i;
-                let pb = b.as_ptr().add(at) as *const __m256i;
-                [0, 1, 2, 3].map(|i| {
-                    _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(i)), _mm256_loadu_si256(pb.add(i)))
-                })
-            };
-            let all = _mm256_and_si256(
-                _mm256_and_si256(equal[0], equal[1]),
-                _mm256_and_si256(equal[2], equal[3]),
-            );
-            if _mm256_movemask_epi8(all) as u32 != u32::MAX {
-                // One 128-bit mask of the step's equal bytes: the first differing byte is its
-                // lowest clear bit, found without a branch per vector.
-                let equal_bits = equal.iter().enumerate().fold(0u128, |bits, (i, vector)| {
-                    bits | (u128::from(_mm256_movemask_epi8(*vector) as u32) << (32 * i))
-                });
-                return at + (!equal_bits).trailing_zeros() as usize;
-            }
-            at += 2 * STEP;
+    #[inline]
+    unsafe fn equal_vectors(a: &[u8], b: &[u8], at: usize) -> [__m256i; 4] {
+        debug_assert!(at + 2 * MASK_BYTES <= a.len() && at + 2 * MASK_BYTES <= b.len());
+        // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
+        unsafe {
+            let pa = a.as_ptr().add(at) as *const __m256i;
+            let pb = b.as_ptr().add(at) as *const __m256i;
+            [
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa), _mm256_loadu_si256(pb)),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(1)), _mm256_loadu_si256(pb.add(1))),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(2)), _mm256_loadu_si256(pb.add(2))),
+                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(3)), _mm256_loadu_si256(pb.add(3))),
+            ]
         }
-        while at + STEP <= a.len() {
-            // SAFETY: `at + 64 <= len` for both slices; unaligned loads are allowed.
-            let (equal_low, equal_high) = unsafe {
-                let pa = a.as_ptr().add(at) as *const __m256i;
-                let pb = b.as_ptr().add(at) as *const __m256i;
-                (
-                    _mm256_cmpeq_epi8(_mm256_loadu_si256(pa), _mm256_loadu_si256(pb)),
-                    _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(1)), _mm256_loadu_si256(pb.add(1))),
-                )
-            };
-            let low = !(_mm256_movemask_epi8(equal_low) as u32);
-            if low != 0 {
-                return at + low.trailing_zeros() as usize;
-            }
-            let high = !(_mm256_movemask_epi8(equal_high) as u32);
-            if high != 0 {
-                return at + 32 + high.trailing_zeros() as usize;
-            }
-            at += STEP;
-        }
-        at + super::first_difference_words(&a[at..], &b[at..])
+    }
+
+    /// Are the 128 bytes at `at` of `a` and `b` equal?
+    ///
+    /// # Safety
+    /// The CPU must support AVX2, and `at + 128` must not exceed either slice.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn equal_128_avx2(a: &[u8], b: &[u8], at: usize) -> bool {
+        // SAFETY: passed on from the caller.
+        let [e0, e1, e2, e3] = unsafe { equal_vectors(a, b, at) };
+        let all = _mm256_and_si256(_mm256_and_si256(e0, e1), _mm256_and_si256(e2, e3));
+        _mm256_movemask_epi8(all) as u32 == u32::MAX
     }
 
     /// Masks of the bytes that differ in `at..at + 64` and `at + 64..at + 128` of `a` and `b`
@@ -233,24 +280,15 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     #[inline]
     unsafe fn differing_128_avx2(a: &[u8], b: &[u8], at: usize) -> [u64; 2] {
-        debug_assert!(at + 2 * STEP <= a.len() && at + 2 * STEP <= b.len());
-        // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
-        let [e0, e1, e2, e3] = unsafe {
-            let pa = a.as_ptr().add(at) as *const __m256i;
-            let pb = b.as_ptr().add(at) as *const __m256i;
-            [
-                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa), _mm256_loadu_si256(pb)),
-                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(1)), _mm256_loadu_si256(pb.add(1))),
-                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(2)), _mm256_loadu_si256(pb.add(2))),
-                _mm256_cmpeq_epi8(_mm256_loadu_si256(pa.add(3)), _mm256_loadu_si256(pb.add(3))),
-            ]
-        };
-        let all = _mm256_and_si256(_mm256_and_si256(e0, e1), _mm256_and_si256(e2, e3));
-        if _mm256_movemask_epi8(all) as u32 == u32::MAX {
-            return [0, 0]; // one test for the common all-equal step
-        }
-        let bits = |v: __m256i| u64::from(_mm256_movemask_epi8(v) as u32);
-        [!(bits(e0) | bits(e1) << 32), !(bits(e2) | bits(e3) << 32)]
+        // SAFETY: passed on from the caller.
+        let [e0, e1, e2, e3] = unsafe { equal_vectors(a, b, at) };
+        // Written out: a closure mapping the vectors would be compiled without AVX2, and
+        // each movemask would become a call.
+        let mask = |low: i32, high: i32| !(u64::from(low as u32) | u64::from(high as u32) << 32);
+        [
+            mask(_mm256_movemask_epi8(e0), _mm256_movemask_epi8(e1)),
+            mask(_mm256_movemask_epi8(e2), _mm256_movemask_epi8(e3)),
+        ]
     }
 
     /// The mask of the bytes that differ in the 32 bytes at `at` (bit i: byte `at + i`).
@@ -285,7 +323,6 @@ mod x86 {
         let len = a.len();
         assert_eq!(b.len(), len);
         let mut open: Option<usize> = None;
-        let mut at = 0;
         if len < 32 {
             let differing = a
                 .iter()
@@ -295,7 +332,7 @@ mod x86 {
             if len > 0 {
                 super::runs_of_word(differing, len as u32, 0, &mut open, found);
             }
-        } else if len <= STEP {
+        } else if len <= MASK_BYTES {
             // A sub-page block: one mask from two overlapping compares.
             let last = len - 32;
             // SAFETY: `32 <= len`, and `last + 32 == len`.
@@ -303,12 +340,15 @@ mod x86 {
                 unsafe { differing_32_avx2(a, b, 0) | differing_32_avx2(a, b, last) << last };
             super::runs_of_word(differing, len as u32, 0, &mut open, found);
         } else {
-            while at + 2 * STEP <= len {
-                // SAFETY: `at + 128 <= len` for both slices.
-                let [low, high] = unsafe { differing_128_avx2(a, b, at) };
-                super::runs_of_step([low, high], at, &mut open, found);
-                at += 2 * STEP;
-            }
+            let mut at = super::runs_of_steps(
+                len,
+                // SAFETY: `runs_of_steps` asks only for steps with `at + 128 <= len`.
+                |at| unsafe { equal_128_avx2(a, b, at) },
+                // SAFETY: as above.
+                |at| unsafe { differing_128_avx2(a, b, at) },
+                &mut open,
+                found,
+            );
             while at + 32 <= len {
                 // SAFETY: `at + 32 <= len` for both slices.
                 let differing = unsafe { differing_32_avx2(a, b, at) };
@@ -336,9 +376,9 @@ mod x86 {
     #[target_feature(enable = "avx512bw")]
     #[inline]
     unsafe fn differing_avx512(a: &[u8], b: &[u8], at: usize, width: usize) -> u64 {
-        debug_assert!((1..=STEP).contains(&width));
+        debug_assert!((1..=MASK_BYTES).contains(&width));
         debug_assert!(at + width <= a.len() && at + width <= b.len());
-        let keep = u64::MAX >> (STEP - width);
+        let keep = u64::MAX >> (MASK_BYTES - width);
         // SAFETY: the masked loads touch only the `width` bytes in bounds (masked-off bytes
         // are neither read nor faulted on).
         unsafe {
@@ -349,6 +389,27 @@ mod x86 {
                 _mm512_maskz_loadu_epi8(keep, pa),
                 _mm512_maskz_loadu_epi8(keep, pb),
             )
+        }
+    }
+
+    /// Are the 128 bytes at `at` of `a` and `b` equal?
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512BW, and `at + 128` must not exceed either slice.
+    #[target_feature(enable = "avx512bw")]
+    #[inline]
+    unsafe fn equal_128_avx512(a: &[u8], b: &[u8], at: usize) -> bool {
+        debug_assert!(at + 2 * MASK_BYTES <= a.len() && at + 2 * MASK_BYTES <= b.len());
+        // SAFETY: in bounds by the caller's promise; unaligned loads are allowed.
+        unsafe {
+            let pa = a.as_ptr().add(at) as *const __m512i;
+            let pb = b.as_ptr().add(at) as *const __m512i;
+            let low = _mm512_cmpneq_epi8_mask(_mm512_loadu_si512(pa), _mm512_loadu_si512(pb));
+            let high = _mm512_cmpneq_epi8_mask(
+                _mm512_loadu_si512(pa.add(1)),
+                _mm512_loadu_si512(pb.add(1)),
+            );
+            low | high == 0
         }
     }
 
@@ -367,20 +428,22 @@ mod x86 {
         let len = a.len();
         assert_eq!(b.len(), len);
         let mut open: Option<usize> = None;
-        let mut at = 0;
-        while at + 2 * STEP <= len {
-            // SAFETY: `at + 128 <= len` for both slices.
-            let [low, high] = unsafe {
+        let mut at = super::runs_of_steps(
+            len,
+            // SAFETY: `runs_of_steps` asks only for steps with `at + 128 <= len`.
+            |at| unsafe { equal_128_avx512(a, b, at) },
+            // SAFETY: as above.
+            |at| unsafe {
                 [
-                    differing_avx512(a, b, at, STEP),
-                    differing_avx512(a, b, at + STEP, STEP),
+                    differing_avx512(a, b, at, MASK_BYTES),
+                    differing_avx512(a, b, at + MASK_BYTES, MASK_BYTES),
                 ]
-            };
-            super::runs_of_step([low, high], at, &mut open, found);
-            at += 2 * STEP;
-        }
+            },
+            &mut open,
+            found,
+        );
         while at < len {
-            let width = (len - at).min(STEP);
+            let width = (len - at).min(MASK_BYTES);
             // SAFETY: `at + width <= len` for both slices.
             let differing = unsafe { differing_avx512(a, b, at, width) };
             super::runs_of_word(differing, width as u32, at, &mut open, found);
@@ -389,37 +452,6 @@ mod x86 {
         if let Some(start) = open {
             found(start..len);
         }
-    }
-
-    /// # Safety
-    /// The CPU must support SSE2 (every x86-64 CPU does).
-    #[target_feature(enable = "sse2")]
-    pub unsafe fn first_difference_sse2(a: &[u8], b: &[u8]) -> usize {
-        debug_assert_eq!(a.len(), b.len());
-        let mut at = 0;
-        while at + STEP <= a.len() {
-            // SAFETY: `at + 64 <= len` for both slices; unaligned loads are allowed.
-            let equal = unsafe {
-                let pa = a.as_ptr().add(at) as *const __m128i;
-                let pb = b.as_ptr().add(at) as *const __m128i;
-                [0, 1, 2, 3]
-                    .map(|i| _mm_cmpeq_epi8(_mm_loadu_si128(pa.add(i)), _mm_loadu_si128(pb.add(i))))
-            };
-            let all = _mm_and_si128(
-                _mm_and_si128(equal[0], equal[1]),
-                _mm_and_si128(equal[2], equal[3]),
-            );
-            if _mm_movemask_epi8(all) != 0xFFFF {
-                for (i, vector) in equal.iter().enumerate() {
-                    let differing = !(_mm_movemask_epi8(*vector) as u32) & 0xFFFF;
-                    if differing != 0 {
-                        return at + 16 * i + differing.trailing_zeros() as usize;
-                    }
-                }
-            }
-            at += STEP;
-        }
-        at + super::first_difference_words(&a[at..], &b[at..])
     }
 }
 
@@ -467,13 +499,7 @@ mod tests {
             }
             let (a, b) = (&a[skip.min(len)..], &b[skip.min(len)..]);
             let expected = first_difference_bytes(a, b);
-            prop_assert_eq!(first_difference(a, b), expected);
             prop_assert_eq!(first_difference_words(a, b), expected);
-            #[cfg(target_arch = "x86_64")]
-            {
-                // SAFETY: SSE2 is part of the x86-64 baseline.
-                prop_assert_eq!(unsafe { x86::first_difference_sse2(a, b) }, expected);
-            }
 
             // A run of `run` changed bytes, then bytes changed at random.
             let mut c = a.to_vec();
@@ -493,21 +519,11 @@ mod tests {
             let mut runs = Vec::new();
             for_each_run_words(a, &c, &mut |r| runs.push(r));
             prop_assert_eq!(&runs, &expected_runs);
-            // Each vector path this CPU has, not only the one `for_each_run` picks.
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx2") {
-                    let mut runs = Vec::new();
-                    // SAFETY: the CPU supports AVX2, checked just above.
-                    unsafe { x86::for_each_run_avx2(a, &c, &mut |r| runs.push(r)) };
-                    prop_assert_eq!(&runs, &expected_runs);
-                }
-                if std::arch::is_x86_feature_detected!("avx512bw") {
-                    let mut runs = Vec::new();
-                    // SAFETY: the CPU supports AVX-512BW, checked just above.
-                    unsafe { x86::for_each_run_avx512(a, &c, &mut |r| runs.push(r)) };
-                    prop_assert_eq!(&runs, &expected_runs);
-                }
+            // Every path this CPU has, not only the one `for_each_run` picks.
+            for path in ScanPath::available() {
+                let mut runs = Vec::new();
+                for_each_run_on(path, a, &c, &mut |r| runs.push(r));
+                prop_assert_eq!(&runs, &expected_runs, "{}", path.name());
             }
         }
     }

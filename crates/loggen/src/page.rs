@@ -41,6 +41,14 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
         return;
     }
     let cuts = Cuts::of(before, after);
+    if let Cuts::Header(header_cuts) = &cuts {
+        // A page without objects whose runs all lie past the header fields: they lie in one
+        // segment, which ends at the page end.
+        if runs[0].start >= header_cuts[3] {
+            merge_close_runs(runs, header);
+            return;
+        }
+    }
     let cuts = cuts.as_slice();
     // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
     // range lies in: ranges merge only within one segment.

@@ -427,6 +427,17 @@ mod x86 {
     ) {
         let len = a.len();
         assert_eq!(b.len(), len);
+        if (1..=MASK_BYTES).contains(&len) {
+            // A sub-page block (a commit diffs thousands): one compare, no loop to set up.
+            // SAFETY: `len` bytes are in bounds for both slices.
+            let differing = unsafe { differing_avx512(a, b, 0, len) };
+            let mut open = None;
+            super::runs_of_word(differing, len as u32, 0, &mut open, found);
+            if let Some(start) = open {
+                found(start..len);
+            }
+            return;
+        }
         let mut open: Option<usize> = None;
         let mut at = super::runs_of_steps(
             len,

@@ -41,13 +41,11 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
         return;
     }
     let cuts = Cuts::of(before, after);
-    if let Cuts::Header(header_cuts) = &cuts {
+    if matches!(cuts, Cuts::Header(_)) && runs[0].start >= HEADER_FIELDS_END {
         // A page without objects whose runs all lie past the header fields: they lie in one
         // segment, which ends at the page end.
-        if runs[0].start >= header_cuts[3] {
-            merge_close_runs(runs, header);
-            return;
-        }
+        merge_close_runs(runs, header);
+        return;
     }
     let cuts = cuts.as_slice();
     // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
@@ -447,7 +445,7 @@ impl Cuts {
                 object_cuts(&images)
             })
         } else {
-            Cuts::Header([0, 4, 8, 16, before.len()])
+            Cuts::Header([0, 4, 8, HEADER_FIELDS_END, before.len()])
         }
     }
 
@@ -458,6 +456,10 @@ impl Cuts {
         }
     }
 }
+
+/// Where the last of the page header's fields a diff cuts at ends (the checksum at 0..4, the
+/// LSN at 8..16); a page without objects has no other cut but its end.
+const HEADER_FIELDS_END: usize = 16;
 
 /// Ranges a page diff makes room for at once.
 const RANGES_RESERVED: usize = 32;

@@ -73,7 +73,7 @@ impl RecoveryBuffer {
         let ring_at = storage.as_ptr().align_offset(RING_ALIGN);
         assert!(ring_at < RING_ALIGN, "a byte pointer can always be aligned");
         for byte in storage.iter_mut().step_by(4096) {
-            // SAFETY: a valid, aligned pointer into `ring`.
+            // SAFETY: a valid, aligned pointer into `storage`.
             unsafe { std::ptr::write_volatile(byte, 0) };
         }
         RecoveryBuffer {

@@ -352,6 +352,12 @@ impl ProtectedArena {
 
     /// The frame captured since the last call, if the armed frame was written.
     pub fn take_capture(&mut self) -> Option<FrameId> {
+        // Every write through the API asks, and almost always there is none: a plain load
+        // answers that, where the swap is a locked instruction (about 6 ns here, 15 % of a
+        // hot update). A capture stored just after the load is taken at the next call.
+        if self.shared.captured.load(Ordering::Acquire) == NO_FRAME {
+            return None;
+        }
         let frame = self.shared.captured.swap(NO_FRAME, Ordering::AcqRel);
         if frame == NO_FRAME {
             return None;

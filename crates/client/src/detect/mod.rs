@@ -929,6 +929,22 @@ mod tests {
     const PAGES: usize = 3;
     const OBJECT_BYTES: usize = 200;
 
+    proptest! {
+        /// The word-wide test of a write's units says what testing them one by one says, for
+        /// any span, anywhere in tables of any size (a window past the end falls back).
+        #[test]
+        fn units_are_set_exactly_when_each_is(
+            table in proptest::collection::vec(prop_oneof![1 => Just(0u8), 9 => Just(1u8)], 1..40),
+            first in 0usize..40,
+            count in 1usize..12,
+        ) {
+            let first = first % table.len();
+            let last = (first + count - 1).min(table.len() - 1);
+            let each = table[first..=last].iter().all(|&unit| unit != 0);
+            prop_assert_eq!(all_units_set(&table, first, last), each);
+        }
+    }
+
     fn detectors() -> impl Strategy<Value = Detector> {
         prop_oneof![
             Just(Detector::PageProtection(FaultMechanism::Signal)),

@@ -161,6 +161,8 @@ fn touch<'a>(
 /// The detector, the recovery buffer and the log generator of one session.
 pub struct WriteTracker {
     detector: Detector,
+    /// log2 of the unit of a unit detector (blocks, cards), for the write barrier.
+    unit_shift: Option<u32>,
     generator: Generator,
     page_size: usize,
     buffer: RecoveryBuffer,
@@ -210,6 +212,7 @@ impl WriteTracker {
         }
         Ok(WriteTracker {
             detector,
+            unit_shift: detector.unit_bytes().map(|unit| unit.trailing_zeros()),
             generator,
             page_size,
             buffer: RecoveryBuffer::new(recovery_buffer_bytes, page_size),
@@ -284,6 +287,9 @@ impl WriteTracker {
         write: Write,
     ) -> Result<bool> {
         self.page_bounds.forget(); // the page is about to change
+        if self.seen_already(frame, page, &write) {
+            return Ok(true);
+        }
         self.collect(cache)?;
         if self.frames[frame].unlogged {
             if let Some(protection) = cache.protection_mut() {
@@ -338,6 +344,34 @@ impl WriteTracker {
                 }
                 Ok(true)
             }
+        }
+    }
+
+    /// The software barriers' hot write: what it changes was copied (or marked) by an earlier
+    /// write of the transaction, so it is dirty and there is nothing to do. Answered before
+    /// anything else, as nothing else could change the answer (these detectors have no
+    /// protection arena to collect from, and a page copy or an unlogged page says dirty too).
+    #[inline]
+    fn seen_already(&self, frame: FrameId, page: PageId, write: &Write) -> bool {
+        let track = &self.frames[frame];
+        match (self.detector, write) {
+            (
+                Detector::SubPageBlocks { .. } | Detector::Cards { .. },
+                Write::Object { range, .. } | Write::Bytes { range },
+            ) => {
+                let shift = self.unit_shift.expect("a unit detector has a unit");
+                track.units.as_ref().is_some_and(|table| {
+                    all_units_set(table, range.start >> shift, (range.end - 1) >> shift)
+                })
+            }
+            (Detector::RememberedSet, Write::Object { slot, .. }) => {
+                self.remembered.contains(&(page, *slot))
+            }
+            (Detector::ObjectMarking, Write::Object { slot, .. }) => track
+                .marks
+                .get(*slot as usize / 64)
+                .is_some_and(|word| word & (1u64 << (slot % 64)) != 0),
+            _ => false,
         }
     }
 

@@ -482,6 +482,13 @@ impl ClientSession {
     /// it, and the page is dirty if the detector says so.
     fn writable(&mut self, page: PageId, write: Write) -> Result<FrameId> {
         let frame = self.page(page, LockMode::Exclusive)?;
+        self.write_to(frame, page, write)
+    }
+
+    /// [`Self::writable`] for a `frame` the caller has just had from `page` (locked
+    /// exclusively), sparing the hot write path a second lock and cache lookup.
+    fn write_to(&mut self, frame: FrameId, page: PageId, write: Write) -> Result<FrameId> {
+        debug_assert_eq!(self.cache.peek(page), Some(frame), "the frame holds the page");
         let dirty = self
             .tracker
             .before_write(&mut self.cache, frame, page, write)?;
@@ -666,7 +673,7 @@ impl ClientSession {
         }
         let record = slotted::record(bytes, oid.slot())
             .map_err(|reason| self.corrupt(oid.page(), reason))?
-            .ok_or(Error::ObjectNotFound { oid })?;
+            .ok_or_else(|| Error::ObjectNotFound { oid })?;
         Ok((frame, record))
     }
 
@@ -745,7 +752,7 @@ impl ClientSession {
             object: record.payload(),
             range: record.payload(),
         };
-        let frame = self.writable(oid.page(), write)?;
+        let frame = self.write_to(frame, oid.page(), write)?;
         Ok(&mut self.cache.frame_mut(frame)[record.payload()])
     }
 

@@ -488,7 +488,11 @@ impl ClientSession {
     /// [`Self::writable`] for a `frame` the caller has just had from `page` (locked
     /// exclusively), sparing the hot write path a second lock and cache lookup.
     fn write_to(&mut self, frame: FrameId, page: PageId, write: Write) -> Result<FrameId> {
-        debug_assert_eq!(self.cache.peek(page), Some(frame), "the frame holds the page");
+        debug_assert_eq!(
+            self.cache.peek(page),
+            Some(frame),
+            "the frame holds the page"
+        );
         let dirty = self
             .tracker
             .before_write(&mut self.cache, frame, page, write)?;
@@ -671,9 +675,12 @@ impl ClientSession {
         if page::kind(bytes) != Some(PageKind::Slotted) {
             return Err(Error::ObjectNotFound { oid });
         }
-        let record = slotted::record(bytes, oid.slot())
+        // Not `ok_or`: it would build (and drop) an error for every object found.
+        let Some(record) = slotted::record(bytes, oid.slot())
             .map_err(|reason| self.corrupt(oid.page(), reason))?
-            .ok_or_else(|| Error::ObjectNotFound { oid })?;
+        else {
+            return Err(Error::ObjectNotFound { oid });
+        };
         Ok((frame, record))
     }
 

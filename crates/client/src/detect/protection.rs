@@ -48,10 +48,12 @@ pub enum FaultMechanism {
 /// pre-images first. Each writable run of frames costs up to two kernel mappings.
 pub const WRITABLE_FRAMES_MAX: usize = 16_384;
 /// How long the userfaultfd handler thread polls for the next fault before it sleeps. A
-/// sleeping handler makes each fault wait for its CPU to wake: measured here (two virtual
-/// CPUs) at about 60 us per fault, against 16 us when it polls; 20, 50 and 100 us of polling
-/// measured the same, so the shortest is kept.
-const HANDLER_SPIN: std::time::Duration = std::time::Duration::from_micros(20);
+/// sleeping handler makes each fault wait for its CPU to wake as well as the writer's: about 60
+/// us a fault on a two-CPU virtual machine, against 16-23 us while it polls. The poll must
+/// outlast a fault's round trip plus the writer's work before its next fault, or every fault
+/// of a burst finds the handler asleep: with 20 us, a round trip of about 20 us on the current
+/// build machine and 5 us of work between faults cost 47-60 us a fault, with 100 us 22-24.
+const HANDLER_SPIN: std::time::Duration = std::time::Duration::from_micros(100);
 /// Protected arenas (sessions using page protection) in one process at once.
 pub const ARENAS_MAX: usize = 256;
 

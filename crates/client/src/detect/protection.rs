@@ -266,10 +266,18 @@ impl ProtectedArena {
         let (stop_read, stop_write) = userfaultfd::stop_pipe()?;
         let shared = Arc::clone(&self.shared);
         let raw = fd.as_raw_fd();
+        // Polling only pays where the writer has a CPU of its own to run on meanwhile: on one
+        // CPU the polling handler holds the writer off instead (pinned to one CPU here, a
+        // fault cost 4.1-4.6 us with no polling and 4.7-7.2 with 100 us of it).
+        let spin = if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            HANDLER_SPIN
+        } else {
+            std::time::Duration::ZERO
+        };
         let handler = std::thread::Builder::new()
             .name("lodestore-uffd".into())
             .spawn(move || loop {
-                match userfaultfd::next_event(raw, stop_read.as_raw_fd(), HANDLER_SPIN) {
+                match userfaultfd::next_event(raw, stop_read.as_raw_fd(), spin) {
                     Ok(Event::Stop) => return,
                     Ok(Event::WriteFault(address)) => {
                         if !shared.capture(address) {

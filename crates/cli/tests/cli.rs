@@ -184,10 +184,57 @@ fn bench_diff_reports_every_workload_and_writes_its_samples() {
         assert!(rates.len() >= 5, "{workload}: {rates:?}");
         assert!(rates.iter().all(|&r| r > 0.0 && r.is_finite()), "{rates:?}");
     }
+    // The scan on every path the CPU has: the portable one at least.
+    assert!(stdout.contains("scan path"), "{stdout}");
+    assert!(
+        samples.lines().any(|line| line.contains(",scan words,")),
+        "no samples of the portable scan"
+    );
     let bad = lodestore(&["bench", "diff", "--page-size", "1000"]);
     assert!(!bad.status.success());
     assert!(
         text(&bad.stderr).contains("page size"),
+        "{}",
+        text(&bad.stderr)
+    );
+}
+
+#[test]
+fn bench_detect_reports_every_scheme_and_page_protection_against_its_bare_fault() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lodestore(&["bench", "detect", arg(dir.path()), "--runs", "1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("bare write fault"), "{stdout}");
+    for scheme in [
+        "WPL",
+        "PD-ESM",
+        "PD-UFFD-ESM",
+        "SD-ESM",
+        "REMSET",
+        "OBJ",
+        "CARD-256",
+    ] {
+        let row = stdout
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(scheme))
+            .unwrap_or_else(|| panic!("no row for {scheme} in:\n{stdout}"));
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        let hot: f64 = fields[1].parse().unwrap();
+        assert!(hot > 0.0 && hot.is_finite(), "{row}");
+        // Only page protection is set against a bare fault, by the mechanism it uses.
+        let versus_fault = fields[5];
+        if scheme.starts_with("PD-") {
+            let ratio: f64 = versus_fault.parse().unwrap_or_else(|_| panic!("{row}"));
+            assert!(ratio > 0.0 && ratio.is_finite(), "{row}");
+        } else {
+            assert_eq!(versus_fault, "-", "{row}");
+        }
+    }
+    let bad = lodestore(&["bench", "detect", arg(dir.path()), "--runs", "0"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("at least one run"),
         "{}",
         text(&bad.stderr)
     );

@@ -382,6 +382,13 @@ impl Server {
     pub(crate) fn put_changed(&self, state: &mut State, page: PageId, image: &[u8], lsn: Lsn) {
         let frame = state.pool.get_mut(page).expect("changed page is cached");
         frame.copy_from_slice(image);
+        self.mark_changed(state, page, lsn);
+    }
+
+    /// The pool's copy of `page` holds the change of the record at `lsn`: it takes that LSN
+    /// and is dirty.
+    pub(crate) fn mark_changed(&self, state: &mut State, page: PageId, lsn: Lsn) {
+        let frame = state.pool.get_mut(page).expect("changed page is cached");
         page::set_lsn(frame, lsn);
         state.pool.mark_dirty(page, lsn);
     }

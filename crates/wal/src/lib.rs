@@ -14,4 +14,6 @@ pub mod segment;
 
 pub use log::{Log, LogOptions, LogStats};
 pub use reader::LogEnd;
-pub use record::{ActiveTxn, Record, RecordBody, WplTableEntry, RECORD_HEADER_BYTES};
+pub use record::{
+    ActiveTxn, Body, Record, RecordBody, UpdateRef, WplTableEntry, RECORD_HEADER_BYTES,
+};

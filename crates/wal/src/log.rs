@@ -13,7 +13,7 @@
 //! tell a torn tail from damage.
 
 use crate::reader::{LogEnd, Segments};
-use crate::record::{self, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
+use crate::record::{self, Body, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
 use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_storage::{FileSystem, OpenMode, Storage};
@@ -206,7 +206,12 @@ impl Log {
     }
 
     /// Appends a record and returns its LSN. It is durable only after `flush` covers it.
-    pub fn append(&self, txn: Option<TxnId>, prev: Lsn, body: &RecordBody) -> Result<Lsn> {
+    pub fn append(
+        &self,
+        txn: Option<TxnId>,
+        prev: Lsn,
+        body: &(impl Body + ?Sized),
+    ) -> Result<Lsn> {
         let len = record::encoded_len(body) as u64;
         let size = self.shared.options.segment_bytes;
         assert!(
@@ -369,7 +374,7 @@ impl Inner {
         segment_bytes: u64,
         txn: Option<TxnId>,
         prev: Lsn,
-        body: &RecordBody,
+        body: &(impl Body + ?Sized),
     ) -> Lsn {
         let len = record::encoded_len(body) as u64;
         let room = segment_bytes - self.end % segment_bytes;

@@ -104,40 +104,6 @@ pub enum RecordBody {
 }
 
 impl RecordBody {
-    fn kind(&self) -> u8 {
-        match self {
-            RecordBody::Update { .. } => 1,
-            RecordBody::Compensation { .. } => 2,
-            RecordBody::PageImage { .. } => 3,
-            RecordBody::Commit => 4,
-            RecordBody::Abort => 5,
-            RecordBody::End => 6,
-            RecordBody::CheckpointBegin { .. } => 7,
-            RecordBody::CheckpointEnd { .. } => 8,
-            RecordBody::Skip => 9,
-            RecordBody::FlushMark => 10,
-            RecordBody::WplTable { .. } => 11,
-        }
-    }
-
-    fn body_len(&self) -> usize {
-        match self {
-            RecordBody::Update { before, after, .. } => {
-                16 + after.len() + before.as_ref().map_or(0, |b| b.len())
-            }
-            RecordBody::Compensation { after, .. } => 24 + after.len(),
-            RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
-            RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
-            RecordBody::CheckpointEnd { .. } => 8,
-            RecordBody::WplTable { entries } => 8 + WPL_ENTRY_BYTES * entries.len(),
-            RecordBody::Commit
-            | RecordBody::Abort
-            | RecordBody::End
-            | RecordBody::Skip
-            | RecordBody::FlushMark => 0,
-        }
-    }
-
     /// The page this record changes, if any.
     pub fn page(&self) -> Option<PageId> {
         match self {
@@ -162,13 +128,183 @@ pub struct Record {
     pub body: RecordBody,
 }
 
+/// An update record's body borrowing the bytes it names, so a change is logged without first
+/// being copied into a [`RecordBody`]: the server's path for every change a client ships.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UpdateRef<'a> {
+    pub page: PageId,
+    pub offset: u32,
+    /// `None` when the bytes before were all zero.
+    pub before: Option<&'a [u8]>,
+    pub after: &'a [u8],
+}
+
+/// A record body as the log encodes it: a [`RecordBody`], or an [`UpdateRef`].
+pub trait Body {
+    /// The kind number in the record header.
+    fn kind(&self) -> u8;
+    /// Bytes of the body, padding not included.
+    fn body_len(&self) -> usize;
+    /// Writes the body into `out` (`body_len` zeroed bytes or more) and returns the header's
+    /// flags.
+    fn write_body(&self, out: &mut [u8]) -> u16;
+}
+
+const KIND_UPDATE: u8 = 1;
+
+impl Body for UpdateRef<'_> {
+    fn kind(&self) -> u8 {
+        KIND_UPDATE
+    }
+
+    fn body_len(&self) -> usize {
+        16 + self.after.len() + self.before.map_or(0, <[u8]>::len)
+    }
+
+    fn write_body(&self, out: &mut [u8]) -> u16 {
+        put_u32(out, 0, self.page.0);
+        put_u32(out, 4, self.offset);
+        put_u32(out, 8, self.after.len() as u32);
+        let mut at = 16;
+        let mut flags = 0;
+        match self.before {
+            Some(before) => {
+                debug_assert_eq!(before.len(), self.after.len());
+                out[at..at + before.len()].copy_from_slice(before);
+                at += before.len();
+            }
+            None => flags |= FLAG_BEFORE_ZERO,
+        }
+        out[at..at + self.after.len()].copy_from_slice(self.after);
+        flags
+    }
+}
+
+impl Body for RecordBody {
+    fn kind(&self) -> u8 {
+        match self {
+            RecordBody::Update { .. } => KIND_UPDATE,
+            RecordBody::Compensation { .. } => 2,
+            RecordBody::PageImage { .. } => 3,
+            RecordBody::Commit => 4,
+            RecordBody::Abort => 5,
+            RecordBody::End => 6,
+            RecordBody::CheckpointBegin { .. } => 7,
+            RecordBody::CheckpointEnd { .. } => 8,
+            RecordBody::Skip => 9,
+            RecordBody::FlushMark => 10,
+            RecordBody::WplTable { .. } => 11,
+        }
+    }
+
+    fn body_len(&self) -> usize {
+        match self {
+            RecordBody::Update {
+                page,
+                offset,
+                before,
+                after,
+            } => update_ref(*page, *offset, before, after).body_len(),
+            RecordBody::Compensation { after, .. } => 24 + after.len(),
+            RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
+            RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
+            RecordBody::CheckpointEnd { .. } => 8,
+            RecordBody::WplTable { entries } => 8 + WPL_ENTRY_BYTES * entries.len(),
+            RecordBody::Commit
+            | RecordBody::Abort
+            | RecordBody::End
+            | RecordBody::Skip
+            | RecordBody::FlushMark => 0,
+        }
+    }
+
+    fn write_body(&self, body_bytes: &mut [u8]) -> u16 {
+        match self {
+            RecordBody::Update {
+                page,
+                offset,
+                before,
+                after,
+            } => return update_ref(*page, *offset, before, after).write_body(body_bytes),
+            RecordBody::Compensation {
+                page,
+                offset,
+                after,
+                undo_next,
+            } => {
+                put_u32(body_bytes, 0, page.0);
+                put_u32(body_bytes, 4, *offset);
+                put_u32(body_bytes, 8, after.len() as u32);
+                body_bytes[16..24].copy_from_slice(&undo_next.0.to_le_bytes());
+                body_bytes[24..24 + after.len()].copy_from_slice(after);
+            }
+            RecordBody::PageImage { page, image } => {
+                let stored = stored_image_len(image);
+                put_u32(body_bytes, 0, page.0);
+                put_u32(body_bytes, 4, stored as u32);
+                body_bytes[8..8 + stored].copy_from_slice(&image[..stored]);
+            }
+            RecordBody::CheckpointBegin { active } => {
+                put_u32(body_bytes, 0, active.len() as u32);
+                for (i, a) in active.iter().enumerate() {
+                    let at = 8 + 24 * i;
+                    body_bytes[at..at + 8].copy_from_slice(&a.txn.0.to_le_bytes());
+                    body_bytes[at + 8..at + 16].copy_from_slice(&a.first_lsn.0.to_le_bytes());
+                    body_bytes[at + 16..at + 24].copy_from_slice(&a.last_lsn.0.to_le_bytes());
+                }
+            }
+            RecordBody::CheckpointEnd { begin } => {
+                body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
+            }
+            RecordBody::WplTable { entries } => {
+                put_u32(body_bytes, 0, entries.len() as u32);
+                for (i, e) in entries.iter().enumerate() {
+                    let at = 8 + WPL_ENTRY_BYTES * i;
+                    put_u32(body_bytes, at, e.page.0);
+                    let flags = if e.committed { WPL_ENTRY_COMMITTED } else { 0 };
+                    put_u32(body_bytes, at + 4, flags);
+                    body_bytes[at + 8..at + 16].copy_from_slice(&e.lsn.0.to_le_bytes());
+                    body_bytes[at + 16..at + 24].copy_from_slice(&e.txn.0.to_le_bytes());
+                }
+            }
+            RecordBody::Commit
+            | RecordBody::Abort
+            | RecordBody::End
+            | RecordBody::Skip
+            | RecordBody::FlushMark => {}
+        }
+        0
+    }
+}
+
+/// An owned update's fields as an [`UpdateRef`]: one encoding for both.
+fn update_ref<'a>(
+    page: PageId,
+    offset: u32,
+    before: &'a Option<Vec<u8>>,
+    after: &'a [u8],
+) -> UpdateRef<'a> {
+    UpdateRef {
+        page,
+        offset,
+        before: before.as_deref(),
+        after,
+    }
+}
+
 /// Bytes a record with `body` takes in the log.
-pub fn encoded_len(body: &RecordBody) -> usize {
+pub fn encoded_len(body: &(impl Body + ?Sized)) -> usize {
     (RECORD_HEADER_BYTES + body.body_len()).div_ceil(RECORD_ALIGN) * RECORD_ALIGN
 }
 
 /// Appends the encoding of a record at `lsn` to `out`.
-pub fn encode(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &RecordBody, out: &mut Vec<u8>) {
+pub fn encode(
+    lsn: Lsn,
+    prev: Lsn,
+    txn: Option<TxnId>,
+    body: &(impl Body + ?Sized),
+    out: &mut Vec<u8>,
+) {
     let start = out.len();
     let len = encoded_len(body);
     out.resize(start + len, 0);
@@ -179,76 +315,7 @@ pub fn encode(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &RecordBody, out: &
     rec[24..32].copy_from_slice(&txn.map_or(0, |t| t.0).to_le_bytes());
     rec[32] = body.kind();
     rec[33] = RECORD_FORMAT_VERSION;
-    let mut flags = 0u16;
-    let body_bytes = &mut rec[RECORD_HEADER_BYTES..];
-    match body {
-        RecordBody::Update {
-            page,
-            offset,
-            before,
-            after,
-        } => {
-            put_u32(body_bytes, 0, page.0);
-            put_u32(body_bytes, 4, *offset);
-            put_u32(body_bytes, 8, after.len() as u32);
-            let mut at = 16;
-            match before {
-                Some(before) => {
-                    debug_assert_eq!(before.len(), after.len());
-                    body_bytes[at..at + before.len()].copy_from_slice(before);
-                    at += before.len();
-                }
-                None => flags |= FLAG_BEFORE_ZERO,
-            }
-            body_bytes[at..at + after.len()].copy_from_slice(after);
-        }
-        RecordBody::Compensation {
-            page,
-            offset,
-            after,
-            undo_next,
-        } => {
-            put_u32(body_bytes, 0, page.0);
-            put_u32(body_bytes, 4, *offset);
-            put_u32(body_bytes, 8, after.len() as u32);
-            body_bytes[16..24].copy_from_slice(&undo_next.0.to_le_bytes());
-            body_bytes[24..24 + after.len()].copy_from_slice(after);
-        }
-        RecordBody::PageImage { page, image } => {
-            let stored = stored_image_len(image);
-            put_u32(body_bytes, 0, page.0);
-            put_u32(body_bytes, 4, stored as u32);
-            body_bytes[8..8 + stored].copy_from_slice(&image[..stored]);
-        }
-        RecordBody::CheckpointBegin { active } => {
-            put_u32(body_bytes, 0, active.len() as u32);
-            for (i, a) in active.iter().enumerate() {
-                let at = 8 + 24 * i;
-                body_bytes[at..at + 8].copy_from_slice(&a.txn.0.to_le_bytes());
-                body_bytes[at + 8..at + 16].copy_from_slice(&a.first_lsn.0.to_le_bytes());
-                body_bytes[at + 16..at + 24].copy_from_slice(&a.last_lsn.0.to_le_bytes());
-            }
-        }
-        RecordBody::CheckpointEnd { begin } => {
-            body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
-        }
-        RecordBody::WplTable { entries } => {
-            put_u32(body_bytes, 0, entries.len() as u32);
-            for (i, e) in entries.iter().enumerate() {
-                let at = 8 + WPL_ENTRY_BYTES * i;
-                put_u32(body_bytes, at, e.page.0);
-                let flags = if e.committed { WPL_ENTRY_COMMITTED } else { 0 };
-                put_u32(body_bytes, at + 4, flags);
-                body_bytes[at + 8..at + 16].copy_from_slice(&e.lsn.0.to_le_bytes());
-                body_bytes[at + 16..at + 24].copy_from_slice(&e.txn.0.to_le_bytes());
-            }
-        }
-        RecordBody::Commit
-        | RecordBody::Abort
-        | RecordBody::End
-        | RecordBody::Skip
-        | RecordBody::FlushMark => {}
-    }
+    let flags = body.write_body(&mut rec[RECORD_HEADER_BYTES..]);
     rec[34..36].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32c(&rec[4..]);
     rec[0..4].copy_from_slice(&crc.to_le_bytes());
@@ -359,7 +426,7 @@ fn decode_body(
         }
     };
     Ok(match kind {
-        1 => {
+        KIND_UPDATE => {
             need(16)?;
             let len = get_u32(body, 8) as usize;
             let zero = flags & FLAG_BEFORE_ZERO != 0;
@@ -568,6 +635,24 @@ mod tests {
             let at = at % out.len();
             out[at] ^= 1 << bit;
             prop_assert!(decode(&out, Lsn(64), 4096).is_err());
+        }
+
+        #[test]
+        fn a_borrowed_update_encodes_as_its_owned_body(
+            bytes in proptest::collection::vec(any::<(u8, u8)>(), 0..80),
+            zero_before in any::<bool>(),
+            offset in 0u32..8192,
+        ) {
+            let before: Vec<u8> = bytes.iter().map(|&(b, _)| b).collect();
+            let after: Vec<u8> = bytes.iter().map(|&(_, a)| a).collect();
+            let before = (!zero_before).then_some(before);
+            let owned = RecordBody::Update { page: PageId(3), offset, before: before.clone(), after: after.clone() };
+            let borrowed = UpdateRef { page: PageId(3), offset, before: before.as_deref(), after: &after };
+            let (mut from_owned, mut from_borrowed) = (Vec::new(), Vec::new());
+            encode(Lsn(128), Lsn(64), Some(TxnId(2)), &owned, &mut from_owned);
+            encode(Lsn(128), Lsn(64), Some(TxnId(2)), &borrowed, &mut from_borrowed);
+            prop_assert_eq!(&from_borrowed, &from_owned);
+            prop_assert_eq!(decode(&from_borrowed, Lsn(128), 65536).unwrap().body, owned);
         }
     }
 }

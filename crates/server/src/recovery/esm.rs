@@ -12,8 +12,8 @@
 //! (their undo-next LSN), so restarting again gives the same result.
 
 use super::{
-    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, Change, RecoveryMethod,
-    RecoveryMethodKind, RestartReport,
+    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, revert_client_updates,
+    RecoveryMethod, RecoveryMethodKind, RestartReport,
 };
 use crate::interface::PageUpdate;
 use crate::server::{Server, State, TxnState};
@@ -21,7 +21,7 @@ use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::bytes::is_all_zero;
 use lodestore_storage::page;
-use lodestore_wal::{LogEnd, Record, RecordBody};
+use lodestore_wal::{LogEnd, Record, RecordBody, UpdateRef};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Instant;
 
@@ -45,18 +45,23 @@ impl RecoveryMethod for Esm {
         image: &[u8],
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
+        let prev = last_lsn(state, txn);
         let old = state.pool.get(page).expect("page just cached");
         // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
         // log traffic; checksum and LSN are the server's to set.
-        let changes: Vec<Change> = page_ranges(old, image, UPDATE_RECORD_FIXED_BYTES)
-            .into_iter()
-            .map(|range| Change {
-                offset: range.start,
-                before: old[range.clone()].to_vec(),
-                after: image[range].to_vec(),
-            })
-            .collect();
-        log_changes(server, state, txn, page, changes)
+        let ranges = page_ranges(old, image, UPDATE_RECORD_FIXED_BYTES);
+        let image_first = (page::lsn(old) < state.redo_lsn).then_some(old);
+        let changes = ranges
+            .iter()
+            .map(|range| (range.start, &old[range.clone()], &image[range.clone()]));
+        let Some(logged) = append_changes(server, txn, prev, page, image_first, changes)? else {
+            return Ok(page::lsn(old));
+        };
+        let current = state.pool.get_mut(page).expect("page cached");
+        for range in ranges {
+            current[range.clone()].copy_from_slice(&image[range]);
+        }
+        Ok(changes_logged(server, state, txn, page, logged))
     }
 
     fn log_client_updates(
@@ -68,9 +73,26 @@ impl RecoveryMethod for Esm {
         updates: &[PageUpdate],
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
-        let mut current = state.pool.get(page).expect("page just cached").to_vec();
-        let changes = apply_client_updates(txn, page, &mut current, updates)?;
-        log_changes(server, state, txn, page, changes)
+        let prev = last_lsn(state, txn);
+        let current = state.pool.get_mut(page).expect("page just cached");
+        // The page as it was goes first when it is the first change since the checkpoint
+        // began: once per page and checkpoint, so a copy is fine.
+        let image_first = (page::lsn(current) < state.redo_lsn).then(|| current.to_vec());
+        // Applied in place, so the before bytes are checked in order: a record's may be what
+        // an earlier one wrote.
+        apply_client_updates(txn, page, current, updates)?;
+        let changes = updates
+            .iter()
+            .map(|u| (u.offset as usize, &u.before[..], &u.after[..]));
+        match append_changes(server, txn, prev, page, image_first.as_deref(), changes) {
+            Ok(Some(logged)) => Ok(changes_logged(server, state, txn, page, logged)),
+            Ok(None) => Ok(page::lsn(state.pool.get(page).expect("page cached"))),
+            Err(e) => {
+                let current = state.pool.get_mut(page).expect("page cached");
+                revert_client_updates(current, updates);
+                Err(e)
+            }
+        }
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
@@ -148,62 +170,75 @@ impl RecoveryMethod for Esm {
     }
 }
 
-/// Logs `changes` of `page` (in the pool) for `txn` and applies them to the pool's copy. The
-/// first change of a page after a checkpoint began is preceded by a full image of the page.
-fn log_changes(
+/// The last LSN `txn` logged, which its next record points back to.
+fn last_lsn(state: &State, txn: TxnId) -> Lsn {
+    state
+        .txns
+        .get(&txn)
+        .expect("caller checked the transaction")
+        .last_lsn
+}
+
+/// Appends update records of `txn` after its record `prev` for `changes` of `page` (offset,
+/// bytes before, bytes after), borrowed wherever they are, preceded by `image_first`, the page
+/// as it was before them, if given. Returns the first and last LSN appended, or `None` when
+/// there were no changes (and nothing was appended).
+fn append_changes<'a>(
+    server: &Server,
+    txn: TxnId,
+    prev: Lsn,
+    page: PageId,
+    image_first: Option<&[u8]>,
+    changes: impl IntoIterator<Item = (usize, &'a [u8], &'a [u8])>,
+) -> Result<Option<(Lsn, Lsn)>> {
+    let mut changes = changes.into_iter().peekable();
+    if changes.peek().is_none() {
+        return Ok(None);
+    }
+    let mut prev = prev;
+    let mut first = None;
+    if let Some(image) = image_first {
+        let body = RecordBody::PageImage {
+            page,
+            image: image.to_vec(),
+        };
+        prev = server.log.append(Some(txn), prev, &body)?;
+        first = Some(prev);
+    }
+    for (offset, before, after) in changes {
+        debug_assert_eq!(before.len(), after.len());
+        let update = UpdateRef {
+            page,
+            offset: offset as u32,
+            before: (!is_all_zero(before)).then_some(before),
+            after,
+        };
+        prev = server.log.append(Some(txn), prev, &update)?;
+        first.get_or_insert(prev);
+    }
+    Ok(Some((first.expect("at least one record"), prev)))
+}
+
+/// Notes records `logged` (first and last LSN) of `txn`, whose changes the pool's copy of
+/// `page` now holds: the page takes the last LSN and is dirty. Returns that LSN.
+fn changes_logged(
     server: &Server,
     state: &mut State,
     txn: TxnId,
     page: PageId,
-    changes: Vec<Change>,
-) -> Result<Lsn> {
-    let mut image = state
-        .pool
-        .get(page)
-        .expect("caller cached the page")
-        .to_vec();
-    let old_lsn = page::lsn(&image);
-    if changes.is_empty() {
-        return Ok(old_lsn);
-    }
+    (first, last): (Lsn, Lsn),
+) -> Lsn {
+    server.mark_changed(state, page, last);
     let own = state
         .txns
-        .get(&txn)
+        .get_mut(&txn)
         .expect("caller checked the transaction");
-    let mut prev = own.last_lsn;
-    let mut first = None;
-    if old_lsn < state.redo_lsn {
-        prev = server.log.append(
-            Some(txn),
-            prev,
-            &RecordBody::PageImage {
-                page,
-                image: image.clone(),
-            },
-        )?;
-        first = Some(prev);
-    }
-    for change in changes {
-        debug_assert_eq!(change.before.len(), change.after.len());
-        let range = change.offset..change.offset + change.after.len();
-        image[range].copy_from_slice(&change.after);
-        let body = RecordBody::Update {
-            page,
-            offset: change.offset as u32,
-            before: (!is_all_zero(&change.before)).then_some(change.before),
-            after: change.after,
-        };
-        prev = server.log.append(Some(txn), prev, &body)?;
-        first.get_or_insert(prev);
-    }
-    server.put_changed(state, page, &image, prev);
-    let own = state.txns.get_mut(&txn).expect("checked");
     if own.first_lsn == Lsn::ZERO {
-        own.first_lsn = first.expect("at least one record");
+        own.first_lsn = first;
     }
-    own.last_lsn = prev;
+    own.last_lsn = last;
     own.touched.insert(page);
-    Ok(prev)
+    last
 }
 
 /// Transactions to undo, each with its first and last LSN.
@@ -288,16 +323,39 @@ fn redo(
                 ));
             };
             if lsn < record.lsn {
-                let mut image = state.pool.get(*page).expect("page cached").to_vec();
-                let start = *offset as usize;
-                image[start..start + after.len()].copy_from_slice(after);
-                server.put_changed(state, *page, &image, record.lsn);
+                write_logged(server, state, *page, *offset, after, record.lsn)?;
                 report.redo_applied += 1;
                 touched.insert(*page);
             }
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Writes `bytes` at `offset` of the pool's copy of `page` (cached), the change of the record
+/// at `lsn`, which the page then carries.
+fn write_logged(
+    server: &Server,
+    state: &mut State,
+    page: PageId,
+    offset: u32,
+    bytes: &[u8],
+    lsn: Lsn,
+) -> Result<()> {
+    let current = state.pool.get_mut(page).expect("page cached");
+    let range = offset as usize..offset as usize + bytes.len();
+    let Some(target) = current.get_mut(range.clone()) else {
+        return Err(server.volume.corrupt(
+            page,
+            format!(
+                "the log record at LSN {lsn} writes bytes {}..{}, past the page",
+                range.start, range.end
+            ),
+        ));
+    };
+    target.copy_from_slice(bytes);
+    server.mark_changed(state, page, lsn);
     Ok(())
 }
 
@@ -342,22 +400,15 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                 let restored = before.unwrap_or_else(|| vec![0u8; after.len()]);
                 server.volume.extend_to(page.0 + 1)?;
                 server.cache_page(state, page)?;
-                let mut image = state.pool.get(page).expect("page cached").to_vec();
+                let mut prev = last_lsn(state, txn);
+                let current = state.pool.get(page).expect("page cached");
                 // Like any change, the first one after a checkpoint began logs the full page.
-                let mut prev = state
-                    .txns
-                    .get(&txn)
-                    .expect("undo of an active transaction")
-                    .last_lsn;
-                if page::lsn(&image) < state.redo_lsn {
-                    prev = server.log.append(
-                        Some(txn),
-                        prev,
-                        &RecordBody::PageImage {
-                            page,
-                            image: image.clone(),
-                        },
-                    )?;
+                if page::lsn(current) < state.redo_lsn {
+                    let image = RecordBody::PageImage {
+                        page,
+                        image: current.to_vec(),
+                    };
+                    prev = server.log.append(Some(txn), prev, &image)?;
                 }
                 let clr = server.log.append(
                     Some(txn),
@@ -369,9 +420,7 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                         undo_next: record.prev,
                     },
                 )?;
-                let start = offset as usize;
-                image[start..start + restored.len()].copy_from_slice(&restored);
-                server.put_changed(state, page, &image, clr);
+                write_logged(server, state, page, offset, &restored, clr)?;
                 let own = state.txns.get_mut(&txn).expect("checked");
                 own.last_lsn = clr;
                 own.touched.insert(page);

@@ -200,26 +200,21 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     ) -> Result<RestartReport>;
 }
 
-/// One changed range of a page: its bytes before and after.
-pub(crate) struct Change {
-    pub offset: usize,
-    pub before: Vec<u8>,
-    pub after: Vec<u8>,
-}
-
-/// Applies client log records of `page` to `current`, checking each record's before bytes
-/// against the page with the records before it applied. Returns the changes.
+/// Applies client log records of `page` to `current` in order, checking each record's before
+/// bytes against the page with the records before it applied. On a mismatch `current` is left
+/// as it was.
 pub(crate) fn apply_client_updates(
     txn: TxnId,
     page: PageId,
     current: &mut [u8],
     updates: &[PageUpdate],
-) -> Result<Vec<Change>> {
-    let mut changes = Vec::with_capacity(updates.len());
-    for update in updates {
+) -> Result<()> {
+    for (applied, update) in updates.iter().enumerate() {
         debug_assert_eq!(update.page, page);
+        debug_assert_eq!(update.before.len(), update.after.len());
         let range = update.offset as usize..update.offset as usize + update.before.len();
         if current[range.clone()] != update.before[..] {
+            revert_client_updates(current, &updates[..applied]);
             // The client's pre-image is not what the server holds: its copy was stale or its
             // detector lost a write. Accepting it would make recovery restore wrong bytes.
             return Err(Error::InvalidArgument(format!(
@@ -228,14 +223,17 @@ pub(crate) fn apply_client_updates(
                 range.start, range.end
             )));
         }
-        current[range.clone()].copy_from_slice(&update.after);
-        changes.push(Change {
-            offset: range.start,
-            before: update.before.clone(),
-            after: update.after.clone(),
-        });
+        current[range].copy_from_slice(&update.after);
     }
-    Ok(changes)
+    Ok(())
+}
+
+/// Undoes [`apply_client_updates`] of `updates` on `current`: their before bytes, last first.
+pub(crate) fn revert_client_updates(current: &mut [u8], updates: &[PageUpdate]) {
+    for update in updates.iter().rev() {
+        let start = update.offset as usize;
+        current[start..start + update.before.len()].copy_from_slice(&update.before);
+    }
 }
 
 /// A client shipped `image` of `page` after shipping log records for all its changes (an

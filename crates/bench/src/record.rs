@@ -49,6 +49,8 @@ pub struct RunRecord {
     /// clients' measured transactions among them; OO1 meters its one client.
     pub server_log_pages_written: f64,
     pub pages_fetched: u64,
+    /// Lock requests the client sent the server: each a round trip when the store is remote.
+    pub lock_requests: u64,
     pub traps: u64,
     pub bytes_copied: u64,
     pub bytes_compared: u64,
@@ -97,6 +99,7 @@ impl Meter {
         record.pages_shipped = client.pages_shipped - self.client.pages_shipped;
         record.log_pages_shipped = client.log_pages_shipped - self.client.log_pages_shipped;
         record.pages_fetched = client.pages_fetched - self.client.pages_fetched;
+        record.lock_requests = client.lock_requests - self.client.lock_requests;
         let flushed = store.log_stats().bytes_flushed - self.log_bytes_flushed;
         record.server_log_pages_written = flushed as f64 / store.page_size() as f64;
         let phases = client.phases.since(&self.client.phases);

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_detect;
 mod bench_diff;
+mod bench_net;
 mod bench_suite;
 mod demo;
 mod inspect;
@@ -191,6 +192,20 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// What a request to a Lodestore server costs over loopback TCP (a lock the transaction
+    /// holds already, a page fetch), next to a bare TCP ping-pong with replies of the same size
+    /// and to the same requests made in process, all measured in the same run, with client and
+    /// server threads pinned to one CPU and to two.
+    Net {
+        /// Folder for the benchmark store.
+        path: PathBuf,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Requests per timed burst.
+        #[arg(long, default_value_t = 2000)]
+        requests: usize,
+    },
     /// Page-diffing throughput (GB/s on one core) for a large object's data page and for a
     /// page of small objects, unchanged and changed as updates change them, next to a plain
     /// comparison of the same bytes measured in the same run (short samples in turn; medians).
@@ -264,6 +279,11 @@ fn main() -> ExitCode {
                 csv,
             }) => bench_diff::diff(page_size, seconds, csv.as_deref()),
             Some(BenchCommand::Detect { path, runs }) => bench_detect::detect(&path, runs),
+            Some(BenchCommand::Net {
+                path,
+                runs,
+                requests,
+            }) => bench_net::net(&path, runs, requests),
         },
         Command::Torture(args) => torture::run(&args),
     };

@@ -239,3 +239,47 @@ fn bench_detect_reports_every_scheme_and_page_protection_against_its_bare_fault(
         text(&bad.stderr)
     );
 }
+
+#[test]
+fn bench_net_reports_each_request_against_a_bare_round_trip() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lodestore(&[
+        "bench",
+        "net",
+        arg(dir.path()),
+        "--runs",
+        "1",
+        "--requests",
+        "50",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .filter(|line| line.contains("lock (held)") || line.contains("fetch page"))
+        .map(|line| {
+            line.split(['│', '┆'])
+                .map(str::trim)
+                .filter(|cell| !cell.is_empty())
+                .collect()
+        })
+        .collect();
+    // One CPU always; two when the machine has them.
+    assert!(rows.len() == 2 || rows.len() == 4, "{stdout}");
+    for row in &rows {
+        // remote us, bare round trip us, remote / bare, in process us: all measured.
+        for cell in &row[2..6] {
+            let value: f64 = cell.parse().unwrap_or_else(|_| panic!("{row:?}"));
+            assert!(value > 0.0 && value.is_finite(), "{row:?}");
+        }
+    }
+    // The store it served is removed afterwards.
+    assert!(!dir.path().join("bench-net").exists());
+    let bad = lodestore(&["bench", "net", arg(dir.path()), "--requests", "0"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("at least one run and one request"),
+        "{}",
+        text(&bad.stderr)
+    );
+}

@@ -23,6 +23,9 @@ pub const HEADER_BYTES: usize = 24;
 /// Largest body accepted: a batch of pages or log records never grows past this; the client
 /// splits larger batches.
 pub const MAX_FRAME_BODY: usize = 32 << 20;
+/// Bytes of the buffered reader and writer at each end of a connection: a frame of a page of
+/// the largest size, header and body, leaves in one write and arrives in one read.
+pub const STREAM_BUFFER_BYTES: usize = HEADER_BYTES + (64 << 10) + 64;
 
 /// Why a frame was refused.
 #[derive(Debug, thiserror::Error)]

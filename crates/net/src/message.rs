@@ -91,7 +91,9 @@ impl Request {
 pub struct WireUpdate {
     pub page: u32,
     pub offset: u32,
+    #[serde(with = "serde_bytes")]
     pub before: Vec<u8>,
+    #[serde(with = "serde_bytes")]
     pub after: Vec<u8>,
 }
 
@@ -99,6 +101,7 @@ pub struct WireUpdate {
 pub struct WireObjectUpdate {
     pub oid: u64,
     pub offset: u32,
+    #[serde(with = "serde_bytes")]
     pub after: Vec<u8>,
 }
 
@@ -106,6 +109,7 @@ pub struct WireObjectUpdate {
 pub struct WirePage {
     pub page: u32,
     pub logged: bool,
+    #[serde(with = "serde_bytes")]
     pub image: Vec<u8>,
 }
 
@@ -125,7 +129,7 @@ pub enum Response {
     },
     Txn(u64),
     Lsn(u64),
-    Page(Vec<u8>),
+    Page(#[serde(with = "serde_bytes")] Vec<u8>),
     Space(Option<(u32, u64)>),
     Extents(Vec<(u32, u32)>),
     Done,

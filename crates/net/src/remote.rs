@@ -2,7 +2,7 @@
 //! response (one in flight per connection; a session owns its connection). Batches of pages or
 //! log records larger than a frame are split.
 
-use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY};
+use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireObjectUpdate, WirePage, WireUpdate};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
@@ -72,14 +72,15 @@ impl RemotePageServer {
         stream
             .set_nodelay(true)
             .map_err(|e| connection(address, format!("socket setup: {e}")))?;
-        let reader = BufReader::new(
+        let reader = BufReader::with_capacity(
+            STREAM_BUFFER_BYTES,
             stream
                 .try_clone()
                 .map_err(|e| connection(address, format!("socket setup: {e}")))?,
         );
         let conn = Conn {
             reader,
-            writer: BufWriter::new(stream),
+            writer: BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream),
             next_id: 1,
         };
         let mut remote = RemotePageServer {

@@ -3,7 +3,7 @@
 //! that breaks the protocol is closed with its reason logged; its open transactions are
 //! aborted, which releases their locks. Other connections never notice.
 
-use crate::frame::{read_frame, write_frame, FrameError};
+use crate::frame::{read_frame, write_frame, FrameError, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdate, PageServer, PageUpdate, Server, ShippedPage};
@@ -91,10 +91,10 @@ impl Connection {
             return format!("socket setup failed: {e}");
         }
         let mut reader = match stream.try_clone() {
-            Ok(s) => BufReader::new(s),
+            Ok(s) => BufReader::with_capacity(STREAM_BUFFER_BYTES, s),
             Err(e) => return format!("socket setup failed: {e}"),
         };
-        let mut writer = BufWriter::new(stream);
+        let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
         let mut greeted = false;
         loop {
             let frame = match read_frame(&mut reader) {

@@ -141,6 +141,33 @@ fn frames_round_trip_and_bad_headers_are_named() {
     assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
 }
 
+/// Byte fields travel as a varint length and the bytes themselves: the layout postcard gives
+/// a sequence of `u8`, so clients and servers that encoded them one value at a time read and
+/// write the same frames.
+#[test]
+fn byte_fields_have_the_wire_layout_of_a_sequence_of_bytes() {
+    // Response::Page is variant 4; 300 is the varint 0xAC 0x02.
+    let page = vec![9u8; 300];
+    let mut expected = vec![4, 0xAC, 0x02];
+    expected.extend_from_slice(&page);
+    assert_eq!(encode(&Response::Page(page.clone())), expected);
+    assert_eq!(decode::<Response>(&expected).unwrap(), Response::Page(page));
+    // Request::ShipLogRecords is variant 7: txn 5, one record of page 2, offset 3, before
+    // [1, 2] and after [3, 4].
+    let request = Request::ShipLogRecords {
+        txn: 5,
+        records: vec![lodestore_net::message::WireUpdate {
+            page: 2,
+            offset: 3,
+            before: vec![1, 2],
+            after: vec![3, 4],
+        }],
+    };
+    let expected = [7, 5, 1, 2, 3, 2, 1, 2, 2, 3, 4];
+    assert_eq!(encode(&request), expected);
+    assert_eq!(decode::<Request>(&expected).unwrap(), request);
+}
+
 proptest! {
     #[test]
     fn decoders_never_panic_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {

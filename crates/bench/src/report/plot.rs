@@ -193,12 +193,20 @@ pub fn stacked_bars(
     )
 }
 
+/// Whole-number x axes spanning at most this many units get a tick at every whole number.
+const WHOLE_TICKS_MAX: f64 = 20.0;
+
 macro_rules! lines_body {
     ($area:expr, $title:expr, $x_label:expr, $y_label:expr, $series:expr) => {{
         let area = $area;
         area.fill(&WHITE).map_err(|e| e.to_string())?;
         let series: &[(String, Vec<(f64, f64)>)] = $series;
         let points = series.iter().flat_map(|s| s.1.iter());
+        // Whole-number x values (client counts, traversals per commit) get whole-number ticks.
+        let whole_x = series
+            .iter()
+            .flat_map(|s| s.1.iter())
+            .all(|&(x, _)| x.fract() == 0.0);
         let (mut x_min, mut x_max, mut y_max) = (f64::MAX, f64::MIN, 0.0f64);
         for &(x, y) in points {
             x_min = x_min.min(x);
@@ -218,13 +226,19 @@ macro_rules! lines_body {
             .y_label_area_size(70)
             .build_cartesian_2d(x_min..x_max, 0.0..upper(y_max))
             .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .x_desc($x_label)
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc($x_label)
             .y_desc($y_label)
-            .label_style((FONT, 14))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            .label_style((FONT, 14));
+        let whole_format = |v: &f64| format!("{v:.0}");
+        if whole_x && x_max - x_min <= WHOLE_TICKS_MAX {
+            mesh.x_labels((x_max - x_min) as usize + 1)
+                .x_label_formatter(&whole_format);
+        }
+        if y_max >= 100.0 {
+            mesh.y_label_formatter(&whole_format);
+        }
+        mesh.draw().map_err(|e| e.to_string())?;
         for (s, (name, values)) in series.iter().enumerate() {
             let style = color(s).stroke_width(2);
             chart

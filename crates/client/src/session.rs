@@ -11,7 +11,7 @@
 //! may evict any frame.
 
 use crate::cache::ClientCache;
-use crate::detect::{ClientRecord, DetectionStats, Write, WriteTracker};
+use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
 use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
@@ -416,34 +416,14 @@ impl ClientSession {
         if pending == 0 || (!all && pending < self.page_size) {
             return Ok(());
         }
-        let records = self.tracker.take_pending();
-        // In generation order: a record's before bytes may be what an earlier one wrote.
+        // Run by run, in generation order: a record's before bytes may be what an earlier
+        // one wrote.
         let mut shipped = Ok(());
-        let (mut pages, mut objects) = (Vec::new(), Vec::new());
-        for record in records {
-            match record {
-                ClientRecord::Page(update) => {
-                    if !objects.is_empty() {
-                        shipped =
-                            shipped.and_then(|()| self.server.ship_object_updates(id, &objects));
-                        objects.clear();
-                    }
-                    pages.push(update);
-                }
-                ClientRecord::Object(update) => {
-                    if !pages.is_empty() {
-                        shipped = shipped.and_then(|()| self.server.ship_log_records(id, &pages));
-                        pages.clear();
-                    }
-                    objects.push(update);
-                }
-            }
-        }
-        if !pages.is_empty() {
-            shipped = shipped.and_then(|()| self.server.ship_log_records(id, &pages));
-        }
-        if !objects.is_empty() {
-            shipped = shipped.and_then(|()| self.server.ship_object_updates(id, &objects));
+        for run in self.tracker.take_pending() {
+            shipped = shipped.and_then(|()| match &run {
+                RecordRun::Pages(records) => self.server.ship_log_records(id, records),
+                RecordRun::Objects(records) => self.server.ship_object_updates(id, records),
+            });
         }
         if let Err(e) = shipped {
             self.poison(format!("shipping log records failed: {e}"));

@@ -38,7 +38,7 @@ pub enum Request {
     },
     ShipLogRecords {
         txn: u64,
-        records: Vec<WireUpdate>,
+        records: WireUpdates,
     },
     ShipDirtyPages {
         txn: u64,
@@ -87,14 +87,13 @@ impl Request {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireUpdate {
-    pub page: u32,
-    pub offset: u32,
+/// Log records shipped together, as `PageUpdates` keeps them: each record's page, offset and
+/// length, and the bytes of all of them (each record's before bytes, then its after bytes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireUpdates {
+    pub records: Vec<(u32, u32, u32)>,
     #[serde(with = "serde_bytes")]
-    pub before: Vec<u8>,
-    #[serde(with = "serde_bytes")]
-    pub after: Vec<u8>,
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

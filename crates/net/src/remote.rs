@@ -3,14 +3,17 @@
 //! log records larger than a frame are split.
 
 use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY, STREAM_BUFFER_BYTES};
-use crate::message::{decode, encode, Request, Response, WireObjectUpdate, WirePage, WireUpdate};
+use crate::message::{decode, encode, Request, Response, WireObjectUpdate, WirePage, WireUpdates};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
-    LockMode, LockStats, ObjectUpdate, PageServer, PageUpdate, RestartReport, ServerStats,
+    LockMode, LockStats, ObjectUpdate, PageServer, PageUpdates, RestartReport, ServerStats,
     ShippedPage,
 };
 use lodestore_storage::large::Extent;
 use lodestore_wal::LogStats;
+
+/// Most bytes a log record's page, offset and length take in a frame (three varints).
+const WIRE_UPDATE_FIXED_BYTES: usize = 15;
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
 use std::sync::Mutex;
@@ -63,6 +66,16 @@ impl RemotePageServer {
             return Ok(());
         }
         self.expect_done(what, &request(batch))
+    }
+
+    fn ship_wire_updates(&self, txn: TxnId, records: WireUpdates) -> Result<()> {
+        self.expect_done(
+            "ship-log-records",
+            &Request::ShipLogRecords {
+                txn: txn.0,
+                records,
+            },
+        )
     }
 
     /// Connects to the server at `address` and says hello.
@@ -327,22 +340,27 @@ impl PageServer for RemotePageServer {
         self.expect_done("free-pages", &request)
     }
 
-    fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
-        self.send_in_batches(
-            "ship-log-records",
-            records,
-            |r| r.before.len() + r.after.len() + 32,
-            |r| WireUpdate {
-                page: r.page.0,
-                offset: r.offset,
-                before: r.before.clone(),
-                after: r.after.clone(),
-            },
-            |records| Request::ShipLogRecords {
-                txn: txn.0,
-                records,
-            },
-        )
+    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
+        // Frames stay under the limit: a batch too large for one goes in several, in order.
+        let mut chunk = WireUpdates::default();
+        for update in records.iter() {
+            let size = WIRE_UPDATE_FIXED_BYTES + update.before.len() + update.after.len();
+            if chunk.bytes.len() + WIRE_UPDATE_FIXED_BYTES * chunk.records.len() + size
+                > MAX_FRAME_BODY / 2
+                && !chunk.records.is_empty()
+            {
+                self.ship_wire_updates(txn, std::mem::take(&mut chunk))?;
+            }
+            chunk
+                .records
+                .push((update.page.0, update.offset, update.after.len() as u32));
+            chunk.bytes.extend_from_slice(update.before);
+            chunk.bytes.extend_from_slice(update.after);
+        }
+        if chunk.records.is_empty() {
+            return Ok(());
+        }
+        self.ship_wire_updates(txn, chunk)
     }
 
     fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {

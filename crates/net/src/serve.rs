@@ -6,7 +6,7 @@
 use crate::frame::{read_frame, write_frame, FrameError, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
-use lodestore_server::{LockMode, ObjectUpdate, PageServer, PageUpdate, Server, ShippedPage};
+use lodestore_server::{LockMode, ObjectUpdate, PageServer, PageUpdates, Server, ShippedPage};
 use rustc_hash::FxHashSet;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
@@ -240,17 +240,14 @@ impl Connection {
                 Response::Done
             }
             Request::ShipLogRecords { txn, records } => {
-                let records = records
+                let parts = records
+                    .records
                     .into_iter()
-                    .map(|r| {
-                        Ok(PageUpdate {
-                            page: self.page(r.page)?,
-                            offset: r.offset,
-                            before: r.before,
-                            after: r.after,
-                        })
-                    })
+                    .map(|(page, offset, len)| Ok((self.page(page)?, offset, len)))
                     .collect::<Result<Vec<_>>>()?;
+                let records = PageUpdates::from_parts(parts, records.bytes).map_err(|reason| {
+                    Error::InvalidArgument(format!("malformed log records: {reason}"))
+                })?;
                 server.ship_log_records(self.own(txn)?, &records)?;
                 Response::Done
             }

@@ -4,7 +4,7 @@
 
 use lodestore_core::{Error, PageId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
-use lodestore_net::message::{decode, encode, Request, Response, WireError};
+use lodestore_net::message::{decode, encode, Request, Response, WireError, WireUpdates};
 use lodestore_net::{serve, RemotePageServer};
 use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
 use lodestore_storage::RealFileSystem;
@@ -141,29 +141,25 @@ fn frames_round_trip_and_bad_headers_are_named() {
     assert!(matches!(read_frame(&mut &[][..]), Err(FrameError::Closed)));
 }
 
-/// Byte fields travel as a varint length and the bytes themselves: the layout postcard gives
-/// a sequence of `u8`, so clients and servers that encoded them one value at a time read and
-/// write the same frames.
+/// Byte fields travel as a varint length and the bytes themselves, one copy each way.
 #[test]
-fn byte_fields_have_the_wire_layout_of_a_sequence_of_bytes() {
+fn byte_fields_travel_as_a_length_and_the_bytes() {
     // Response::Page is variant 4; 300 is the varint 0xAC 0x02.
     let page = vec![9u8; 300];
     let mut expected = vec![4, 0xAC, 0x02];
     expected.extend_from_slice(&page);
     assert_eq!(encode(&Response::Page(page.clone())), expected);
     assert_eq!(decode::<Response>(&expected).unwrap(), Response::Page(page));
-    // Request::ShipLogRecords is variant 7: txn 5, one record of page 2, offset 3, before
-    // [1, 2] and after [3, 4].
+    // Request::ShipLogRecords is variant 7: txn 5, one record (page 2, offset 3, 2 bytes),
+    // then its before bytes [1, 2] and after bytes [3, 4] in one byte string.
     let request = Request::ShipLogRecords {
         txn: 5,
-        records: vec![lodestore_net::message::WireUpdate {
-            page: 2,
-            offset: 3,
-            before: vec![1, 2],
-            after: vec![3, 4],
-        }],
+        records: WireUpdates {
+            records: vec![(2, 3, 2)],
+            bytes: vec![1, 2, 3, 4],
+        },
     };
-    let expected = [7, 5, 1, 2, 3, 2, 1, 2, 2, 3, 4];
+    let expected = [7, 5, 1, 2, 3, 2, 4, 1, 2, 3, 4];
     assert_eq!(encode(&request), expected);
     assert_eq!(decode::<Request>(&expected).unwrap(), request);
 }
@@ -186,7 +182,7 @@ proptest! {
         let requests = [
             Request::LockPage { txn, page, exclusive: true },
             Request::FindSpace { txn, bytes: bytes.len() as u64, skip: vec![page] },
-            Request::ShipLogRecords { txn, records: vec![lodestore_net::message::WireUpdate { page, offset: 3, before: bytes.clone(), after: bytes.clone() }] },
+            Request::ShipLogRecords { txn, records: WireUpdates { records: vec![(page, 3, bytes.len() as u32)], bytes: [bytes.clone(), bytes.clone()].concat() } },
         ];
         for request in requests {
             prop_assert_eq!(decode::<Request>(&encode(&request)).unwrap(), request);
@@ -234,6 +230,28 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
         other => panic!("{other:?}"),
     }
     assert_closed(&mut s);
+
+    // Log records whose bytes do not match their lengths: answered with the reason.
+    let mut s = raw(&address, true);
+    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
+    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
+        panic!("no transaction");
+    };
+    let request = Request::ShipLogRecords {
+        txn,
+        records: WireUpdates {
+            records: vec![(steady.root_directory().page().0, 20, 4)],
+            bytes: vec![0; 7],
+        },
+    };
+    write_frame(&mut s, 3, &encode(&request)).unwrap();
+    match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
+        Response::Failed(WireError::InvalidArgument(m)) => {
+            assert!(m.contains("malformed log records"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(s);
 
     // Disconnecting in the middle of a frame.
     let mut s = raw(&address, true);

@@ -15,7 +15,7 @@ pub mod space;
 pub mod stats;
 pub mod wpl_table;
 
-pub use interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, ShippedPage};
+pub use interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, PageUpdates, ShippedPage};
 pub use lock_table::LockStats;
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{pool_pages, Server, ServerOptions, LOG_DIR_NAME};

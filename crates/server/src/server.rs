@@ -7,7 +7,7 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::BufferPool;
-use crate::interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, ShippedPage};
+use crate::interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, PageUpdates, ShippedPage};
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
@@ -21,6 +21,7 @@ use lodestore_storage::volume::EXTEND_PAGES_MAX;
 use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, FileSystem, OpenMode, Volume};
 use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -733,8 +734,9 @@ impl PageServer for Server {
         Ok(())
     }
 
-    fn ship_log_records(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
-        self.check_updates(txn, records)?;
+    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
+        let records: Vec<PageUpdate<'_>> = records.iter().collect();
+        self.check_updates(txn, &records)?;
         let mut state = self.usable_state()?;
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
@@ -768,13 +770,18 @@ impl PageServer for Server {
             self.check_exclusive(txn, page, "logged an object of")?;
             self.cache_page(&mut state, page)?;
             let mut image = state.pool.get(page).expect("page just cached").to_vec();
-            let mut resolved = Vec::with_capacity(same_page.len());
+            let mut resolved = PageUpdates::new();
             for record in same_page {
-                let update = resolve_object_update(&image, record)?;
-                let range = update.offset as usize..update.offset as usize + update.after.len();
-                image[range].copy_from_slice(&update.after);
-                resolved.push(update);
+                let range = resolve_object_update(&image, record)?;
+                resolved.push(
+                    page,
+                    range.start as u32,
+                    &image[range.clone()],
+                    &record.after,
+                );
+                image[range].copy_from_slice(&record.after);
             }
+            let resolved: Vec<PageUpdate<'_>> = resolved.iter().collect();
             self.check_updates(txn, &resolved)?;
             self.method
                 .log_client_updates(self, &mut state, txn, page, &resolved)?;
@@ -882,7 +889,7 @@ impl Server {
     /// Checks client log records before anything is logged: the page is one the transaction
     /// holds exclusively, the range lies in it and leaves the server's header fields
     /// (checksum, LSN) alone, and before and after have the same non-zero length.
-    fn check_updates(&self, txn: TxnId, records: &[PageUpdate]) -> Result<()> {
+    fn check_updates(&self, txn: TxnId, records: &[PageUpdate<'_>]) -> Result<()> {
         let page_size = self.volume.page_size();
         for record in records {
             self.check_data_page(record.page)?;
@@ -974,9 +981,9 @@ fn inactive(txn: TxnId) -> Error {
     }
 }
 
-/// The page update an object redo record stands for, on `image` (the server's copy of the
-/// object's page with the batch's earlier records applied): before bytes read off it.
-fn resolve_object_update(image: &[u8], record: &ObjectUpdate) -> Result<PageUpdate> {
+/// The bytes of `image` (the server's copy of the object's page with the batch's earlier
+/// records applied) an object redo record changes.
+fn resolve_object_update(image: &[u8], record: &ObjectUpdate) -> Result<Range<usize>> {
     let oid = record.oid;
     let found = if page::kind(image) == Some(PageKind::Slotted) {
         slotted::record(image, oid.slot()).ok().flatten()
@@ -998,12 +1005,7 @@ fn resolve_object_update(image: &[u8], record: &ObjectUpdate) -> Result<PageUpda
             payload.len()
         )));
     }
-    Ok(PageUpdate {
-        page: oid.page(),
-        offset: start as u32,
-        before: image[start..end].to_vec(),
-        after: record.after.clone(),
-    })
+    Ok(start..end)
 }
 
 /// Structural checks on a page a client shipped.

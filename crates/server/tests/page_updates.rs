@@ -4,7 +4,7 @@
 
 use lodestore_core::Error;
 use lodestore_server::{
-    LockMode, PageServer, PageUpdate, RecoveryMethodKind, Server, ServerOptions,
+    LockMode, PageServer, PageUpdates, RecoveryMethodKind, Server, ServerOptions,
 };
 use lodestore_storage::MemoryFileSystem;
 use std::path::Path;
@@ -38,11 +38,12 @@ fn batches_apply_in_order_and_a_refused_one_leaves_nothing() {
         server.fetch_page(txn, page, &mut original).unwrap();
         // Log records are physical: any bytes but the server's own may be named.
         let at = PAGE / 2;
-        let update = |offset: usize, before: &[u8], after: &[u8]| PageUpdate {
-            page,
-            offset: offset as u32,
-            before: before.to_vec(),
-            after: after.to_vec(),
+        let batch = |records: &[(usize, &[u8], &[u8])]| {
+            let mut batch = PageUpdates::new();
+            for &(offset, before, after) in records {
+                batch.push(page, offset as u32, before, after);
+            }
+            batch
         };
 
         // The second record overlaps the first; its before bytes are what the first wrote.
@@ -53,10 +54,10 @@ fn batches_apply_in_order_and_a_refused_one_leaves_nothing() {
         server
             .ship_log_records(
                 txn,
-                &[
-                    update(at, &original[at..at + 4], &[1, 2, 3, 4]),
-                    update(at + 2, &overlapping_before, &[9, 9, 9, 9]),
-                ],
+                &batch(&[
+                    (at, &original[at..at + 4], &[1, 2, 3, 4]),
+                    (at + 2, &overlapping_before, &[9, 9, 9, 9]),
+                ]),
             )
             .unwrap_or_else(|e| panic!("{method}: {e}"));
         let mut now = vec![0u8; PAGE];
@@ -68,11 +69,11 @@ fn batches_apply_in_order_and_a_refused_one_leaves_nothing() {
         let err = server
             .ship_log_records(
                 txn,
-                &[
-                    update(at + 8, &expected[at + 8..at + 10], &[5, 5]),
-                    update(at + 12, &expected[at + 12..at + 14], &[6, 6]),
-                    update(at, &original[at..at + 2], &[7, 7]),
-                ],
+                &batch(&[
+                    (at + 8, &expected[at + 8..at + 10], &[5, 5]),
+                    (at + 12, &expected[at + 12..at + 14], &[6, 6]),
+                    (at, &original[at..at + 2], &[7, 7]),
+                ]),
             )
             .unwrap_err();
         assert!(

@@ -36,7 +36,7 @@ use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
 use lodestore_loggen::{
     Generator, PageBounds, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
 };
-use lodestore_server::{ObjectUpdate, PageUpdate};
+use lodestore_server::{ObjectUpdate, PageUpdates};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
 use protection::FaultMechanism;
@@ -173,7 +173,8 @@ pub struct WriteTracker {
     remembered: FxHashSet<(PageId, SlotId)>,
     /// Live entries of each page.
     by_page: BTreeMap<PageId, Vec<EntrySeq>>,
-    pending: Vec<ClientRecord>,
+    /// Log records generated and not yet shipped.
+    pending: Vec<RecordRun>,
     pending_bytes: usize,
     /// Volume of the pages, for the OIDs of object redo records.
     volume: VolumeId,
@@ -257,7 +258,7 @@ impl WriteTracker {
     }
 
     /// The log records generated since the last call, oldest first.
-    pub fn take_pending(&mut self) -> Vec<ClientRecord> {
+    pub fn take_pending(&mut self) -> Vec<RecordRun> {
         self.pending_bytes = 0;
         std::mem::take(&mut self.pending)
     }
@@ -599,26 +600,33 @@ impl WriteTracker {
                 }
                 None => None,
             };
-            let (record, bytes) = match object {
-                Some((slot, payload)) => (
-                    ClientRecord::Object(ObjectUpdate {
+            let bytes = match object {
+                Some((slot, payload)) => {
+                    let record = ObjectUpdate {
                         oid: Oid::new(self.volume, entry.page, slot),
                         offset: (range.start - payload.start) as u32,
                         after: now[range].to_vec(),
-                    }),
-                    OBJECT_REDO_RECORD_FIXED_BYTES + len,
-                ),
-                None => (
-                    ClientRecord::Page(PageUpdate {
-                        page: entry.page,
-                        offset: range.start as u32,
-                        before: before[range.start - at..range.end - at].to_vec(),
-                        after: now[range].to_vec(),
-                    }),
-                    UPDATE_RECORD_FIXED_BYTES + 2 * len,
-                ),
+                    };
+                    match self.pending.last_mut() {
+                        Some(RecordRun::Objects(run)) => run.push(record),
+                        _ => self.pending.push(RecordRun::Objects(vec![record])),
+                    }
+                    OBJECT_REDO_RECORD_FIXED_BYTES + len
+                }
+                None => {
+                    let before = &before[range.start - at..range.end - at];
+                    let (offset, after) = (range.start as u32, &now[range]);
+                    match self.pending.last_mut() {
+                        Some(RecordRun::Pages(run)) => run.push(entry.page, offset, before, after),
+                        _ => {
+                            let mut run = PageUpdates::new();
+                            run.push(entry.page, offset, before, after);
+                            self.pending.push(RecordRun::Pages(run));
+                        }
+                    }
+                    UPDATE_RECORD_FIXED_BYTES + 2 * len
+                }
             };
-            self.pending.push(record);
             self.pending_bytes += bytes;
             self.stats.log_records += 1;
             self.stats.log_bytes += bytes as u64;
@@ -853,12 +861,13 @@ fn all_units_set(table: &[u8], first: usize, last: usize) -> bool {
     table[first..=last].iter().all(|&unit| unit != 0)
 }
 
-/// A log record a client generated: physical (page, offset, before, after) or, from
-/// Hosking's generator, an object redo record (OID, offset in the object, after).
+/// Log records a client generated, a run of one kind: physical records (page, offset, before,
+/// after) or, from Hosking's generator, object redo records (OID, offset in the object,
+/// after). Runs come in generation order, and each is shipped in one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ClientRecord {
-    Page(PageUpdate),
-    Object(ObjectUpdate),
+pub enum RecordRun {
+    Pages(PageUpdates),
+    Objects(Vec<ObjectUpdate>),
 }
 
 /// The object whose payload holds all of `range` on slotted `page`, as its slot and payload;
@@ -958,6 +967,12 @@ mod tests {
     use super::*;
     use lodestore_core::TypeId;
     use proptest::prelude::*;
+
+    /// A generated record of either kind, borrowed from its run.
+    enum TestRecord<'a> {
+        Page(lodestore_server::PageUpdate<'a>),
+        Object(&'a ObjectUpdate),
+    }
 
     const PAGE: usize = 4096;
     const PAGES: usize = 3;
@@ -1140,16 +1155,25 @@ mod tests {
             }
             tracker.flush_all(&mut cache).unwrap();
             let mut replayed = before.clone();
-            for record in tracker.take_pending() {
+            let runs = tracker.take_pending();
+            // Runs alternate in kind: each call ships as much as one run can hold.
+            prop_assert!(runs.windows(2).all(|pair| std::mem::discriminant(&pair[0]) != std::mem::discriminant(&pair[1])));
+            let records = runs.iter().flat_map(|run| -> Vec<TestRecord<'_>> {
+                match run {
+                    RecordRun::Pages(records) => records.iter().map(TestRecord::Page).collect(),
+                    RecordRun::Objects(records) => records.iter().map(TestRecord::Object).collect(),
+                }
+            });
+            for record in records {
                 match record {
-                    ClientRecord::Page(record) => {
+                    TestRecord::Page(record) => {
                         let image = &mut replayed[record.page.0 as usize - 10];
                         let range =
                             record.offset as usize..record.offset as usize + record.after.len();
-                        prop_assert_eq!(&image[range.clone()], &record.before[..], "before bytes");
-                        image[range].copy_from_slice(&record.after);
+                        prop_assert_eq!(&image[range.clone()], record.before, "before bytes");
+                        image[range].copy_from_slice(record.after);
                     }
-                    ClientRecord::Object(record) => {
+                    TestRecord::Object(record) => {
                         // As the server does: the object on the page as it is now.
                         let image = &mut replayed[record.oid.page().0 as usize - 10];
                         let payload = slotted::record(image, record.oid.slot())

@@ -70,7 +70,7 @@ impl RecoveryMethod for Esm {
         state: &mut State,
         txn: TxnId,
         page: PageId,
-        updates: &[PageUpdate],
+        updates: &[PageUpdate<'_>],
     ) -> Result<Lsn> {
         server.cache_page(state, page)?;
         let prev = last_lsn(state, txn);
@@ -83,7 +83,7 @@ impl RecoveryMethod for Esm {
         apply_client_updates(txn, page, current, updates)?;
         let changes = updates
             .iter()
-            .map(|u| (u.offset as usize, &u.before[..], &u.after[..]));
+            .map(|u| (u.offset as usize, u.before, u.after));
         match append_changes(server, txn, prev, page, image_first.as_deref(), changes) {
             Ok(Some(logged)) => Ok(changes_logged(server, state, txn, page, logged)),
             Ok(None) => Ok(page::lsn(state.pool.get(page).expect("page cached"))),
@@ -293,8 +293,16 @@ fn redo(
         RecordBody::PageImage { page, image } => {
             let current = readable_lsn(server, state, *page)?;
             if current.is_none_or(|lsn| lsn < record.lsn) {
-                let mut full = vec![0u8; page_size];
-                full[..image.len()].copy_from_slice(image);
+                let Some(full) = image_of_page_size(image, page_size) else {
+                    return Err(server.volume.corrupt(
+                        *page,
+                        format!(
+                            "the full image at LSN {} holds {} bytes, more than a page of {page_size}",
+                            record.lsn,
+                            image.len()
+                        ),
+                    ));
+                };
                 place(server, state, *page, &full, record.lsn)?;
                 report.images_installed += 1;
                 touched.insert(*page);
@@ -331,6 +339,13 @@ fn redo(
         _ => {}
     }
     Ok(())
+}
+
+/// A logged page image (its trailing zeros not stored) as a whole page, if it fits in one.
+fn image_of_page_size(image: &[u8], page_size: usize) -> Option<Vec<u8>> {
+    let mut full = vec![0u8; page_size];
+    full.get_mut(..image.len())?.copy_from_slice(image);
+    Some(full)
 }
 
 /// Writes `bytes` at `offset` of the pool's copy of `page` (cached), the change of the record

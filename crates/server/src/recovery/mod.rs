@@ -152,7 +152,7 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         state: &mut State,
         txn: TxnId,
         page: PageId,
-        updates: &[PageUpdate],
+        updates: &[PageUpdate<'_>],
     ) -> Result<Lsn>;
 
     /// A client shipped `image` of `page` after shipping log records for all its changes: make
@@ -207,7 +207,7 @@ pub(crate) fn apply_client_updates(
     txn: TxnId,
     page: PageId,
     current: &mut [u8],
-    updates: &[PageUpdate],
+    updates: &[PageUpdate<'_>],
 ) -> Result<()> {
     for (applied, update) in updates.iter().enumerate() {
         debug_assert_eq!(update.page, page);
@@ -223,16 +223,16 @@ pub(crate) fn apply_client_updates(
                 range.start, range.end
             )));
         }
-        current[range].copy_from_slice(&update.after);
+        current[range].copy_from_slice(update.after);
     }
     Ok(())
 }
 
 /// Undoes [`apply_client_updates`] of `updates` on `current`: their before bytes, last first.
-pub(crate) fn revert_client_updates(current: &mut [u8], updates: &[PageUpdate]) {
+pub(crate) fn revert_client_updates(current: &mut [u8], updates: &[PageUpdate<'_>]) {
     for update in updates.iter().rev() {
         let start = update.offset as usize;
-        current[start..start + update.before.len()].copy_from_slice(&update.before);
+        current[start..start + update.before.len()].copy_from_slice(update.before);
     }
 }
 

@@ -59,7 +59,7 @@ impl RecoveryMethod for Wpl {
         state: &mut State,
         txn: TxnId,
         page: PageId,
-        updates: &[PageUpdate],
+        updates: &[PageUpdate<'_>],
     ) -> Result<Lsn> {
         // A client that logs its own changes gets them applied to the server's copy, which is
         // then logged whole like any shipped page.

@@ -60,7 +60,7 @@ pub enum Request {
     Checkpoint,
     ShipObjectUpdates {
         txn: u64,
-        records: Vec<WireObjectUpdate>,
+        records: WireObjectUpdates,
     },
 }
 
@@ -96,12 +96,13 @@ pub struct WireUpdates {
     pub bytes: Vec<u8>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireObjectUpdate {
-    pub oid: u64,
-    pub offset: u32,
+/// Object redo records shipped together, as `ObjectUpdates` keeps them: each record's OID,
+/// offset in the object and length, and the after bytes of all of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireObjectUpdates {
+    pub records: Vec<(u64, u32, u32)>,
     #[serde(with = "serde_bytes")]
-    pub after: Vec<u8>,
+    pub bytes: Vec<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -3,19 +3,41 @@
 //! log records larger than a frame are split.
 
 use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY, STREAM_BUFFER_BYTES};
-use crate::message::{decode, encode, Request, Response, WireObjectUpdate, WirePage, WireUpdates};
+use crate::message::{decode, encode, Request, Response, WireObjectUpdates, WirePage, WireUpdates};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
-    LockMode, LockStats, ObjectUpdate, PageServer, PageUpdates, RestartReport, ServerStats,
+    LockMode, LockStats, ObjectUpdates, PageServer, PageUpdates, RestartReport, ServerStats,
     ShippedPage,
 };
 use lodestore_storage::large::Extent;
 use lodestore_wal::LogStats;
 
-/// Most bytes a log record's page, offset and length take in a frame (three varints).
-const WIRE_UPDATE_FIXED_BYTES: usize = 15;
+/// Most bytes a log record's key, offset and length take in a frame (three varints).
+const WIRE_RECORD_FIXED_BYTES: usize = 20;
+
+/// Frames for a batch of log records given as each record's parts (key, offset, length), with
+/// `strings` byte strings of that length each: the records and the bytes of each frame, in
+/// order, every frame under the limit (a record larger than that alone in its frame).
+fn frames_of<K>(parts: &[(K, u32, u32)], strings: usize) -> Vec<(Range<usize>, Range<usize>)> {
+    let mut frames = Vec::new();
+    let (mut first, mut bytes_start, mut bytes_end, mut size) = (0, 0, 0, 0);
+    for (index, &(_, _, len)) in parts.iter().enumerate() {
+        let record = len as usize * strings;
+        if size + WIRE_RECORD_FIXED_BYTES + record > MAX_FRAME_BODY / 2 && index > first {
+            frames.push((first..index, bytes_start..bytes_end));
+            (first, bytes_start, size) = (index, bytes_end, 0);
+        }
+        bytes_end += record;
+        size += WIRE_RECORD_FIXED_BYTES + record;
+    }
+    if first < parts.len() {
+        frames.push((first..parts.len(), bytes_start..bytes_end));
+    }
+    frames
+}
 use std::io::{BufReader, BufWriter};
 use std::net::TcpStream;
+use std::ops::Range;
 use std::sync::Mutex;
 
 /// What the server said when the connection opened.
@@ -41,43 +63,6 @@ struct Conn {
 }
 
 impl RemotePageServer {
-    /// Sends `records` in order, as few requests as fit half a frame each (`bytes` estimates a
-    /// record's encoded size), each answered `Done`.
-    fn send_in_batches<T, W>(
-        &self,
-        what: &'static str,
-        records: &[T],
-        bytes: impl Fn(&T) -> usize,
-        wire: impl Fn(&T) -> W,
-        request: impl Fn(Vec<W>) -> Request,
-    ) -> Result<()> {
-        let mut batch = Vec::new();
-        let mut batch_bytes = 0;
-        for record in records {
-            let size = bytes(record);
-            if batch_bytes + size > MAX_FRAME_BODY / 2 && !batch.is_empty() {
-                self.expect_done(what, &request(std::mem::take(&mut batch)))?;
-                batch_bytes = 0;
-            }
-            batch.push(wire(record));
-            batch_bytes += size;
-        }
-        if batch.is_empty() {
-            return Ok(());
-        }
-        self.expect_done(what, &request(batch))
-    }
-
-    fn ship_wire_updates(&self, txn: TxnId, records: WireUpdates) -> Result<()> {
-        self.expect_done(
-            "ship-log-records",
-            &Request::ShipLogRecords {
-                txn: txn.0,
-                records,
-            },
-        )
-    }
-
     /// Connects to the server at `address` and says hello.
     pub fn connect(address: &str, client: &str) -> Result<RemotePageServer> {
         let stream = TcpStream::connect(address)
@@ -341,43 +326,41 @@ impl PageServer for RemotePageServer {
     }
 
     fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
-        // Frames stay under the limit: a batch too large for one goes in several, in order.
-        let mut chunk = WireUpdates::default();
-        for update in records.iter() {
-            let size = WIRE_UPDATE_FIXED_BYTES + update.before.len() + update.after.len();
-            if chunk.bytes.len() + WIRE_UPDATE_FIXED_BYTES * chunk.records.len() + size
-                > MAX_FRAME_BODY / 2
-                && !chunk.records.is_empty()
-            {
-                self.ship_wire_updates(txn, std::mem::take(&mut chunk))?;
-            }
-            chunk
-                .records
-                .push((update.page.0, update.offset, update.after.len() as u32));
-            chunk.bytes.extend_from_slice(update.before);
-            chunk.bytes.extend_from_slice(update.after);
-        }
-        if chunk.records.is_empty() {
-            return Ok(());
-        }
-        self.ship_wire_updates(txn, chunk)
-    }
-
-    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {
-        self.send_in_batches(
-            "ship-object-updates",
-            records,
-            |r| r.after.len() + 24,
-            |r| WireObjectUpdate {
-                oid: r.oid.0,
-                offset: r.offset,
-                after: r.after.clone(),
-            },
-            |records| Request::ShipObjectUpdates {
+        let parts: Vec<_> = records.parts().collect();
+        for (range, bytes) in frames_of(&parts, 2) {
+            let records = WireUpdates {
+                records: parts[range]
+                    .iter()
+                    .map(|&(page, offset, len)| (page.0, offset, len))
+                    .collect(),
+                bytes: records.bytes()[bytes].to_vec(),
+            };
+            let request = Request::ShipLogRecords {
                 txn: txn.0,
                 records,
-            },
-        )
+            };
+            self.expect_done("ship-log-records", &request)?;
+        }
+        Ok(())
+    }
+
+    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
+        let parts: Vec<_> = records.parts().collect();
+        for (range, bytes) in frames_of(&parts, 1) {
+            let records = WireObjectUpdates {
+                records: parts[range]
+                    .iter()
+                    .map(|&(oid, offset, len)| (oid.0, offset, len))
+                    .collect(),
+                bytes: records.bytes()[bytes].to_vec(),
+            };
+            let request = Request::ShipObjectUpdates {
+                txn: txn.0,
+                records,
+            };
+            self.expect_done("ship-object-updates", &request)?;
+        }
+        Ok(())
     }
 
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {
@@ -423,5 +406,39 @@ impl PageServer for RemotePageServer {
 
     fn abort(&self, txn: TxnId) -> Result<()> {
         self.expect_done("abort", &Request::Abort { txn: txn.0 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_split_into_frames_under_the_limit_in_order() {
+        const MIB: u32 = 1 << 20;
+        assert!(frames_of::<u32>(&[], 2).is_empty());
+        // Two-string records of 3 MiB take 6 MiB each: two fit under half a frame, not three.
+        let parts = [
+            (1u32, 0, 3 * MIB),
+            (2, 0, 3 * MIB),
+            (3, 0, 3 * MIB),
+            (4, 0, 10),
+        ];
+        let six = 6 * MIB as usize;
+        assert_eq!(
+            frames_of(&parts, 2),
+            vec![(0..2, 0..2 * six), (2..4, 2 * six..3 * six + 20)]
+        );
+        // A record larger than half a frame goes alone.
+        let parts = [(1u32, 0, 10), (2, 0, 20 * MIB), (3, 0, 10)];
+        let big = 20 * MIB as usize;
+        assert_eq!(
+            frames_of(&parts, 1),
+            vec![
+                (0..1, 0..10),
+                (1..2, 10..10 + big),
+                (2..3, 10 + big..20 + big)
+            ]
+        );
     }
 }

@@ -6,7 +6,7 @@
 use crate::frame::{read_frame, write_frame, FrameError, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
-use lodestore_server::{LockMode, ObjectUpdate, PageServer, PageUpdates, Server, ShippedPage};
+use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
 use rustc_hash::FxHashSet;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
@@ -252,14 +252,14 @@ impl Connection {
                 Response::Done
             }
             Request::ShipObjectUpdates { txn, records } => {
-                let records: Vec<ObjectUpdate> = records
+                let parts = records
+                    .records
                     .into_iter()
-                    .map(|r| ObjectUpdate {
-                        oid: Oid(r.oid),
-                        offset: r.offset,
-                        after: r.after,
-                    })
-                    .collect();
+                    .map(|(oid, offset, len)| (Oid(oid), offset, len));
+                let records =
+                    ObjectUpdates::from_parts(parts, records.bytes).map_err(|reason| {
+                        Error::InvalidArgument(format!("malformed object redo records: {reason}"))
+                    })?;
                 server.ship_object_updates(self.own(txn)?, &records)?;
                 Response::Done
             }

@@ -4,7 +4,9 @@
 
 use lodestore_core::{Error, PageId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
-use lodestore_net::message::{decode, encode, Request, Response, WireError, WireUpdates};
+use lodestore_net::message::{
+    decode, encode, Request, Response, WireError, WireObjectUpdates, WireUpdates,
+};
 use lodestore_net::{serve, RemotePageServer};
 use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
 use lodestore_storage::RealFileSystem;
@@ -248,6 +250,27 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
     match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
         Response::Failed(WireError::InvalidArgument(m)) => {
             assert!(m.contains("malformed log records"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(s);
+    // The same for object redo records (a record of 5 bytes, 2 shipped).
+    let mut s = raw(&address, true);
+    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
+    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
+        panic!("no transaction");
+    };
+    let request = Request::ShipObjectUpdates {
+        txn,
+        records: WireObjectUpdates {
+            records: vec![(steady.root_directory().0, 0, 5)],
+            bytes: vec![0; 2],
+        },
+    };
+    write_frame(&mut s, 3, &encode(&request)).unwrap();
+    match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
+        Response::Failed(WireError::InvalidArgument(m)) => {
+            assert!(m.contains("malformed object redo records"), "{m}")
         }
         other => panic!("{other:?}"),
     }

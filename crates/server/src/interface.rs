@@ -3,6 +3,7 @@
 //! transaction. The page shipping follows QuickStore section 3.1: clients cache whole pages
 //! across transactions and validate them by LSN when they lock them again.
 
+pub use crate::batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 use lodestore_core::{Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 
@@ -11,154 +12,6 @@ use lodestore_storage::large::Extent;
 pub enum LockMode {
     Shared = 0,
     Exclusive = 1,
-}
-
-/// A change a client logged itself (the update-detection schemes): bytes
-/// `offset..offset + after.len()` of `page` changed from `before` to `after`. Borrowed from
-/// the [`PageUpdates`] that carries it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PageUpdate<'a> {
-    pub page: PageId,
-    pub offset: u32,
-    pub before: &'a [u8],
-    pub after: &'a [u8],
-}
-
-/// Log records shipped together, in the order the client generated them. The bytes of all of
-/// them share one buffer, so a record costs no allocation of its own: a commit generates
-/// thousands.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PageUpdates {
-    /// Each record's before bytes, then its after bytes, record after record.
-    bytes: Vec<u8>,
-    records: Vec<UpdateAt>,
-}
-
-/// Where a record of a [`PageUpdates`] is: its page and offset, and its bytes in the buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct UpdateAt {
-    page: PageId,
-    offset: u32,
-    len: u32,
-    at: usize,
-}
-
-impl PageUpdates {
-    pub fn new() -> PageUpdates {
-        PageUpdates::default()
-    }
-
-    /// Appends a record: bytes `offset..offset + after.len()` of `page` went from `before`
-    /// to `after`, which must be as long as each other.
-    pub fn push(&mut self, page: PageId, offset: u32, before: &[u8], after: &[u8]) {
-        assert_eq!(
-            before.len(),
-            after.len(),
-            "a log record's before and after bytes differ in length"
-        );
-        let len = u32::try_from(after.len()).expect("a log record shorter than 4 GiB");
-        let at = self.bytes.len();
-        self.bytes.extend_from_slice(before);
-        self.bytes.extend_from_slice(after);
-        self.records.push(UpdateAt {
-            page,
-            offset,
-            len,
-            at,
-        });
-    }
-
-    /// Rebuilds records from their pages, offsets and lengths in order, and the bytes they
-    /// point into (as [`PageUpdates::parts`] gives them), checking that the bytes are exactly
-    /// the records' before and after bytes.
-    pub fn from_parts(
-        parts: impl IntoIterator<Item = (PageId, u32, u32)>,
-        bytes: Vec<u8>,
-    ) -> std::result::Result<PageUpdates, String> {
-        let mut records = Vec::new();
-        let mut at = 0usize;
-        for (page, offset, len) in parts {
-            records.push(UpdateAt {
-                page,
-                offset,
-                len,
-                at,
-            });
-            at = at
-                .checked_add(2 * len as usize)
-                .filter(|&end| end <= bytes.len())
-                .ok_or_else(|| {
-                    format!(
-                        "log record {} of page {page} needs bytes past the {} shipped",
-                        records.len() - 1,
-                        bytes.len()
-                    )
-                })?;
-        }
-        if at != bytes.len() {
-            return Err(format!(
-                "{} bytes shipped for log records of {at}",
-                bytes.len()
-            ));
-        }
-        Ok(PageUpdates { bytes, records })
-    }
-
-    /// Each record's page, offset and length, in order.
-    pub fn parts(&self) -> impl ExactSizeIterator<Item = (PageId, u32, u32)> + '_ {
-        self.records.iter().map(|r| (r.page, r.offset, r.len))
-    }
-
-    /// The bytes of all records, as [`PageUpdates::from_parts`] takes them.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-
-    pub fn get(&self, index: usize) -> Option<PageUpdate<'_>> {
-        self.records.get(index).map(|r| self.view(r))
-    }
-
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = PageUpdate<'_>> + '_ {
-        self.records.iter().map(|r| self.view(r))
-    }
-
-    fn view(&self, record: &UpdateAt) -> PageUpdate<'_> {
-        let len = record.len as usize;
-        PageUpdate {
-            page: record.page,
-            offset: record.offset,
-            before: &self.bytes[record.at..record.at + len],
-            after: &self.bytes[record.at + len..record.at + 2 * len],
-        }
-    }
-}
-
-impl<'a> FromIterator<PageUpdate<'a>> for PageUpdates {
-    fn from_iter<I: IntoIterator<Item = PageUpdate<'a>>>(updates: I) -> PageUpdates {
-        let mut batch = PageUpdates::new();
-        for update in updates {
-            batch.push(update.page, update.offset, update.before, update.after);
-        }
-        batch
-    }
-}
-
-/// A change a client logged as Hosking's checkpoint-style record: bytes
-/// `offset..offset + after.len()` of object `oid` are now `after`. No before bytes: the server
-/// reads them off its own copy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ObjectUpdate {
-    pub oid: Oid,
-    pub offset: u32,
-    pub after: Vec<u8>,
 }
 
 /// A dirty page on its way to the server.
@@ -221,7 +74,7 @@ pub trait PageServer: Send + Sync {
     /// Ships object redo records `txn` generated, in order, for objects on pages it holds
     /// exclusively: the server finds each object on its copy of the page, takes the before
     /// bytes from there, and logs and applies the change as it does a `PageUpdate`.
-    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()>;
+    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()>;
 
     /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit). Returns
     /// the new LSN of each page, which the client stamps on its cached copy.
@@ -239,57 +92,4 @@ pub trait PageServer: Send + Sync {
 
     /// Aborts `txn`, discarding everything it shipped and releasing its locks.
     fn abort(&self, txn: TxnId) -> Result<()>;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
-        /// Records pushed come back as pushed, one by one and in order, and survive being
-        /// taken apart into parts and bytes and put together again.
-        #[test]
-        fn a_batch_gives_back_its_records(
-            records in proptest::collection::vec(
-                (any::<u32>(), any::<u32>(), proptest::collection::vec(any::<(u8, u8)>(), 0..40)),
-                0..20,
-            ),
-        ) {
-            let mut batch = PageUpdates::new();
-            for (page, offset, bytes) in &records {
-                let before: Vec<u8> = bytes.iter().map(|b| b.0).collect();
-                let after: Vec<u8> = bytes.iter().map(|b| b.1).collect();
-                batch.push(PageId(*page), *offset, &before, &after);
-            }
-            prop_assert_eq!(batch.len(), records.len());
-            for (index, ((page, offset, bytes), update)) in records.iter().zip(batch.iter()).enumerate() {
-                prop_assert_eq!(update, batch.get(index).unwrap());
-                prop_assert_eq!((update.page, update.offset), (PageId(*page), *offset));
-                prop_assert!(update.before.iter().eq(bytes.iter().map(|b| &b.0)));
-                prop_assert!(update.after.iter().eq(bytes.iter().map(|b| &b.1)));
-            }
-            let rebuilt = PageUpdates::from_parts(batch.parts(), batch.bytes().to_vec()).unwrap();
-            prop_assert_eq!(&rebuilt, &batch);
-            prop_assert_eq!(batch.iter().collect::<PageUpdates>(), batch);
-        }
-    }
-
-    #[test]
-    fn parts_that_do_not_match_their_bytes_are_refused() {
-        let mut batch = PageUpdates::new();
-        batch.push(PageId(3), 16, &[1, 2], &[3, 4]);
-        batch.push(PageId(4), 40, &[5], &[6]);
-        let parts: Vec<_> = batch.parts().collect();
-        let short = batch.bytes()[..5].to_vec();
-        let err = PageUpdates::from_parts(parts.clone(), short).unwrap_err();
-        assert_eq!(err, "log record 1 of page 4 needs bytes past the 5 shipped");
-        let mut long = batch.bytes().to_vec();
-        long.push(0);
-        let err = PageUpdates::from_parts(parts, long).unwrap_err();
-        assert_eq!(err, "7 bytes shipped for log records of 6");
-        // A length that would overflow is refused, not wrapped.
-        let err = PageUpdates::from_parts([(PageId(1), 0, u32::MAX)], Vec::new()).unwrap_err();
-        assert!(err.contains("needs bytes past"), "{err}");
-    }
 }

@@ -3,6 +3,7 @@
 //! and recovers is a [`RecoveryMethodKind`]. Embedded stores call the
 //! in-process [`Server`] directly; a network server will put the same interface on a socket.
 
+pub mod batch;
 pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
@@ -15,7 +16,9 @@ pub mod space;
 pub mod stats;
 pub mod wpl_table;
 
-pub use interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, PageUpdates, ShippedPage};
+pub use interface::{
+    LockMode, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates, ShippedPage,
+};
 pub use lock_table::LockStats;
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{pool_pages, Server, ServerOptions, LOG_DIR_NAME};

@@ -7,7 +7,9 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::BufferPool;
-use crate::interface::{LockMode, ObjectUpdate, PageServer, PageUpdate, PageUpdates, ShippedPage};
+use crate::interface::{
+    LockMode, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates, ShippedPage,
+};
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
@@ -750,7 +752,8 @@ impl PageServer for Server {
         Ok(())
     }
 
-    fn ship_object_updates(&self, txn: TxnId, records: &[ObjectUpdate]) -> Result<()> {
+    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
+        let records: Vec<ObjectUpdate<'_>> = records.iter().collect();
         let mut state = self.usable_state()?;
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
@@ -777,9 +780,9 @@ impl PageServer for Server {
                     page,
                     range.start as u32,
                     &image[range.clone()],
-                    &record.after,
+                    record.after,
                 );
-                image[range].copy_from_slice(&record.after);
+                image[range].copy_from_slice(record.after);
             }
             let resolved: Vec<PageUpdate<'_>> = resolved.iter().collect();
             self.check_updates(txn, &resolved)?;
@@ -983,7 +986,7 @@ fn inactive(txn: TxnId) -> Error {
 
 /// The bytes of `image` (the server's copy of the object's page with the batch's earlier
 /// records applied) an object redo record changes.
-fn resolve_object_update(image: &[u8], record: &ObjectUpdate) -> Result<Range<usize>> {
+fn resolve_object_update(image: &[u8], record: &ObjectUpdate<'_>) -> Result<Range<usize>> {
     let oid = record.oid;
     let found = if page::kind(image) == Some(PageKind::Slotted) {
         slotted::record(image, oid.slot()).ok().flatten()

@@ -2,7 +2,7 @@
 //! its copy, takes the before bytes from there, and refuses records it cannot place.
 
 use lodestore_core::{Error, Oid};
-use lodestore_server::{LockMode, ObjectUpdate, PageServer, Server, ServerOptions};
+use lodestore_server::{LockMode, ObjectUpdates, PageServer, Server, ServerOptions};
 use lodestore_storage::{slotted, MemoryFileSystem};
 use std::path::Path;
 use std::sync::Arc;
@@ -14,11 +14,17 @@ fn records_land_in_their_object_and_bad_ones_are_refused() {
     let directory = server.root_directory();
     let page = directory.page();
     let txn = server.begin().unwrap();
-    let update = |oid: Oid, offset: u32, after: Vec<u8>| ObjectUpdate { oid, offset, after };
+    let batch = |records: &[(Oid, u32, &[u8])]| {
+        let mut batch = ObjectUpdates::new();
+        for &(oid, offset, after) in records {
+            batch.push(oid, offset, after);
+        }
+        batch
+    };
 
     // Without the page's exclusive lock: refused.
     let err = server
-        .ship_object_updates(txn, &[update(directory, 0, vec![1])])
+        .ship_object_updates(txn, &batch(&[(directory, 0, &[1])]))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 
@@ -29,14 +35,14 @@ fn records_land_in_their_object_and_bad_ones_are_refused() {
     // A slot that holds no object, and a range past the object's end: refused by name.
     let missing = Oid::new(directory.volume(), page, 999);
     let err = server
-        .ship_object_updates(txn, &[update(missing, 0, vec![1])])
+        .ship_object_updates(txn, &batch(&[(missing, 0, &[1])]))
         .unwrap_err();
     assert!(
         matches!(err, Error::ObjectNotFound { oid } if oid == missing),
         "{err}"
     );
     let err = server
-        .ship_object_updates(txn, &[update(directory, 1 << 20, vec![1])])
+        .ship_object_updates(txn, &batch(&[(directory, 1 << 20, &[1])]))
         .unwrap_err();
     assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
 
@@ -44,10 +50,7 @@ fn records_land_in_their_object_and_bad_ones_are_refused() {
     server
         .ship_object_updates(
             txn,
-            &[
-                update(directory, 0, vec![7, 7, 7, 7]),
-                update(directory, 2, vec![9, 9]),
-            ],
+            &batch(&[(directory, 0, &[7, 7, 7, 7]), (directory, 2, &[9, 9])]),
         )
         .unwrap();
     let mut after = vec![0u8; 4096];

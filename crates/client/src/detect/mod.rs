@@ -36,7 +36,7 @@ use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
 use lodestore_loggen::{
     Generator, PageBounds, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
 };
-use lodestore_server::{ObjectUpdate, PageUpdates};
+use lodestore_server::{ObjectUpdates, PageUpdates};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
 use protection::FaultMechanism;
@@ -602,14 +602,15 @@ impl WriteTracker {
             };
             let bytes = match object {
                 Some((slot, payload)) => {
-                    let record = ObjectUpdate {
-                        oid: Oid::new(self.volume, entry.page, slot),
-                        offset: (range.start - payload.start) as u32,
-                        after: now[range].to_vec(),
-                    };
+                    let oid = Oid::new(self.volume, entry.page, slot);
+                    let (offset, after) = ((range.start - payload.start) as u32, &now[range]);
                     match self.pending.last_mut() {
-                        Some(RecordRun::Objects(run)) => run.push(record),
-                        _ => self.pending.push(RecordRun::Objects(vec![record])),
+                        Some(RecordRun::Objects(run)) => run.push(oid, offset, after),
+                        _ => {
+                            let mut run = ObjectUpdates::new();
+                            run.push(oid, offset, after);
+                            self.pending.push(RecordRun::Objects(run));
+                        }
                     }
                     OBJECT_REDO_RECORD_FIXED_BYTES + len
                 }
@@ -867,7 +868,7 @@ fn all_units_set(table: &[u8], first: usize, last: usize) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RecordRun {
     Pages(PageUpdates),
-    Objects(Vec<ObjectUpdate>),
+    Objects(ObjectUpdates),
 }
 
 /// The object whose payload holds all of `range` on slotted `page`, as its slot and payload;
@@ -971,7 +972,7 @@ mod tests {
     /// A generated record of either kind, borrowed from its run.
     enum TestRecord<'a> {
         Page(lodestore_server::PageUpdate<'a>),
-        Object(&'a ObjectUpdate),
+        Object(lodestore_server::ObjectUpdate<'a>),
     }
 
     const PAGE: usize = 4096;
@@ -1183,7 +1184,7 @@ mod tests {
                         let start = payload.start + record.offset as usize;
                         let end = start + record.after.len();
                         prop_assert!(end <= payload.end, "inside its object");
-                        image[start..end].copy_from_slice(&record.after);
+                        image[start..end].copy_from_slice(record.after);
                     }
                 }
             }

@@ -299,6 +299,33 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// Parts and bytes off the wire, whatever they are, give a batch whose every record
+        /// can be read, or an error: never a panic.
+        #[test]
+        fn any_parts_give_a_readable_batch_or_an_error(
+            parts in proptest::collection::vec((any::<u32>(), any::<u32>(), 0u32..64), 0..8),
+            big in proptest::option::of((0usize..8, any::<u32>())),
+            bytes in 0usize..300,
+        ) {
+            let mut parts: Vec<(PageId, u32, u32)> =
+                parts.into_iter().map(|(page, offset, len)| (PageId(page), offset, len)).collect();
+            if let (Some((index, len)), false) = (big, parts.is_empty()) {
+                let at = index % parts.len();
+                parts[at].2 = len;
+            }
+            let needed: u64 = parts.iter().map(|p| 2 * u64::from(p.2)).sum();
+            match PageUpdates::from_parts(parts.clone(), vec![5; bytes]) {
+                Ok(batch) => {
+                    prop_assert_eq!(needed, bytes as u64);
+                    let read: usize = batch.iter().map(|u| u.before.len() + u.after.len()).sum();
+                    prop_assert_eq!(read, bytes);
+                }
+                Err(_) => prop_assert_ne!(needed, bytes as u64),
+            }
+        }
+    }
+
     #[test]
     fn parts_that_do_not_match_their_bytes_are_refused() {
         let mut batch = PageUpdates::new();

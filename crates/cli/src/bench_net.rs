@@ -9,11 +9,13 @@
 //!
 //! A round trip costs mostly the wake-up of the thread at the other end, and that depends on
 //! where the threads run: on one CPU the two hand it to each other; across two, the waker must
-//! wake the other CPU, which on a virtual machine may have halted. Left to the scheduler, the
-//! placement changes from burst to burst, so both are measured with the threads pinned: the
-//! client on one CPU, the server's threads (and the echo thread of the floor) on the same one
-//! or on another. The same requests made in process show what the protocol adds beyond the
-//! round trip. Kinds are timed in turn, in bursts; each figure is the median of the runs.
+//! wake the other CPU, which on a virtual machine may have halted. So each is measured with
+//! the threads pinned (the client on one CPU, the server's threads and the echo thread of the
+//! floor on the same one or on another) and unpinned, where the scheduler places them. A
+//! thread that may run on several CPUs polls a little for the next frame before it sleeps
+//! (`frame::poll_before_read`); a pinned one does not, and neither does the bare echo. The same
+//! requests made in process show what the protocol adds beyond the round trip. Kinds are timed
+//! in turn, in bursts; each figure is the median of the runs.
 
 use lodestore::{Error, Result};
 use lodestore_core::{PageId, TxnId};
@@ -58,21 +60,13 @@ impl Kind {
     }
 }
 
-/// Where the threads run: the client on `client`, the server's and the echo's on `server`.
-#[derive(Clone, Copy)]
+/// Where the threads run: the client on the CPUs of `client`, the server's and the echo's on
+/// those of `server`.
+#[derive(Clone)]
 struct Placement {
-    client: usize,
-    server: usize,
-}
-
-impl Placement {
-    fn name(self) -> &'static str {
-        if self.client == self.server {
-            "one CPU"
-        } else {
-            "two CPUs"
-        }
-    }
+    name: &'static str,
+    client: Vec<usize>,
+    server: Vec<usize>,
 }
 
 /// Microseconds per request of one kind in one run.
@@ -91,20 +85,27 @@ pub fn net(path: &Path, runs: usize, requests: usize) -> Result<ExitCode> {
     }
     let allowed = allowed_cpus()?;
     let mut placements = vec![Placement {
-        client: allowed[0],
-        server: allowed[0],
+        name: "one CPU",
+        client: vec![allowed[0]],
+        server: vec![allowed[0]],
     }];
     if let Some(&other) = allowed.get(1) {
         placements.push(Placement {
-            client: allowed[0],
-            server: other,
+            name: "two CPUs",
+            client: vec![allowed[0]],
+            server: vec![other],
+        });
+        placements.push(Placement {
+            name: "any CPU",
+            client: allowed.clone(),
+            server: allowed.clone(),
         });
     }
     let dir = path.join("bench-net");
     let mut rows = Vec::new();
     for placement in placements {
         crate::bench::remove_store(&dir)?;
-        let samples = measure_placed(&dir, placement, runs, requests);
+        let samples = measure_placed(&dir, &placement, runs, requests);
         // Whatever happened, the rest of the process may run anywhere again.
         pin_current_thread(&allowed)?;
         rows.push((placement, samples?));
@@ -114,11 +115,11 @@ pub fn net(path: &Path, runs: usize, requests: usize) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Serves a fresh store in `dir` from threads on `placement.server` and measures from this
-/// thread, pinned to `placement.client`.
+/// Serves a fresh store in `dir` from threads on the CPUs of `placement.server` and measures
+/// from this thread, on those of `placement.client`.
 fn measure_placed(
     dir: &Path,
-    placement: Placement,
+    placement: &Placement,
     runs: usize,
     requests: usize,
 ) -> Result<Vec<Vec<Sample>>> {
@@ -133,7 +134,7 @@ fn measure_placed(
     let stop = Arc::new(AtomicBool::new(false));
     // Threads inherit their creator's CPUs: the serving thread, and the connection threads it
     // starts, run where this thread is pinned now.
-    pin_current_thread(&[placement.server])?;
+    pin_current_thread(&placement.server)?;
     let serving = {
         let (server, stop) = (server.clone(), stop.clone());
         std::thread::spawn(move || lodestore_net::serve(server, listener, stop))
@@ -153,7 +154,7 @@ fn measure_placed(
 fn measure(
     server: &Arc<Server>,
     address: &str,
-    placement: Placement,
+    placement: &Placement,
     runs: usize,
     requests: usize,
 ) -> Result<Vec<Vec<Sample>>> {
@@ -161,7 +162,7 @@ fn measure(
     let remote = RemotePageServer::connect(address, "lodestore bench net")?;
     // The connection's thread starts on accepting: make sure it has before moving away.
     let remote_txn = remote.begin()?;
-    pin_current_thread(&[placement.client])?;
+    pin_current_thread(&placement.client)?;
     let mut echoes = echoes.into_iter().collect::<Result<Vec<_>>>()?;
     let page = remote.root_directory().page();
     remote.lock_page(remote_txn, page, LockMode::Shared)?;
@@ -177,7 +178,7 @@ fn measure(
                 requests_us(server.as_ref(), local_txn, page, kind, requests, &mut buf)?;
             eprintln!(
                 "{}, run {}: {:<12} {remote_us:>7.1} us remote, {floor_us:>7.1} us bare, {in_process_us:>6.2} us in process",
-                placement.name(),
+                placement.name,
                 run + 1,
                 kind.name()
             );
@@ -328,7 +329,7 @@ fn print_table(rows: &[(Placement, Vec<Vec<Sample>>)], runs: usize, requests: us
         for (kind, of) in Kind::ALL.into_iter().zip(samples) {
             let ratios: Vec<f64> = of.iter().map(|s| s.remote_us / s.floor_us).collect();
             table.add_row([
-                placement.name().to_string(),
+                placement.name.to_string(),
                 kind.name().to_string(),
                 format!("{:.1}", median(|s| s.remote_us, of)),
                 format!("{:.1}", median(|s| s.floor_us, of)),

@@ -2,7 +2,9 @@
 //! response (one in flight per connection; a session owns its connection). Batches of pages or
 //! log records larger than a frame are split.
 
-use crate::frame::{read_frame, write_frame, FrameError, MAX_FRAME_BODY, STREAM_BUFFER_BYTES};
+use crate::frame::{
+    read_frame, write_frame, FrameError, Poller, MAX_FRAME_BODY, STREAM_BUFFER_BYTES,
+};
 use crate::message::{decode, encode, Request, Response, WireObjectUpdates, WirePage, WireUpdates};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
@@ -60,6 +62,8 @@ struct Conn {
     reader: BufReader<TcpStream>,
     writer: BufWriter<TcpStream>,
     next_id: u64,
+    /// Whether to poll for a reply before sleeping (decided for the connecting thread).
+    poller: Poller,
 }
 
 impl RemotePageServer {
@@ -80,6 +84,7 @@ impl RemotePageServer {
             reader,
             writer: BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream),
             next_id: 1,
+            poller: Poller::for_this_thread(),
         };
         let mut remote = RemotePageServer {
             peer: address.to_string(),
@@ -157,7 +162,10 @@ impl RemotePageServer {
         }
         let exchanged = write_frame(&mut conn.writer, id, &body)
             .map_err(FrameError::from)
-            .and_then(|()| read_frame(&mut conn.reader));
+            .and_then(|()| {
+                conn.poller.before_read(&conn.reader);
+                read_frame(&mut conn.reader)
+            });
         let frame = match exchanged {
             Ok(frame) => frame,
             Err(e) => {

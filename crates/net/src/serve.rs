@@ -3,7 +3,7 @@
 //! that breaks the protocol is closed with its reason logged; its open transactions are
 //! aborted, which releases their locks. Other connections never notice.
 
-use crate::frame::{read_frame, write_frame, FrameError, STREAM_BUFFER_BYTES};
+use crate::frame::{read_frame, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
@@ -96,7 +96,11 @@ impl Connection {
         };
         let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
         let mut greeted = false;
+        // Polling for the next request keeps this thread's CPU awake for it (see
+        // `POLL_BEFORE_SLEEP`).
+        let mut poller = Poller::for_this_thread();
         loop {
+            poller.before_read(&reader);
             let frame = match read_frame(&mut reader) {
                 Ok(frame) => frame,
                 Err(FrameError::Closed) => return "client closed the connection".into(),

@@ -195,7 +195,7 @@ enum BenchCommand {
     /// What a request to a Lodestore server costs over loopback TCP (a lock the transaction
     /// holds already, a page fetch), next to a bare TCP ping-pong with replies of the same size
     /// and to the same requests made in process, all measured in the same run, with client and
-    /// server threads pinned to one CPU and to two.
+    /// server threads pinned to one CPU, pinned to two, and unpinned.
     Net {
         /// Folder for the benchmark store.
         path: PathBuf,

@@ -98,10 +98,19 @@ fuzz_target!(|data: &[u8]| {
         Ok(())
     })
     .expect("a log that opened scans");
-    assert!(found.len() <= written.len(), "more records than were written");
-    assert_eq!(found[..], written[..found.len()], "a record that was not written");
+    assert!(
+        found.len() <= written.len(),
+        "more records than were written"
+    );
+    assert_eq!(
+        found[..],
+        written[..found.len()],
+        "a record that was not written"
+    );
     // The log goes on from where it ended.
-    let lsn = log.append(None, Lsn(0), &RecordBody::Abort).expect("append after open");
+    let lsn = log
+        .append(None, Lsn(0), &RecordBody::Abort)
+        .expect("append after open");
     log.flush(lsn).expect("flush after open");
     drop(log);
     let (log, _) = Log::open(fs, dir, options(), from).expect("reopen");

@@ -44,7 +44,13 @@ fuzz_target!(|data: &[u8]| {
     }
 
     let ranges = page_ranges(&before, &after, UPDATE_RECORD_FIXED_BYTES);
-    check(&ranges, 0..PAGE_BYTES, &before, &after, &object_cuts(&[&before, &after]));
+    check(
+        &ranges,
+        0..PAGE_BYTES,
+        &before,
+        &after,
+        &object_cuts(&[&before, &after]),
+    );
 
     // A piece as sub-page diffing cuts it: 8 to 64 bytes, aligned to its size.
     let size = 8 << ((control >> 1) & 3);
@@ -55,13 +61,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 /// The ranges of a diff of `area` of the two images, against what every diff must be.
-fn check(
-    ranges: &[Range<usize>],
-    area: Range<usize>,
-    before: &[u8],
-    after: &[u8],
-    cuts: &[usize],
-) {
+fn check(ranges: &[Range<usize>], area: Range<usize>, before: &[u8], after: &[u8], cuts: &[usize]) {
     let mut rebuilt = before.to_vec();
     let mut previous_end = area.start;
     for range in ranges {

@@ -67,6 +67,24 @@ struct Conn {
 }
 
 impl RemotePageServer {
+    /// Ships a batch of log records, given as each record's wire key, offset and length and
+    /// the bytes of all of them (`strings` byte strings per record), in as many frames as
+    /// the limit asks; `request` makes a frame's request of its records and bytes.
+    fn ship_batch<K: Copy>(
+        &self,
+        what: &'static str,
+        parts: &[(K, u32, u32)],
+        bytes: &[u8],
+        strings: usize,
+        request: impl Fn(Vec<(K, u32, u32)>, Vec<u8>) -> Request,
+    ) -> Result<()> {
+        for (records, range) in frames_of(parts, strings) {
+            let request = request(parts[records].to_vec(), bytes[range].to_vec());
+            self.expect_done(what, &request)?;
+        }
+        Ok(())
+    }
+
     /// Connects to the server at `address` and says hello.
     pub fn connect(address: &str, client: &str) -> Result<RemotePageServer> {
         let stream = TcpStream::connect(address)
@@ -334,41 +352,37 @@ impl PageServer for RemotePageServer {
     }
 
     fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
-        let parts: Vec<_> = records.parts().collect();
-        for (range, bytes) in frames_of(&parts, 2) {
-            let records = WireUpdates {
-                records: parts[range]
-                    .iter()
-                    .map(|&(page, offset, len)| (page.0, offset, len))
-                    .collect(),
-                bytes: records.bytes()[bytes].to_vec(),
-            };
-            let request = Request::ShipLogRecords {
+        let parts: Vec<_> = records
+            .parts()
+            .map(|(page, offset, len)| (page.0, offset, len))
+            .collect();
+        self.ship_batch(
+            "ship-log-records",
+            &parts,
+            records.bytes(),
+            2,
+            |records, bytes| Request::ShipLogRecords {
                 txn: txn.0,
-                records,
-            };
-            self.expect_done("ship-log-records", &request)?;
-        }
-        Ok(())
+                records: WireUpdates { records, bytes },
+            },
+        )
     }
 
     fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
-        let parts: Vec<_> = records.parts().collect();
-        for (range, bytes) in frames_of(&parts, 1) {
-            let records = WireObjectUpdates {
-                records: parts[range]
-                    .iter()
-                    .map(|&(oid, offset, len)| (oid.0, offset, len))
-                    .collect(),
-                bytes: records.bytes()[bytes].to_vec(),
-            };
-            let request = Request::ShipObjectUpdates {
+        let parts: Vec<_> = records
+            .parts()
+            .map(|(oid, offset, len)| (oid.0, offset, len))
+            .collect();
+        self.ship_batch(
+            "ship-object-updates",
+            &parts,
+            records.bytes(),
+            1,
+            |records, bytes| Request::ShipObjectUpdates {
                 txn: txn.0,
-                records,
-            };
-            self.expect_done("ship-object-updates", &request)?;
-        }
-        Ok(())
+                records: WireObjectUpdates { records, bytes },
+            },
+        )
     }
 
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {

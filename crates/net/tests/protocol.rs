@@ -94,6 +94,25 @@ fn assert_closed(stream: &mut TcpStream) {
     );
 }
 
+/// Sends `request` for a transaction of a raw connection and expects it refused as an invalid
+/// argument whose message says `reason`.
+fn assert_refused_in_a_transaction(
+    address: &str,
+    request: impl FnOnce(u64) -> Request,
+    reason: &str,
+) {
+    let mut s = raw(address, true);
+    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
+    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
+        panic!("no transaction");
+    };
+    write_frame(&mut s, 3, &encode(&request(txn))).unwrap();
+    match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
+        Response::Failed(WireError::InvalidArgument(m)) => assert!(m.contains(reason), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A well-behaved client still gets served.
 fn assert_serving(address: &str) {
     let remote = RemotePageServer::connect(address, "check").unwrap();
@@ -234,47 +253,31 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
     assert_closed(&mut s);
 
     // Log records whose bytes do not match their lengths: answered with the reason.
-    let mut s = raw(&address, true);
-    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
-    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
-        panic!("no transaction");
-    };
-    let request = Request::ShipLogRecords {
-        txn,
-        records: WireUpdates {
-            records: vec![(steady.root_directory().page().0, 20, 4)],
-            bytes: vec![0; 7],
+    let page = steady.root_directory().page().0;
+    assert_refused_in_a_transaction(
+        &address,
+        |txn| Request::ShipLogRecords {
+            txn,
+            records: WireUpdates {
+                records: vec![(page, 20, 4)],
+                bytes: vec![0; 7],
+            },
         },
-    };
-    write_frame(&mut s, 3, &encode(&request)).unwrap();
-    match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
-        Response::Failed(WireError::InvalidArgument(m)) => {
-            assert!(m.contains("malformed log records"), "{m}")
-        }
-        other => panic!("{other:?}"),
-    }
-    drop(s);
+        "malformed log records",
+    );
     // The same for object redo records (a record of 5 bytes, 2 shipped).
-    let mut s = raw(&address, true);
-    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
-    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
-        panic!("no transaction");
-    };
-    let request = Request::ShipObjectUpdates {
-        txn,
-        records: WireObjectUpdates {
-            records: vec![(steady.root_directory().0, 0, 5)],
-            bytes: vec![0; 2],
+    let oid = steady.root_directory().0;
+    assert_refused_in_a_transaction(
+        &address,
+        |txn| Request::ShipObjectUpdates {
+            txn,
+            records: WireObjectUpdates {
+                records: vec![(oid, 0, 5)],
+                bytes: vec![0; 2],
+            },
         },
-    };
-    write_frame(&mut s, 3, &encode(&request)).unwrap();
-    match decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() {
-        Response::Failed(WireError::InvalidArgument(m)) => {
-            assert!(m.contains("malformed object redo records"), "{m}")
-        }
-        other => panic!("{other:?}"),
-    }
-    drop(s);
+        "malformed object redo records",
+    );
 
     // Disconnecting in the middle of a frame.
     let mut s = raw(&address, true);

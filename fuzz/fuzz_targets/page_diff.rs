@@ -2,14 +2,17 @@
 //! overlap or run past the page, a page garbled in memory) must not panic, and its ranges must
 //! rebuild the after-image: in order, apart, inside the page (or the piece), never across an
 //! object bound, covering every changed byte but the server-owned checksum and LSN. The same
-//! for one piece of the page, as sub-page diffing takes it.
+//! for one piece of the page, as sub-page diffing takes it. And with the record bounds kept
+//! from an earlier diff of the page, the diff is the one read afresh.
 //! Run with `cargo fuzz run page_diff` from the repository root (cargo-fuzz, nightly).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lodestore_core::PageId;
 use lodestore_loggen::page::{object_cuts, SERVER_OWNED};
-use lodestore_loggen::{page_ranges, Generator, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_loggen::{
+    page_ranges, page_ranges_cached, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES,
+};
 use lodestore_storage::page::PAGE_HEADER_BYTES;
 use lodestore_storage::slotted;
 use std::ops::Range;
@@ -51,6 +54,19 @@ fuzz_target!(|data: &[u8]| {
         &after,
         &object_cuts(&[&before, &after]),
     );
+
+    // An earlier diff of the page, of two bytes 8 apart (so its bounds are read and kept,
+    // if its merged range stays in an object), then this one with the bounds it kept.
+    let mut earlier = before.clone();
+    let first = usize::from(u16::from_le_bytes(*place)) % (PAGE_BYTES - 8);
+    earlier[first] ^= 1;
+    earlier[first + 8] ^= 1;
+    let mut bounds = PageBounds::default();
+    let mut kept = Vec::new();
+    let header = UPDATE_RECORD_FIXED_BYTES;
+    page_ranges_cached(&earlier, &before, header, &mut bounds, 1, &mut kept);
+    page_ranges_cached(&before, &after, header, &mut bounds, 1, &mut kept);
+    assert_eq!(kept, ranges, "the diff with kept bounds");
 
     // A piece as sub-page diffing cuts it: 8 to 64 bytes, aligned to its size.
     let size = 8 << ((control >> 1) & 3);

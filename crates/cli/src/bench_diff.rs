@@ -13,7 +13,9 @@ use lodestore::{Error, Result};
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
 use lodestore_loggen::compare::{for_each_run, for_each_run_on, ScanPath};
-use lodestore_loggen::{page_ranges_into, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES};
+use lodestore_loggen::{
+    page_ranges_cached, page_ranges_into, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES,
+};
 use lodestore_storage::slotted;
 use std::ops::Range;
 use std::path::Path;
@@ -39,6 +41,9 @@ struct Workload {
     after: AlignedPage,
     /// Diff these pieces of [`BLOCK_BYTES`] (as sub-page diffing does) instead of the page.
     blocks: Vec<usize>,
+    /// Keep the page's record bounds from one diff to the next, as a client does for a page
+    /// whose structure stayed as it was since its last commit.
+    kept_bounds: bool,
 }
 
 /// Bytes of a sub-page block (the `SD-ESM` scheme's).
@@ -69,7 +74,8 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
     let mut path_samples: Vec<Vec<Vec<f64>>> =
         vec![vec![Vec::new(); path_workloads.len()]; paths.len()];
     let mut ranges: Vec<Range<usize>> = Vec::new();
-    let mut bounds = PageBounds::default();
+    // Each workload's own, as a client keeps them per page.
+    let mut bounds: Vec<PageBounds> = workloads.iter().map(|_| PageBounds::default()).collect();
     let started = Instant::now();
     let budget = seconds * (workloads.len() + 1) as f64;
     while started.elapsed().as_secs_f64() < budget || samples[0].len() < 5 {
@@ -81,12 +87,15 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
         for (i, workload) in workloads.iter().enumerate() {
             if !workload.blocks.is_empty() {
                 let bytes = workload.blocks.len() * BLOCK_BYTES;
+                let bounds = &mut bounds[i];
                 samples[i + 1].push(sample(bytes, || {
                     let after = std::hint::black_box(&workload.after[..]);
                     let before = std::hint::black_box(&workload.before[..]);
-                    // As a commit diffs a page's pieces: its bounds read once, if needed, and
-                    // one vector for the ranges of every piece.
-                    bounds.forget();
+                    // As a commit diffs a page's pieces: its bounds read once, if needed (or
+                    // kept from the last commit), and one vector for the ranges of every piece.
+                    if !workload.kept_bounds {
+                        bounds.forget();
+                    }
                     workload
                         .blocks
                         .iter()
@@ -96,7 +105,7 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                                 after,
                                 at,
                                 piece,
-                                &mut bounds,
+                                bounds,
                                 1,
                                 &mut ranges,
                             );
@@ -115,15 +124,20 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
                 );
                 ranges.len() as u64
             }));
+            let bounds = &mut bounds[i];
             samples[i + 1].push(sample(page_size, || {
                 // One vector for the ranges of every page, as a generator diffing many pages
                 // keeps.
-                page_ranges_into(
+                let (before, after) = (
                     std::hint::black_box(&workload.before[..]),
                     std::hint::black_box(&workload.after[..]),
-                    UPDATE_RECORD_FIXED_BYTES,
-                    &mut ranges,
                 );
+                let header = UPDATE_RECORD_FIXED_BYTES;
+                if workload.kept_bounds {
+                    page_ranges_cached(before, after, header, bounds, 1, &mut ranges);
+                } else {
+                    page_ranges_into(before, after, header, &mut ranges);
+                }
                 ranges.len() as u64
             }));
         }
@@ -252,60 +266,84 @@ fn workloads(page_size: usize) -> Vec<Workload> {
             before: AlignedPage::from(&data[..]),
             after: AlignedPage::from(&data[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "data page, one 8-byte field",
             before: AlignedPage::from(&data[..]),
             after: AlignedPage::from(&one_data_field[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "data page, 16 scattered 8-byte fields",
             before: AlignedPage::from(&data[..]),
             after: AlignedPage::from(&scattered_data_fields[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "objects, equal",
             before: AlignedPage::from(&objects[..]),
             after: AlignedPage::from(&objects[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "objects, one 8-byte field",
             before: AlignedPage::from(&objects[..]),
             after: AlignedPage::from(&one_object_field[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "objects, an 8-byte field in 16 objects",
             after: AlignedPage::from(&field_in_16[..]),
             before: AlignedPage::from(&objects[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
         Workload {
             name: "objects, x and y incremented in 16 objects",
             after: AlignedPage::from(&x_and_y_in_16[..]),
             before: AlignedPage::from(&objects[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
+        },
+        Workload {
+            name: "objects, x and y, bounds kept",
+            after: AlignedPage::from(&x_and_y_in_16[..]),
+            before: AlignedPage::from(&objects[..]),
+            blocks: Vec::new(),
+            kept_bounds: true,
         },
         Workload {
             name: "64-byte blocks, a field in each of 16",
             blocks: blocks_of(&field_in_16),
             after: AlignedPage::from(&field_in_16[..]),
             before: AlignedPage::from(&objects[..]),
+            kept_bounds: false,
         },
         Workload {
             name: "64-byte blocks, x and y in each of 16",
             blocks: blocks_of(&x_and_y_in_16),
             after: AlignedPage::from(&x_and_y_in_16[..]),
             before: AlignedPage::from(&objects[..]),
+            kept_bounds: false,
+        },
+        Workload {
+            name: "64-byte blocks, x and y, bounds kept",
+            blocks: blocks_of(&x_and_y_in_16),
+            after: AlignedPage::from(&x_and_y_in_16[..]),
+            before: AlignedPage::from(&objects[..]),
+            kept_bounds: true,
         },
         Workload {
             name: "objects, one removed and one inserted",
             before: AlignedPage::from(&objects[..]),
             after: AlignedPage::from(&inserted[..]),
             blocks: Vec::new(),
+            kept_bounds: false,
         },
     ]
 }

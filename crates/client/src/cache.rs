@@ -6,7 +6,8 @@
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
 use lodestore_core::frames::{FrameId, FrameTable};
-use lodestore_core::{Error, PageId, Result, TxnId};
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_storage::page;
 use memmap2::MmapMut;
 
 /// What the cache knows about one frame.
@@ -41,6 +42,10 @@ pub struct ClientCache {
     arena: Arena,
     table: FrameTable,
     states: Vec<FrameState>,
+    /// The fill number of each frame's contents: see [`ClientCache::fill_number`].
+    fills: Vec<u64>,
+    /// Fills so far, the last fill number given.
+    fill_count: u64,
 }
 
 /// A frame that had to be given up to make room, with its bytes if the server must get them.
@@ -78,6 +83,8 @@ impl ClientCache {
             arena,
             table: FrameTable::new(frame_count),
             states: vec![FrameState::default(); frame_count],
+            fills: vec![0; frame_count],
+            fill_count: 0,
         })
     }
 
@@ -203,8 +210,30 @@ impl ClientCache {
         }
     }
 
-    /// The frame for filling from the server or stamping its LSN: never faults, never tracked.
+    /// Number of the last fill of `frame` ([`ClientCache::fill_mut`]), unique in the life of
+    /// the cache: what is known of a frame's contents (its record bounds) holds only while its
+    /// fill number stays the same.
+    pub fn fill_number(&self, frame: FrameId) -> u64 {
+        self.fills[frame]
+    }
+
+    /// Stamps the page in `frame` with `lsn`, as the server logged it: not a write of the
+    /// application (never faults, never tracked) and not a new fill.
+    pub fn set_lsn(&mut self, frame: FrameId, lsn: Lsn) {
+        page::set_lsn(self.shadow_mut(frame), lsn);
+    }
+
+    /// The frame for filling with new contents (from the server, or a new page's format):
+    /// never faults, never tracked, and gives the frame a new fill number.
     pub fn fill_mut(&mut self, frame: FrameId) -> &mut [u8] {
+        assert!(frame < self.capacity());
+        self.fill_count += 1;
+        self.fills[frame] = self.fill_count;
+        self.shadow_mut(frame)
+    }
+
+    /// The frame's bytes through the view that never faults and is never tracked.
+    fn shadow_mut(&mut self, frame: FrameId) -> &mut [u8] {
         assert!(frame < self.capacity());
         match &mut self.arena {
             Arena::Plain(map) => &mut map[frame * self.page_size..][..self.page_size],

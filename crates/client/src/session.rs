@@ -378,7 +378,7 @@ impl ClientSession {
             )));
         }
         for (frame, lsn) in frames.into_iter().zip(lsns) {
-            page::set_lsn(self.cache.fill_mut(frame), lsn);
+            self.cache.set_lsn(frame, lsn);
         }
         Ok(())
     }

@@ -23,7 +23,7 @@
 
 use crate::diff::{changed_ranges, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES};
 use crate::page::{
-    object_cuts_within, page_ranges_into, piece_ranges_within_objects, PageBounds, SERVER_OWNED,
+    object_cuts_within, page_ranges_with, piece_ranges_within_objects, PageBounds, SERVER_OWNED,
 };
 use std::ops::Range;
 
@@ -62,10 +62,10 @@ impl Generator {
         ranges
     }
 
-    /// [`Generator::piece_ranges`] into `ranges` (cleared first), for one of several pieces of
-    /// a page diffed one after another: `bounds` keeps the page's object bounds under `key`
-    /// between calls (the caller forgets them when the page may change), and one vector
-    /// serves every piece.
+    /// [`Generator::piece_ranges`] into `ranges` (cleared first), for a page diffed again and
+    /// again (its pieces at a commit, the page in later transactions): `bounds` keeps the
+    /// page's record bounds under `key` between calls (see [`PageBounds`] for when the caller
+    /// must forget them), and one vector serves every piece.
     pub fn piece_ranges_cached(
         self,
         page: &[u8],
@@ -93,7 +93,7 @@ impl Generator {
             "piece {at}..{end} lies outside a page of {size} bytes"
         );
         if at == 0 && end == size && self != Generator::WholePage {
-            return page_ranges_into(before, page, self.merge_cost(), ranges);
+            return page_ranges_with(before, page, self.merge_cost(), cached, ranges);
         }
         match self {
             Generator::PageDiff | Generator::SubPageDiff | Generator::ObjectRedo => {

@@ -22,4 +22,4 @@ pub use diff::{
     merge, modified_regions, traffic, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
 };
 pub use generator::Generator;
-pub use page::{page_ranges, page_ranges_into, PageBounds};
+pub use page::{page_ranges, page_ranges_cached, page_ranges_into, PageBounds};

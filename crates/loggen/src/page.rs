@@ -12,41 +12,65 @@ use std::ops::Range;
 /// The ranges to log for a page that changed from `before` to `after`, merged within each
 /// object by the minimal-traffic rule for records of fixed cost `header`.
 ///
-/// The page is scanned once for runs of changed bytes first; only if there are any are the
-/// object bounds read, and the runs split at them: an unchanged page costs one scan and no
-/// allocation, and its objects are not parsed for nothing.
+/// The page is scanned once, its runs of changed bytes merged by the rule as they are found;
+/// only if a merged range may reach an object bound are the bounds read: an unchanged page
+/// costs one scan and no allocation, and its objects are not parsed for nothing.
 pub fn page_ranges(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usize>> {
     let mut ranges = Vec::new();
     page_ranges_into(before, after, header, &mut ranges);
     ranges
 }
 
-/// [`page_ranges`] into `runs` (cleared first), so a caller diffing many pages allocates once.
-pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut Vec<Range<usize>>) {
+/// [`page_ranges`] into `ranges` (cleared first), so a caller diffing many pages allocates
+/// once.
+pub fn page_ranges_into(
+    before: &[u8],
+    after: &[u8],
+    header: usize,
+    ranges: &mut Vec<Range<usize>>,
+) {
+    page_ranges_with(before, after, header, None, ranges)
+}
+
+/// [`page_ranges_into`] for a caller that diffs the same page again and again: `bounds` keeps
+/// the page's record bounds under `key` from one diff to the next (see [`PageBounds`]).
+pub fn page_ranges_cached(
+    before: &[u8],
+    after: &[u8],
+    header: usize,
+    bounds: &mut PageBounds,
+    key: u64,
+    ranges: &mut Vec<Range<usize>>,
+) {
+    page_ranges_with(before, after, header, Some((bounds, key)), ranges)
+}
+
+pub(crate) fn page_ranges_with(
+    before: &[u8],
+    after: &[u8],
+    header: usize,
+    cached: Option<(&mut PageBounds, u64)>,
+    ranges: &mut Vec<Range<usize>>,
+) {
     assert_eq!(before.len(), after.len());
-    runs.clear();
-    // The scan's own work stays small (it runs in the vector loop): collect the runs, then
-    // split and merge them in a second pass.
-    for_each_run(before, after, &mut |run| {
-        if runs.capacity() == 0 {
-            runs.reserve(RANGES_RESERVED); // one allocation for a typical update's runs
-        }
-        runs.push(run)
-    });
-    if runs.is_empty() {
+    push_merged_runs(before, after, 0, header, ranges);
+    if ranges.is_empty() {
         return;
     }
-    if runs_stay_in_objects(before, after, runs, header, None) {
-        merge_close_runs(runs, header);
+    if has_objects(before) || has_objects(after) {
+        if ranges_stay_in_objects(before, after, ranges, cached) {
+            return;
+        }
+    } else if ranges[0].start >= HEADER_FIELDS_END {
+        // A page without objects whose runs all lie past the header fields: they lie in one
+        // segment, which ends at the page end.
         return;
     }
     let cuts = Cuts::of(before, after);
-    if matches!(cuts, Cuts::Header(_)) && runs[0].start >= HEADER_FIELDS_END {
-        // A page without objects whose runs all lie past the header fields: they lie in one
-        // segment, which ends at the page end.
-        merge_close_runs(runs, header);
-        return;
-    }
+    // Some merged range may reach a bound: the runs themselves, split at the cuts. The scan
+    // is repeated rather than its runs kept on the way, which the usual page does not need.
+    ranges.clear();
+    for_each_run(before, after, &mut |run| ranges.push(run));
     let cuts = cuts.as_slice();
     // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
     // range lies in: ranges merge only within one segment.
@@ -56,8 +80,8 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
     // written over the runs already read.
     let mut written = 0;
     let mut index = 0;
-    while index < runs.len() {
-        let run = runs[index].clone();
+    while index < ranges.len() {
+        let run = ranges[index].clone();
         while cuts[segment + 1] <= run.start {
             segment += 1;
         }
@@ -67,24 +91,24 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
         if !is_server_owned(cuts[segment]..cuts[segment + 1]) {
             if written > 0
                 && last_segment == segment
-                && 2 * (run.start - runs[written - 1].end) <= header
+                && 2 * (run.start - ranges[written - 1].end) <= header
             {
-                runs[written - 1].end = run.end;
+                ranges[written - 1].end = run.end;
             } else {
-                runs[written] = run;
+                ranges[written] = run;
                 written += 1;
             }
             last_segment = segment;
         }
         index += 1;
     }
-    if index == runs.len() {
-        runs.truncate(written);
+    if index == ranges.len() {
+        ranges.truncate(written);
         return;
     }
-    let mut ranges: Vec<Range<usize>> = Vec::with_capacity(runs.len() + RANGES_RESERVED);
-    ranges.extend_from_slice(&runs[..written]);
-    for run in &runs[index..] {
+    let mut split: Vec<Range<usize>> = Vec::with_capacity(ranges.len() + RANGES_RESERVED);
+    split.extend_from_slice(&ranges[..written]);
+    for run in &ranges[index..] {
         // The run split at the cuts it crosses; each piece merged or appended.
         let mut start = run.start;
         while start < run.end {
@@ -93,248 +117,311 @@ pub fn page_ranges_into(before: &[u8], after: &[u8], header: usize, runs: &mut V
             }
             let end = run.end.min(cuts[segment + 1]);
             if !is_server_owned(cuts[segment]..cuts[segment + 1]) {
-                match ranges.last_mut() {
+                match split.last_mut() {
                     Some(last) if last_segment == segment && 2 * (start - last.end) <= header => {
                         last.end = end
                     }
-                    _ => ranges.push(start..end),
+                    _ => split.push(start..end),
                 }
                 last_segment = segment;
             }
             start = end;
         }
     }
-    *runs = ranges;
+    *ranges = split;
+}
+
+/// Clears `ranges` and fills it with the runs of changed bytes of `before` and `after`, at
+/// offset `at`, merged by the minimal-traffic rule for records of fixed cost `header` as the
+/// scan finds them. These are the ranges to log whenever none reaches an object bound.
+fn push_merged_runs(
+    before: &[u8],
+    after: &[u8],
+    at: usize,
+    header: usize,
+    ranges: &mut Vec<Range<usize>>,
+) {
+    ranges.clear();
+    for_each_run(before, after, &mut |run| match ranges.last_mut() {
+        Some(last) if 2 * (at + run.start - last.end) <= header => last.end = at + run.end,
+        _ => {
+            if ranges.capacity() == 0 {
+                ranges.reserve(RANGES_RESERVED); // one allocation for a typical update's runs
+            }
+            ranges.push(at + run.start..at + run.end)
+        }
+    });
 }
 
 /// The ranges of one piece of slotted `page` (bytes `at..at + before.len()`, `before` their
-/// earlier copy) into `runs` (cleared first), cut only at the objects of `page` as it is now,
-/// when the runs of changed bytes are seen to stay inside those objects without splitting (see
-/// [`page_ranges`]). False sends the caller to the per-segment diff (`runs` then holds nothing
-/// of use). A commit diffs many small pieces, so the caller keeps one vector for all of them.
+/// earlier copy) into `ranges` (cleared first), cut only at the objects of `page` as it is
+/// now, when the merged runs of changed bytes are seen to stay inside those objects (see
+/// [`page_ranges`]). False sends the caller to the per-segment diff (`ranges` then holds
+/// nothing of use). A commit diffs many small pieces, so the caller keeps one vector for all
+/// of them.
 pub fn piece_ranges_within_objects(
     page: &[u8],
     at: usize,
     before: &[u8],
     header: usize,
     cached: Option<(&mut PageBounds, u64)>,
-    runs: &mut Vec<Range<usize>>,
+    ranges: &mut Vec<Range<usize>>,
 ) -> bool {
     let end = at + before.len();
     assert!(end <= page.len(), "piece {at}..{end} outside the page");
-    runs.clear();
-    if page::kind(page) != Some(PageKind::Slotted) {
+    ranges.clear();
+    if !has_objects(page) {
         return false;
     }
-    for_each_run(before, &page[at..end], &mut |run| {
-        runs.push(run.start + at..run.end + at)
-    });
-    if runs.is_empty() {
-        return true;
-    }
+    push_merged_runs(before, &page[at..end], at, header, ranges);
     // The page as both images: its bounds are the only ones that count for a piece.
-    if !runs_stay_in_objects(page, page, runs, header, cached) {
-        return false;
-    }
-    merge_close_runs(runs, header);
-    true
+    ranges.is_empty() || ranges_stay_in_objects(page, page, ranges, cached)
 }
 
 /// For two slotted images: the offset from which every cut of either image is a record bound
 /// (a multiple of [`RECORD_ALIGN`]), namely the end of the larger slot table. `None` if either
 /// image is not a slotted page.
 fn record_area_floor(before: &[u8], after: &[u8]) -> Option<usize> {
-    let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
-    if !slotted(before) || !slotted(after) {
+    if !has_objects(before) || !has_objects(after) {
         return None;
     }
     let table_end = |image: &[u8]| SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(image);
     Some(table_end(before).max(table_end(after)).min(before.len()))
 }
 
-/// Can `runs` be merged without splitting any, knowing only `bounds` (which units of
-/// [`RECORD_ALIGN`] bytes may begin with a record bound)? Yes if every run lies above `floor`,
-/// no run has a possible bound strictly inside it, and no two runs close enough to merge have
-/// one between them.
-fn runs_stay_in_segments(
-    runs: &[Range<usize>],
-    floor: usize,
-    header: usize,
-    bounds: &impl Fn(Range<usize>) -> bool,
-) -> bool {
-    let mut previous_end: Option<usize> = None;
-    for run in runs {
-        if run.start < floor {
-            return false;
-        }
-        // Units whose first byte lies strictly inside the run, or in the gap before it.
-        let inside = run.start / RECORD_ALIGN + 1..run.end.div_ceil(RECORD_ALIGN);
-        if bounds(inside) {
-            return false;
-        }
-        if let Some(end) = previous_end {
-            let gap = end.div_ceil(RECORD_ALIGN)..run.start / RECORD_ALIGN + 1;
-            if 2 * (run.start - end) <= header && bounds(gap) {
-                return false;
-            }
-        }
-        previous_end = Some(run.end);
-    }
-    true
+/// The units of [`RECORD_ALIGN`] bytes a merged range reaches (the first to the last, both
+/// inclusive). A range has at least one byte.
+fn units_of(range: &Range<usize>) -> (usize, usize) {
+    debug_assert!(range.start < range.end);
+    (range.start / RECORD_ALIGN, (range.end - 1) / RECORD_ALIGN)
 }
 
-/// Do `runs` stay in their segments on two slotted images? First without reading any object
-/// (every multiple of [`RECORD_ALIGN`] a possible bound): an aligned field or a few bytes of
-/// one pass. Then with the record bounds of `after`, which are those of `before` too when no
-/// run touches the slot table or a record header: neighbouring fields of one object pass.
-/// `cached`, if given, holds (or gets) the bounds of `after` under the caller's key.
-fn runs_stay_in_objects(
+/// Are `ranges` (runs merged by the minimal-traffic rule, in order) the ranges to log for two
+/// slotted images, each inside one object? They must lie above the slot tables. Then, first
+/// without reading any object: a range inside one unit of [`RECORD_ALIGN`] bytes holds no
+/// bound, since every bound is a multiple of it (an aligned field, a few bytes of one). Then
+/// with the record bounds of `after`, which are those of `before` too when no range reaches
+/// the slot table or a record header: neighbouring fields of one object pass.
+///
+/// `cached`, if given, holds (or gets) the bounds of `before` under the caller's key. They
+/// are kept only while a diff shows the structure unchanged: a diff that passes the first test
+/// alone may have changed a record's length (a byte of its header), so with bounds held the
+/// second test goes first.
+fn ranges_stay_in_objects(
     before: &[u8],
     after: &[u8],
-    runs: &[Range<usize>],
-    header: usize,
+    ranges: &[Range<usize>],
     cached: Option<(&mut PageBounds, u64)>,
 ) -> bool {
-    let Some(floor) = record_area_floor(before, after) else {
+    let floor = record_area_floor(before, after);
+    let above = floor.is_some_and(|floor| ranges[0].start >= floor);
+    let within_units = || {
+        ranges.iter().all(|range| {
+            let (first, last) = units_of(range);
+            first == last
+        })
+    };
+    let Some((bounds, key)) = cached else {
+        let Some(floor) = floor.filter(|_| above) else {
+            return false;
+        };
+        return within_units()
+            || with_unit_bytes(after, floor, |units| {
+                clear_of(ranges, |first, last| any_byte(units, first, last))
+            });
+    };
+    if bounds.holds(key) {
+        if above && clear_of(ranges, |first, last| any_bit(&bounds.map, first, last)) {
+            return true; // and the structure is as it was: the bounds still hold
+        }
+        bounds.forget();
+        return above && within_units();
+    }
+    let Some(floor) = floor.filter(|_| above) else {
         return false;
     };
-    if runs_stay_in_segments(runs, floor, header, &|units| !units.is_empty()) {
+    if within_units() {
         return true;
     }
-    match cached {
-        Some((bounds, key)) => {
-            if bounds.key != Some(key) {
-                bounds.key = None;
-                let units = map_units(after.len());
-                for map in [&mut bounds.map.starts, &mut bounds.map.bounds] {
-                    map.clear();
-                    map.resize(units, 0);
-                }
-                bounds.map.fill(after, floor);
-                bounds.key = Some(key);
-            }
-            bounds.map.keeps(runs, floor, header)
-        }
-        // A map on the stack, as small as the page allows: zeroing it is part of the cost.
-        None if after.len() <= DEFAULT_PAGE_BYTES => {
-            BoundMap::<[u8; map_units(DEFAULT_PAGE_BYTES)]>::zeroed()
-                .fits(after, runs, floor, header)
-        }
-        None if after.len() <= SMALL_PAGE_BYTES => {
-            BoundMap::<[u8; map_units(SMALL_PAGE_BYTES)]>::zeroed().fits(after, runs, floor, header)
-        }
-        None => {
-            BoundMap::<[u8; map_units(PAGE_SIZE_MAX)]>::zeroed().fits(after, runs, floor, header)
-        }
+    bounds.forget(); // another page's, if any
+    bounds.map.clear();
+    bounds.map.resize(map_words(after.len()), 0);
+    with_unit_bytes(after, floor, |units| compress(units, &mut bounds.map));
+    let keeps = clear_of(ranges, |first, last| any_bit(&bounds.map, first, last));
+    if keeps {
+        bounds.key = Some(key);
     }
+    keeps
 }
 
-/// The record bounds of one page, kept while its pieces are diffed one after another, so the
-/// slot table is walked once per page rather than once per piece. The holder names the page
-/// with a key of its own and must call [`PageBounds::forget`] whenever the page may change.
+/// Does no range reach a set unit, as `any_set(first, last)` tells for the units of each?
+fn clear_of(ranges: &[Range<usize>], any_set: impl Fn(usize, usize) -> bool) -> bool {
+    ranges.iter().all(|range| {
+        let (first, last) = units_of(range);
+        !any_set(first, last)
+    })
+}
+
+/// The record bounds of a page, kept between diffs of it: while a commit diffs its pieces one
+/// after another, and from one transaction to the next while its structure stays as it was, so
+/// that the slot table is walked once rather than at every diff. A bit per [`RECORD_ALIGN`]
+/// bytes (136 bytes for an 8 KiB page). The holder names the page with a key of its own and
+/// must call [`PageBounds::forget`] whenever the page's structure may change (a record added,
+/// removed, resized or moved; another page in its place); a diff that sees a range reach a
+/// bound forgets them itself.
 #[derive(Debug, Default)]
 pub struct PageBounds {
     key: Option<u64>,
-    map: BoundMap<Vec<u8>>,
+    /// Bit `u % 64` of word `u / 64` is unit `u` of a [`UnitBytes`] map, with one word of
+    /// zeros past the last unit.
+    map: Vec<u64>,
 }
 
 impl PageBounds {
     pub fn forget(&mut self) {
         self.key = None;
     }
+
+    /// Are bounds held for `key`?
+    pub fn holds(&self, key: u64) -> bool {
+        self.key == Some(key)
+    }
 }
 
 // A record's header fills exactly the unit it starts.
 const _: () = assert!(slotted::RECORD_HEADER_BYTES == RECORD_ALIGN);
 
-/// Pages up to this size (the default page size) take the smallest bound map on the stack.
+/// Pages up to this size (the default page size) take the smallest map on the stack.
 const DEFAULT_PAGE_BYTES: usize = 8192;
 /// Pages up to this size take the next one.
 const SMALL_PAGE_BYTES: usize = 16384;
 
-/// Units of a bound map for pages of `page_bytes`: one per [`RECORD_ALIGN`] bytes, and one for
-/// the page end (where the last record ends).
-const fn map_units(page_bytes: usize) -> usize {
-    page_bytes / RECORD_ALIGN + 1
+/// Bytes of a map of [`UnitBytes`] for pages of `page_bytes`: one per [`RECORD_ALIGN`] bytes,
+/// one for the page end (where the last record ends), and zeros past it, so that eight units
+/// can be read at once from any unit of the page.
+const fn map_bytes(page_bytes: usize) -> usize {
+    (page_bytes / RECORD_ALIGN + 1).next_multiple_of(MAP_READ_UNITS) + MAP_READ_UNITS
 }
 
-/// Words of a bitmap of the units of pages of `page_bytes` ([`mapped_cuts`]).
+/// Words of a bitmap of the units of pages of `page_bytes` (as [`PageBounds`] keeps it, with
+/// a word of zeros past the last unit, and as [`mapped_cuts`] builds it).
 const fn map_words(page_bytes: usize) -> usize {
-    (page_bytes / RECORD_ALIGN + 1).div_ceil(64)
+    (page_bytes / RECORD_ALIGN + 1).div_ceil(64) + 1
 }
 
-/// The record bounds of a slotted page, one byte per [`RECORD_ALIGN`] bytes (nonzero where
-/// set): the units holding a record header some slot points to, and where any valid record
-/// starts or ends. Built with one read of the slot table and each record header, no sorting.
-/// Bytes, not bits: the walk only stores, where setting bits chains a read, an or and a write
-/// of the same word from record to record (a word covers the bounds of several records).
-#[derive(Debug, Default)]
-struct BoundMap<S> {
-    starts: S,
-    bounds: S,
+/// Units [`any_byte`] tests with one read.
+const MAP_READ_UNITS: usize = 8;
+
+/// Calls `test` with the unit bytes of slotted `page`, on the stack: one byte per
+/// [`RECORD_ALIGN`] bytes, nonzero where a merged range must not reach. That is a record
+/// header some slot points to, and where a valid record ends (a valid record starts at its
+/// header). Built with one read of the slot table and each record header, no sorting. Bytes,
+/// not bits: the walk only stores, where setting bits chains a read, an or and a write of the
+/// same word from record to record (a word covers the bounds of several records).
+///
+/// The test is a little stricter than the bounds: a range beginning right after a record's
+/// end, in free space, reaches the end's unit. That only sends such a diff the slower, exact
+/// way.
+fn with_unit_bytes<T>(page: &[u8], floor: usize, test: impl FnOnce(&[u8]) -> T) -> T {
+    if page.len() <= DEFAULT_PAGE_BYTES {
+        let mut units = [0u8; map_bytes(DEFAULT_PAGE_BYTES)];
+        fill_unit_bytes(page, floor, &mut units);
+        test(&units)
+    } else if page.len() <= SMALL_PAGE_BYTES {
+        let mut units = [0u8; map_bytes(SMALL_PAGE_BYTES)];
+        fill_unit_bytes(page, floor, &mut units);
+        test(&units)
+    } else {
+        let mut units = vec![0u8; map_bytes(page.len().min(PAGE_SIZE_MAX))];
+        fill_unit_bytes(page, floor, &mut units);
+        test(&units)
+    }
 }
 
-impl<const N: usize> BoundMap<[u8; N]> {
-    fn zeroed() -> Self {
-        BoundMap {
-            starts: [0; N],
-            bounds: [0; N],
+/// Fills `units`, zeroed and of at least [`map_bytes`] of the page (see [`with_unit_bytes`]).
+fn fill_unit_bytes(page: &[u8], floor: usize, units: &mut [u8]) {
+    assert!(map_bytes(page.len()) <= units.len());
+    debug_assert!(floor >= SLOT_TABLE_AT);
+    let page_units = page.len() / RECORD_ALIGN;
+    visit_slots(page, floor, |offset, end| {
+        // Every aligned header a slot points to, valid or not: if no range reaches it, it
+        // reads the same in both images, and so does whether it is a record. (A header off
+        // the alignment is none in either image, whatever its bytes.) A slot of a damaged
+        // page may point past the page, where no range is.
+        if offset.is_multiple_of(RECORD_ALIGN) && offset / RECORD_ALIGN < page_units {
+            units[offset / RECORD_ALIGN] = 1;
+        }
+        if let Some(end) = end {
+            // A record lies inside the page, so inside the map.
+            units[end / RECORD_ALIGN] = 1;
+        }
+    });
+}
+
+/// Is any unit from `first` to `last` (inclusive) set in `units` ([`with_unit_bytes`])?
+#[inline]
+fn any_byte(units: &[u8], first: usize, last: usize) -> bool {
+    debug_assert!(first <= last);
+    let mut at = first;
+    loop {
+        let Some(read) = units.get(at..at + MAP_READ_UNITS) else {
+            return true; // past the map: a range that is no part of this page
+        };
+        let word = u64::from_le_bytes(read.try_into().expect("eight bytes"));
+        let wanted = last - at + 1;
+        if wanted < MAP_READ_UNITS {
+            return word & ((1u64 << (8 * wanted)) - 1) != 0;
+        }
+        if word != 0 {
+            return true;
+        }
+        at += MAP_READ_UNITS;
+        if at > last {
+            return false;
         }
     }
+}
 
-    /// Fills this zeroed map from `page` and tests `runs` against it (see [`BoundMap::keeps`]).
-    fn fits(mut self, page: &[u8], runs: &[Range<usize>], floor: usize, header: usize) -> bool {
-        debug_assert!(map_units(page.len()) <= N);
-        self.fill(page, floor);
-        self.keeps(runs, floor, header)
+/// Packs unit bytes (0 or 1 each) into `bits`, eight at a time.
+fn compress(units: &[u8], bits: &mut [u64]) {
+    // Multiplying eight bytes of 0 or 1 by this gathers them, in order, into the top byte.
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    for (word, chunk) in bits.iter_mut().zip(units.chunks(64)) {
+        *word = chunk
+            .chunks_exact(8)
+            .enumerate()
+            .fold(0, |word, (k, eight)| {
+                let eight = u64::from_le_bytes(eight.try_into().expect("eight bytes"));
+                debug_assert!(eight & !0x0101_0101_0101_0101 == 0, "unit bytes are 0 or 1");
+                word | (eight.wrapping_mul(GATHER) >> 56) << (8 * k)
+            });
     }
 }
 
-impl<S: AsRef<[u8]> + AsMut<[u8]>> BoundMap<S> {
-    /// Fills the map, zeroed and of at least [`map_units`] of the page, from `page`.
-    fn fill(&mut self, page: &[u8], floor: usize) {
-        let (starts, bounds) = (self.starts.as_mut(), self.bounds.as_mut());
-        assert!(map_units(page.len()) <= bounds.len().min(starts.len()));
-        debug_assert!(floor >= SLOT_TABLE_AT);
-        visit_slots(page, floor, |offset, end| {
-            // Every aligned header a slot points to, valid or not: if no run touches it, it
-            // reads the same in both images, and so does whether it is a record. (A header
-            // off the alignment is none in either image, whatever its bytes.) A slot of a
-            // damaged page may point past the page, and the map, where no run is.
-            let unit = offset / RECORD_ALIGN;
-            if offset.is_multiple_of(RECORD_ALIGN) {
-                if let Some(start) = starts.get_mut(unit) {
-                    *start = 1;
-                }
-            }
-            if let Some(end) = end {
-                // A record lies inside the page, so inside the map.
-                bounds[unit] = 1;
-                bounds[end / RECORD_ALIGN] = 1;
-            }
-        });
+/// Is any unit from `first` to `last` (inclusive) set in `bits` ([`PageBounds`])?
+#[inline]
+fn any_bit(bits: &[u64], first: usize, last: usize) -> bool {
+    debug_assert!(first <= last);
+    let mut at = first;
+    loop {
+        let (Some(&low), Some(&high)) = (bits.get(at / 64), bits.get(at / 64 + 1)) else {
+            return true; // past the map: a range that is no part of this page
+        };
+        let shift = at % 64;
+        // 64 units from `at` (the high word's bits shifted in, none when `shift` is 0).
+        let window = low >> shift | (high << 1) << (63 - shift);
+        let wanted = last - at + 1;
+        if wanted < 64 {
+            return window & ((1u64 << wanted) - 1) != 0;
+        }
+        if window != 0 {
+            return true;
+        }
+        at += 64;
+        if at > last {
+            return false;
+        }
     }
-
-    /// The second test of [`runs_stay_in_objects`]: no run touches a header, none needs a
-    /// split, no two mergeable runs have a bound between them.
-    fn keeps(&self, runs: &[Range<usize>], floor: usize, header: usize) -> bool {
-        let (starts, bounds) = (self.starts.as_ref(), self.bounds.as_ref());
-        let touches_header = runs.iter().any(|run| {
-            any_set(
-                starts,
-                run.start / RECORD_ALIGN..(run.end - 1) / RECORD_ALIGN + 1,
-            )
-        });
-        !touches_header
-            && runs_stay_in_segments(runs, floor, header, &|units| any_set(bounds, units))
-    }
-}
-
-/// Is any unit of `units` set in byte map `map`? Units past the map are not.
-fn any_set(map: &[u8], units: Range<usize>) -> bool {
-    let end = units.end.min(map.len());
-    map.get(units.start..end)
-        .is_some_and(|set| set.iter().any(|&unit| unit != 0))
 }
 
 /// Calls `visit` with the offset of every slot in use of slotted `page` whose table entry lies
@@ -361,7 +448,7 @@ fn mapped_cuts<const W: usize>(images: [&[u8]; 2]) -> Vec<usize> {
     let mut fixed = [0, 4, 8, 16, SLOT_TABLE_AT, usize::MAX, usize::MAX];
     let mut bounds = [0u64; W];
     for (image, table_end) in images.into_iter().zip(5..) {
-        if page::kind(image) == Some(PageKind::Slotted) {
+        if has_objects(image) {
             fixed[table_end] = (SLOT_TABLE_AT + SLOT_BYTES * slotted::slot_count(image)).min(size);
             visit_slots(image, size, |offset, end| {
                 if let Some(end) = end {
@@ -408,22 +495,6 @@ fn set_bit(words: &mut [u64], unit: usize) {
     }
 }
 
-/// Merges neighbouring runs by the minimal-traffic rule, in place; every run is known to lie
-/// in one segment with any neighbour close enough to merge with.
-fn merge_close_runs(runs: &mut Vec<Range<usize>>, header: usize) {
-    let mut written = 0;
-    for index in 0..runs.len() {
-        let run = runs[index].clone();
-        if written > 0 && 2 * (run.start - runs[written - 1].end) <= header {
-            runs[written - 1].end = run.end;
-        } else {
-            runs[written] = run;
-            written += 1;
-        }
-    }
-    runs.truncate(written);
-}
-
 /// The cuts of a page diff, read once the page is known to have changed.
 enum Cuts {
     /// A page without objects (a large object's data): the header fields' cuts only.
@@ -431,11 +502,14 @@ enum Cuts {
     Objects(Vec<usize>),
 }
 
+/// Is `image` a slotted page (one whose objects cut a diff)?
+fn has_objects(image: &[u8]) -> bool {
+    page::kind(image) == Some(PageKind::Slotted)
+}
+
 impl Cuts {
     fn of(before: &[u8], after: &[u8]) -> Cuts {
-        if page::kind(before) == Some(PageKind::Slotted)
-            || page::kind(after) == Some(PageKind::Slotted)
-        {
+        if has_objects(before) || has_objects(after) {
             let images = [before, after];
             Cuts::Objects(if before.len() <= SMALL_PAGE_BYTES {
                 mapped_cuts::<{ map_words(SMALL_PAGE_BYTES) }>(images)
@@ -481,7 +555,7 @@ pub fn object_cuts(images: &[&[u8]]) -> Vec<usize> {
     let mut cuts = vec![0, 4, 8, 16, size];
     for image in images {
         debug_assert_eq!(image.len(), size);
-        if page::kind(image) == Some(PageKind::Slotted) {
+        if has_objects(image) {
             object_bounds(image, &mut cuts);
         }
     }
@@ -496,7 +570,7 @@ pub fn object_cuts(images: &[&[u8]]) -> Vec<usize> {
 /// many pieces of it, so sorting every cut of the page per piece would dominate.
 pub fn object_cuts_within(page: &[u8], range: Range<usize>) -> Vec<usize> {
     let mut cuts: Vec<usize> = [4, 8, 16].into_iter().collect();
-    if page::kind(page) == Some(PageKind::Slotted) {
+    if has_objects(page) {
         object_bounds(page, &mut cuts);
     }
     cuts.retain(|&c| c > range.start && c < range.end);
@@ -628,6 +702,75 @@ mod tests {
             diff_matches_definition(&before, &after, header)?;
         }
 
+        /// Bounds kept from one diff of a page to the next, each diff's after-image the next
+        /// one's before-image (as a client's transactions follow one another), give the diff
+        /// the definition gives, whatever happened to the page in between: fields written,
+        /// records added, removed or resized, bytes written anywhere. No step tells the
+        /// holder anything: the diff sees a structure change itself.
+        #[test]
+        fn bounds_kept_from_diff_to_diff_give_the_definition(
+            sizes in proptest::collection::vec(1usize..120, 1..40),
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..6, 0usize..4096, 1usize..24, any::<u8>()), 0..12),
+                1..6,
+            ),
+            header in prop_oneof![Just(32usize), Just(56usize)],
+        ) {
+            let mut page = slotted_page();
+            for len in sizes {
+                let _ = slotted::insert(&mut page, TypeId(1), len, false);
+            }
+            let mut bounds = PageBounds::default();
+            for step in steps {
+                let mut next = page.clone();
+                apply_step(&mut next, &step);
+                let mut kept = Vec::new();
+                page_ranges_cached(&page, &next, header, &mut bounds, 7, &mut kept);
+                prop_assert_eq!(&kept, &page_ranges_by_segment(&page, &next, header));
+                page = next;
+            }
+        }
+
+        /// The same for the pieces of a page diffed with its bounds kept, where the holder
+        /// forgets them whenever the page's structure may have changed, as its contract
+        /// asks: a piece's diff does not see the slot table.
+        #[test]
+        fn bounds_kept_from_piece_to_piece_give_the_definition(
+            sizes in proptest::collection::vec(1usize..120, 1..40),
+            steps in proptest::collection::vec(
+                proptest::collection::vec((0u8..6, 0usize..4096, 1usize..24, any::<u8>()), 0..12),
+                1..6,
+            ),
+            header in prop_oneof![Just(32usize), Just(56usize)],
+        ) {
+            const PIECE: usize = 64;
+            let mut page = slotted_page();
+            for len in sizes {
+                let _ = slotted::insert(&mut page, TypeId(1), len, false);
+            }
+            let mut bounds = PageBounds::default();
+            for step in steps {
+                let mut next = page.clone();
+                if apply_step(&mut next, &step) {
+                    bounds.forget();
+                }
+                for at in (0..page.len()).step_by(PIECE) {
+                    let piece = &page[at..at + PIECE];
+                    let mut kept = Vec::new();
+                    let mut fresh = Vec::new();
+                    let cached = Some((&mut bounds, 7));
+                    if piece_ranges_within_objects(&next, at, piece, header, cached, &mut kept) {
+                        let none = None;
+                        prop_assert!(
+                            piece_ranges_within_objects(&next, at, piece, header, none, &mut fresh)
+                        );
+                        prop_assert_eq!(kept, fresh);
+                    }
+                }
+                page = next;
+            }
+        }
+
         /// The same for pages of any kind, a large object's data among them.
         #[test]
         fn one_scan_equals_the_definition_on_any_page(
@@ -649,7 +792,7 @@ mod tests {
         after: &[u8],
         header: usize,
     ) -> Result<(), TestCaseError> {
-        let slotted = |image: &[u8]| page::kind(image) == Some(PageKind::Slotted);
+        let slotted = |image: &[u8]| has_objects(image);
         if slotted(before) || slotted(after) {
             prop_assert_eq!(
                 mapped_cuts::<{ map_words(PAGE_SIZE_MAX) }>([before, after]),
@@ -661,6 +804,53 @@ mod tests {
             page_ranges_by_segment(before, after, header)
         );
         Ok(())
+    }
+
+    /// Applies one step of edits to slotted `page`, each (kind, at, len, value): a field
+    /// written in an object (kinds 0 to 2), a record added, removed or resized (3), bytes
+    /// written anywhere (4 and 5). True if the structure may have changed.
+    fn apply_step(page: &mut [u8], edits: &[(u8, usize, usize, u8)]) -> bool {
+        let mut structure = false;
+        for &(kind, at, len, value) in edits {
+            let slots: Vec<u16> = slotted::live_slots(page).collect();
+            match kind {
+                0..=2 if !slots.is_empty() => {
+                    // Bytes written anywhere may have garbled the record.
+                    let Ok(Some(record)) = slotted::record(page, slots[at % slots.len()]) else {
+                        continue;
+                    };
+                    let payload = record.payload();
+                    if payload.is_empty() {
+                        continue;
+                    }
+                    let start = payload.start + at % payload.len();
+                    page[start..(start + len).min(payload.end)].fill(value);
+                }
+                // The page's own operations expect a sound page.
+                3 if slotted::validate(page).is_ok() => {
+                    structure = true;
+                    match (value % 3, slots.is_empty()) {
+                        (0, _) | (_, true) => {
+                            let _ = slotted::insert(page, TypeId(2), len * 4, false);
+                        }
+                        (1, false) => {
+                            slotted::remove(page, slots[at % slots.len()]);
+                        }
+                        _ => {
+                            let _ = slotted::resize(page, slots[at % slots.len()], len * 3);
+                        }
+                    }
+                }
+                0..=3 => {}
+                _ => {
+                    structure = true;
+                    let size = page.len();
+                    let start = at % size;
+                    page[start..(start + len).min(size)].fill(value);
+                }
+            }
+        }
+        structure
     }
 
     fn slotted_page() -> Vec<u8> {
@@ -708,6 +898,43 @@ mod tests {
         assert_eq!(ranges, page_ranges_by_segment(&before, &after, 56));
         assert!(ranges.contains(&(old_end - 4..old_end)), "{ranges:?}");
         assert!(ranges.contains(&(old_end..old_end + 4)), "{ranges:?}");
+    }
+
+    #[test]
+    fn kept_bounds_are_dropped_when_a_record_header_changes() {
+        let mut page = slotted_page();
+        let slots: Vec<u16> = (0..4)
+            .filter_map(|_| slotted::insert(&mut page, TypeId(1), 64, false))
+            .collect();
+        let record = slotted::record(&page, slots[1]).unwrap().unwrap();
+        let payload = record.payload();
+        let mut bounds = PageBounds::default();
+        let mut ranges = Vec::new();
+        let mut diff = |before: &[u8], after: &[u8], bounds: &mut PageBounds| {
+            page_ranges_cached(before, after, 56, bounds, 7, &mut ranges);
+            assert_eq!(ranges, page_ranges_by_segment(before, after, 56));
+        };
+        // Two neighbouring fields of one object: the bounds are read, and kept.
+        let mut next = page.clone();
+        next[payload.start + 8] ^= 1;
+        next[payload.start + 16] ^= 1;
+        diff(&page, &next, &mut bounds);
+        assert!(bounds.holds(7));
+        // The record shrinks by 8 bytes: one byte of its header, a range inside one unit.
+        let page = next;
+        let mut next = page.clone();
+        next[record.offset + 4] -= 8;
+        diff(&page, &next, &mut bounds);
+        assert!(
+            !bounds.holds(7),
+            "a header changed: the bounds no longer hold"
+        );
+        // Bytes on both sides of its new end: two ranges now, not one merged.
+        let page = next;
+        let mut next = page.clone();
+        next[payload.end - 12] ^= 1;
+        next[payload.end - 4] ^= 1;
+        diff(&page, &next, &mut bounds);
     }
 
     #[test]

@@ -180,9 +180,11 @@ pub struct WriteTracker {
     volume: VolumeId,
     /// Pages whose first write page protection captured, for the session to mark dirty.
     dirtied: Vec<PageId>,
-    /// Object bounds of the page whose pieces are being diffed, kept between its pieces and
-    /// forgotten before any write, so they always describe the page as it is.
-    page_bounds: PageBounds,
+    /// The record bounds of each frame's page, kept from one diff of it to the next (its
+    /// pieces at a commit, and its diffs in later transactions) under the frame's fill number,
+    /// and forgotten before a write that changes its structure, so they always describe the
+    /// page as it is.
+    frame_bounds: Vec<PageBounds>,
     /// The ranges of the piece being generated: one vector for every piece, which a commit
     /// diffs by the thousand.
     piece_ranges: Vec<Range<usize>>,
@@ -225,7 +227,7 @@ impl WriteTracker {
             pending_bytes: 0,
             volume,
             dirtied: Vec::new(),
-            page_bounds: PageBounds::default(),
+            frame_bounds: (0..frame_count).map(|_| PageBounds::default()).collect(),
             piece_ranges: Vec::new(),
             stats: DetectionStats::default(),
         })
@@ -266,7 +268,7 @@ impl WriteTracker {
     /// A page new in this transaction now occupies `frame`: it has no pre-image, it is shipped
     /// whole, and writes to it are not tracked.
     pub fn new_page(&mut self, cache: &mut ClientCache, frame: FrameId) -> Result<()> {
-        self.page_bounds.forget();
+        self.frame_bounds[frame].forget();
         let track = touch(&mut self.frames, &mut self.touched, frame);
         track.unlogged = true;
         track.new = true;
@@ -287,7 +289,9 @@ impl WriteTracker {
         page: PageId,
         write: Write,
     ) -> Result<bool> {
-        self.page_bounds.forget(); // the page is about to change
+        if matches!(write, Write::Structure) {
+            self.frame_bounds[frame].forget(); // records are about to be added, moved or resized
+        }
         if self.seen_already(frame, page, &write) {
             return Ok(true);
         }
@@ -569,8 +573,8 @@ impl WriteTracker {
             now,
             at,
             before,
-            &mut self.page_bounds,
-            u64::from(entry.page.0),
+            &mut self.frame_bounds[frame],
+            cache.fill_number(frame),
             &mut ranges,
         );
         if self.generator != Generator::SubPageLog || entry.granule == Granule::Page {
@@ -792,7 +796,7 @@ impl WriteTracker {
         frame: FrameId,
         page: PageId,
     ) -> Result<()> {
-        self.page_bounds.forget();
+        self.frame_bounds[frame].forget();
         self.collect(cache)?;
         if let Some(seqs) = self.by_page.remove(&page) {
             for seq in seqs {
@@ -818,7 +822,6 @@ impl WriteTracker {
     /// The transaction ended (its records shipped, or it aborted): every frame is read-only
     /// and clean of detector state again, and the buffer is empty.
     pub fn end_transaction(&mut self, cache: &mut ClientCache) -> Result<()> {
-        self.page_bounds.forget();
         if let Some(protection) = cache.protection_mut() {
             let _ = protection.take_capture();
             protection.protect_all()?;
@@ -1116,13 +1119,15 @@ mod tests {
 
         /// For every detector and generator: replaying the generated records on the
         /// pre-images (each record's before bytes matching what it replaces, as the server
-        /// checks), plus the pages shipped whole, yields the after-images.
+        /// checks), plus the pages shipped whole, yields the after-images; in each of several
+        /// transactions, the after-images of one the pre-images of the next (what the tracker
+        /// keeps of a page from one transaction to the next must not lead it astray).
         #[test]
         fn replaying_generated_records_on_the_pre_images_yields_the_after_images(
             detector in detectors(),
             generator in generators(),
             buffer_pages in 1usize..3,
-            writes in writes(),
+            transactions in proptest::collection::vec(writes(), 1..3),
         ) {
             let mut cache = ClientCache::new(PAGE, PAGES, detector.arena_kind()).unwrap();
             let mut tracker =
@@ -1136,68 +1141,79 @@ mod tests {
                 frames.push(frame);
                 before.push(image);
             }
-            for write in &writes {
-                let (page, range, value, barrier) = match *write {
-                    TestWrite::Object { page, slot, at, len, value } => {
-                        // Structure writes may garble the slot table: objects are where they
-                        // were at the start.
-                        let object = slotted::record(&before[page], slot).unwrap().unwrap().payload();
-                        let start = object.start + at;
-                        let end = (start + len).min(object.end);
-                        (page, start..end, value, Write::Object { slot, object, range: start..end })
-                    }
-                    TestWrite::Structure { page, at, len, value } => {
-                        (page, at..(at + len).min(PAGE), value, Write::Structure)
-                    }
-                };
-                let id = PageId(page as u32 + 10);
-                tracker.before_write(&mut cache, frames[page], id, barrier).unwrap();
-                cache.frame_mut(frames[page])[range].fill(value);
-            }
-            tracker.flush_all(&mut cache).unwrap();
-            let mut replayed = before.clone();
-            let runs = tracker.take_pending();
-            // Runs alternate in kind: each call ships as much as one run can hold.
-            prop_assert!(runs.windows(2).all(|pair| std::mem::discriminant(&pair[0]) != std::mem::discriminant(&pair[1])));
-            let records = runs.iter().flat_map(|run| -> Vec<TestRecord<'_>> {
-                match run {
-                    RecordRun::Pages(records) => records.iter().map(TestRecord::Page).collect(),
-                    RecordRun::Objects(records) => records.iter().map(TestRecord::Object).collect(),
+            let initial = before.clone();
+            for writes in &transactions {
+                for write in writes {
+                    let (page, range, value, barrier) = match *write {
+                        TestWrite::Object { page, slot, at, len, value } => {
+                            // Structure writes may garble the slot table: objects are where they
+                            // were at the start.
+                            let object =
+                                slotted::record(&initial[page], slot).unwrap().unwrap().payload();
+                            let start = object.start + at;
+                            let end = (start + len).min(object.end);
+                            let write = Write::Object { slot, object, range: start..end };
+                            (page, start..end, value, write)
+                        }
+                        TestWrite::Structure { page, at, len, value } => {
+                            (page, at..(at + len).min(PAGE), value, Write::Structure)
+                        }
+                    };
+                    let id = PageId(page as u32 + 10);
+                    tracker.before_write(&mut cache, frames[page], id, barrier).unwrap();
+                    cache.frame_mut(frames[page])[range].fill(value);
                 }
-            });
-            for record in records {
-                match record {
-                    TestRecord::Page(record) => {
-                        let image = &mut replayed[record.page.0 as usize - 10];
-                        let range =
-                            record.offset as usize..record.offset as usize + record.after.len();
-                        prop_assert_eq!(&image[range.clone()], record.before, "before bytes");
-                        image[range].copy_from_slice(record.after);
+                tracker.flush_all(&mut cache).unwrap();
+                let mut replayed = before.clone();
+                let runs = tracker.take_pending();
+                // Runs alternate in kind: each call ships as much as one run can hold.
+                let kind = std::mem::discriminant::<RecordRun>;
+                prop_assert!(runs.windows(2).all(|pair| kind(&pair[0]) != kind(&pair[1])));
+                let records = runs.iter().flat_map(|run| -> Vec<TestRecord<'_>> {
+                    match run {
+                        RecordRun::Pages(records) => records.iter().map(TestRecord::Page).collect(),
+                        RecordRun::Objects(records) => {
+                            records.iter().map(TestRecord::Object).collect()
+                        }
                     }
-                    TestRecord::Object(record) => {
-                        // As the server does: the object on the page as it is now.
-                        let image = &mut replayed[record.oid.page().0 as usize - 10];
-                        let payload = slotted::record(image, record.oid.slot())
-                            .unwrap()
-                            .expect("the record's object exists")
-                            .payload();
-                        let start = payload.start + record.offset as usize;
-                        let end = start + record.after.len();
-                        prop_assert!(end <= payload.end, "inside its object");
-                        image[start..end].copy_from_slice(record.after);
+                });
+                for record in records {
+                    match record {
+                        TestRecord::Page(record) => {
+                            let image = &mut replayed[record.page.0 as usize - 10];
+                            let range =
+                                record.offset as usize..record.offset as usize + record.after.len();
+                            prop_assert_eq!(&image[range.clone()], record.before, "before bytes");
+                            image[range].copy_from_slice(record.after);
+                        }
+                        TestRecord::Object(record) => {
+                            // As the server does: the object on the page as it is now.
+                            let image = &mut replayed[record.oid.page().0 as usize - 10];
+                            let payload = slotted::record(image, record.oid.slot())
+                                .unwrap()
+                                .expect("the record's object exists")
+                                .payload();
+                            let start = payload.start + record.offset as usize;
+                            let end = start + record.after.len();
+                            prop_assert!(end <= payload.end, "inside its object");
+                            image[start..end].copy_from_slice(record.after);
+                        }
                     }
                 }
-            }
-            for (page, frame) in frames.iter().enumerate() {
-                let after = cache.frame(*frame);
-                if tracker.is_unlogged(*frame) {
-                    // Shipped whole: the server diffs it.
-                    replayed[page].copy_from_slice(after);
+                for (page, frame) in frames.iter().enumerate() {
+                    let after = cache.frame(*frame);
+                    if tracker.is_unlogged(*frame) {
+                        // Shipped whole: the server diffs it.
+                        replayed[page].copy_from_slice(after);
+                    }
+                    prop_assert_eq!(&replayed[page][16..], &after[16..], "page {}", page);
+                    prop_assert_eq!(&replayed[page][4..8], &after[4..8], "page {}", page);
                 }
-                prop_assert_eq!(&replayed[page][16..], &after[16..], "page {}", page);
-                prop_assert_eq!(&replayed[page][4..8], &after[4..8], "page {}", page);
+                tracker.end_transaction(&mut cache).unwrap();
+                for (page, frame) in frames.iter().enumerate() {
+                    before[page].copy_from_slice(cache.frame(*frame));
+                }
             }
-            tracker.end_transaction(&mut cache).unwrap();
         }
     }
 }

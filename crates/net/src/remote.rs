@@ -8,10 +8,11 @@ use crate::frame::{
 use crate::message::{decode, encode, Request, Response, WireObjectUpdates, WirePage, WireUpdates};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
-    LockMode, LockStats, ObjectUpdates, PageServer, PageUpdates, RestartReport, ServerStats,
-    ShippedPage,
+    validate_client_page, LockMode, LockStats, ObjectUpdates, PageServer, PageUpdates,
+    RestartReport, ServerStats, ShippedPage,
 };
 use lodestore_storage::large::Extent;
+use lodestore_storage::page;
 use lodestore_wal::LogStats;
 
 /// Most bytes a log record's key, offset and length take in a frame (three varints).
@@ -306,6 +307,20 @@ impl PageServer for RemotePageServer {
             page: page.0,
         })? {
             Response::Page(image) if image.len() == buf.len() => {
+                // A damaged page would reach the client's cache and its page operations.
+                let number = page::number(&image);
+                if number != page {
+                    return Err(connection(
+                        &self.peer,
+                        format!("asked for page {page}, the server sent page {number}"),
+                    ));
+                }
+                validate_client_page(&image).map_err(|reason| {
+                    connection(
+                        &self.peer,
+                        format!("page {page} from the server is damaged: {reason}"),
+                    )
+                })?;
                 buf.copy_from_slice(&image);
                 Ok(())
             }

@@ -2,14 +2,14 @@
 //! arbitrary bytes; a server closes the connection of a client that breaks the protocol (with
 //! the other clients unaffected), and rolls back the transaction of a client that vanished.
 
-use lodestore_core::{Error, PageId};
+use lodestore_core::{Error, PageId, TxnId, TypeId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
 use lodestore_net::message::{
     decode, encode, Request, Response, WireError, WireObjectUpdates, WireUpdates,
 };
 use lodestore_net::{serve, RemotePageServer};
 use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
-use lodestore_storage::RealFileSystem;
+use lodestore_storage::{slotted, RealFileSystem};
 use proptest::prelude::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -341,4 +341,57 @@ fn a_vanished_client_releases_its_locks() {
         waited < Duration::from_millis(1900),
         "waited {waited:?}: the lock was not released by the disconnect"
     );
+}
+
+/// A client checks the pages a server sends: a damaged page, or another page than the one it
+/// asked for, is refused by name before it reaches the client's cache.
+#[test]
+fn a_damaged_page_from_the_server_is_refused_by_name() {
+    const PAGE: usize = 4096;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    // A server that answers hello and page fetches: page 5 with a record running past the
+    // page, page 6 with page 7's header, any other page sound.
+    let fake = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        while let Ok(frame) = read_frame(&mut stream) {
+            let response = match decode::<Request>(&frame.body).unwrap() {
+                Request::Hello { .. } => Response::Welcome {
+                    page_size: PAGE as u32,
+                    volume: 0,
+                    root_directory: 0,
+                    recovery_method: "esm".into(),
+                    restart: Default::default(),
+                },
+                Request::FetchPage { page, .. } => {
+                    let mut image = vec![0u8; PAGE];
+                    let number = if page == 6 { 7 } else { page };
+                    slotted::init(&mut image, PageId(number), 0);
+                    let slot = slotted::insert(&mut image, TypeId(1), 16, false).unwrap();
+                    if page == 5 {
+                        let record = slotted::record(&image, slot).unwrap().unwrap();
+                        let length = record.offset + 4..record.offset + 8;
+                        image[length].copy_from_slice(&0x7FFF_FFFFu32.to_le_bytes());
+                    }
+                    Response::Page(image)
+                }
+                other => panic!("unexpected request {other:?}"),
+            };
+            write_frame(&mut stream, frame.request_id, &encode(&response)).unwrap();
+        }
+    });
+    let remote = RemotePageServer::connect(&address, "test").unwrap();
+    let mut buf = vec![0u8; PAGE];
+    remote.fetch_page(TxnId(1), PageId(4), &mut buf).unwrap();
+    assert_eq!(lodestore_storage::page::number(&buf), PageId(4));
+    for (page, reason) in [(5, "page 5 from the server is damaged"), (6, "sent page 7")] {
+        let before = buf.clone();
+        match remote.fetch_page(TxnId(1), PageId(page), &mut buf) {
+            Err(Error::Connection { reason: said, .. }) => assert!(said.contains(reason), "{said}"),
+            other => panic!("page {page}: {other:?}"),
+        }
+        assert_eq!(buf, before, "nothing of a refused page is kept");
+    }
+    drop(remote);
+    fake.join().unwrap();
 }

@@ -881,7 +881,7 @@ impl Server {
                 )));
             }
             self.check_exclusive(txn, id, "shipped")?;
-            validate_shipped(image).map_err(|reason| {
+            validate_client_page(image).map_err(|reason| {
                 self.volume
                     .corrupt(id, format!("client shipped it malformed: {reason}"))
             })?;
@@ -1011,12 +1011,14 @@ fn resolve_object_update(image: &[u8], record: &ObjectUpdate<'_>) -> Result<Rang
     Ok(start..end)
 }
 
-/// Structural checks on a page a client shipped.
-fn validate_shipped(image: &[u8]) -> std::result::Result<(), String> {
+/// Structural checks on a page image that crosses between client and server: one a client
+/// shipped, or one a client fetched (the server on the other end of a connection is not
+/// trusted to send a sound page).
+pub fn validate_client_page(image: &[u8]) -> std::result::Result<(), String> {
     match page::kind(image) {
         Some(PageKind::Slotted) => slotted::validate(image),
         Some(PageKind::LargeData) | Some(PageKind::Free) => Ok(()),
-        Some(other) => Err(format!("clients may not write {} pages", other.name())),
+        Some(other) => Err(format!("{} pages are not for clients", other.name())),
         None => Err(format!("unknown page kind {}", page::kind_byte(image))),
     }
 }

@@ -49,6 +49,48 @@ struct Workload {
 /// Bytes of a sub-page block (the `SD-ESM` scheme's).
 const BLOCK_BYTES: usize = 64;
 
+impl Workload {
+    /// The page `before` changed to `after`, diffed whole.
+    fn page(name: &'static str, before: &[u8], after: &[u8]) -> Workload {
+        Workload {
+            name,
+            before: AlignedPage::from(before),
+            after: AlignedPage::from(after),
+            blocks: Vec::new(),
+            kept_bounds: false,
+        }
+    }
+
+    /// [`Workload::page`] with the page's record bounds kept from one diff to the next.
+    fn kept_page(name: &'static str, before: &[u8], after: &[u8]) -> Workload {
+        Workload {
+            kept_bounds: true,
+            ..Workload::page(name, before, after)
+        }
+    }
+
+    /// The blocks of [`BLOCK_BYTES`] holding the changes from `before` to `after` (those a
+    /// sub-page detector would have copied), diffed one by one as sub-page diffing does.
+    fn blocks(name: &'static str, before: &[u8], after: &[u8]) -> Workload {
+        let blocks = (0..before.len())
+            .step_by(BLOCK_BYTES)
+            .filter(|&at| before[at..at + BLOCK_BYTES] != after[at..at + BLOCK_BYTES])
+            .collect();
+        Workload {
+            blocks,
+            ..Workload::page(name, before, after)
+        }
+    }
+
+    /// [`Workload::blocks`] with the page's record bounds kept from one commit to the next.
+    fn kept_blocks(name: &'static str, before: &[u8], after: &[u8]) -> Workload {
+        Workload {
+            kept_bounds: true,
+            ..Workload::blocks(name, before, after)
+        }
+    }
+}
+
 pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCode> {
     if !page_size_is_supported(page_size) || seconds.is_nan() || seconds <= 0.0 {
         return Err(Error::InvalidArgument(
@@ -250,101 +292,46 @@ fn workloads(page_size: usize) -> Vec<Workload> {
         page[p.start + 8] ^= 1;
         page[p.start + 16] ^= 1;
     });
-    // The blocks a sub-page detector would have copied: those holding a changed byte.
-    let blocks_of = |after: &[u8]| -> Vec<usize> {
-        (0..page_size)
-            .step_by(BLOCK_BYTES)
-            .filter(|&at| objects[at..at + BLOCK_BYTES] != after[at..at + BLOCK_BYTES])
-            .collect()
-    };
     let mut inserted = objects.clone();
     slotted::remove(&mut inserted, slots[slots.len() / 2]);
     slotted::insert(&mut inserted, TypeId(2), OBJECT_BYTES / 2, false);
     vec![
-        Workload {
-            name: "data page, equal",
-            before: AlignedPage::from(&data[..]),
-            after: AlignedPage::from(&data[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "data page, one 8-byte field",
-            before: AlignedPage::from(&data[..]),
-            after: AlignedPage::from(&one_data_field[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "data page, 16 scattered 8-byte fields",
-            before: AlignedPage::from(&data[..]),
-            after: AlignedPage::from(&scattered_data_fields[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "objects, equal",
-            before: AlignedPage::from(&objects[..]),
-            after: AlignedPage::from(&objects[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "objects, one 8-byte field",
-            before: AlignedPage::from(&objects[..]),
-            after: AlignedPage::from(&one_object_field[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "objects, an 8-byte field in 16 objects",
-            after: AlignedPage::from(&field_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "objects, x and y incremented in 16 objects",
-            after: AlignedPage::from(&x_and_y_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "objects, x and y, bounds kept",
-            after: AlignedPage::from(&x_and_y_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            blocks: Vec::new(),
-            kept_bounds: true,
-        },
-        Workload {
-            name: "64-byte blocks, a field in each of 16",
-            blocks: blocks_of(&field_in_16),
-            after: AlignedPage::from(&field_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "64-byte blocks, x and y in each of 16",
-            blocks: blocks_of(&x_and_y_in_16),
-            after: AlignedPage::from(&x_and_y_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            kept_bounds: false,
-        },
-        Workload {
-            name: "64-byte blocks, x and y, bounds kept",
-            blocks: blocks_of(&x_and_y_in_16),
-            after: AlignedPage::from(&x_and_y_in_16[..]),
-            before: AlignedPage::from(&objects[..]),
-            kept_bounds: true,
-        },
-        Workload {
-            name: "objects, one removed and one inserted",
-            before: AlignedPage::from(&objects[..]),
-            after: AlignedPage::from(&inserted[..]),
-            blocks: Vec::new(),
-            kept_bounds: false,
-        },
+        Workload::page("data page, equal", &data, &data),
+        Workload::page("data page, one 8-byte field", &data, &one_data_field),
+        Workload::page(
+            "data page, 16 scattered 8-byte fields",
+            &data,
+            &scattered_data_fields,
+        ),
+        Workload::page("objects, equal", &objects, &objects),
+        Workload::page("objects, one 8-byte field", &objects, &one_object_field),
+        Workload::page(
+            "objects, an 8-byte field in 16 objects",
+            &objects,
+            &field_in_16,
+        ),
+        Workload::page(
+            "objects, x and y incremented in 16 objects",
+            &objects,
+            &x_and_y_in_16,
+        ),
+        Workload::kept_page("objects, x and y, bounds kept", &objects, &x_and_y_in_16),
+        Workload::blocks(
+            "64-byte blocks, a field in each of 16",
+            &objects,
+            &field_in_16,
+        ),
+        Workload::blocks(
+            "64-byte blocks, x and y in each of 16",
+            &objects,
+            &x_and_y_in_16,
+        ),
+        Workload::kept_blocks(
+            "64-byte blocks, x and y, bounds kept",
+            &objects,
+            &x_and_y_in_16,
+        ),
+        Workload::page("objects, one removed and one inserted", &objects, &inserted),
     ]
 }
 

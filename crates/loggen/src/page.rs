@@ -710,16 +710,10 @@ mod tests {
         #[test]
         fn bounds_kept_from_diff_to_diff_give_the_definition(
             sizes in proptest::collection::vec(1usize..120, 1..40),
-            steps in proptest::collection::vec(
-                proptest::collection::vec((0u8..6, 0usize..4096, 1usize..24, any::<u8>()), 0..12),
-                1..6,
-            ),
+            steps in steps(),
             header in prop_oneof![Just(32usize), Just(56usize)],
         ) {
-            let mut page = slotted_page();
-            for len in sizes {
-                let _ = slotted::insert(&mut page, TypeId(1), len, false);
-            }
+            let mut page = page_of_objects(&sizes);
             let mut bounds = PageBounds::default();
             for step in steps {
                 let mut next = page.clone();
@@ -737,17 +731,11 @@ mod tests {
         #[test]
         fn bounds_kept_from_piece_to_piece_give_the_definition(
             sizes in proptest::collection::vec(1usize..120, 1..40),
-            steps in proptest::collection::vec(
-                proptest::collection::vec((0u8..6, 0usize..4096, 1usize..24, any::<u8>()), 0..12),
-                1..6,
-            ),
+            steps in steps(),
             header in prop_oneof![Just(32usize), Just(56usize)],
         ) {
             const PIECE: usize = 64;
-            let mut page = slotted_page();
-            for len in sizes {
-                let _ = slotted::insert(&mut page, TypeId(1), len, false);
-            }
+            let mut page = page_of_objects(&sizes);
             let mut bounds = PageBounds::default();
             for step in steps {
                 let mut next = page.clone();
@@ -804,6 +792,21 @@ mod tests {
             page_ranges_by_segment(before, after, header)
         );
         Ok(())
+    }
+
+    /// Steps of edits for [`apply_step`].
+    fn steps() -> impl Strategy<Value = Vec<Vec<(u8, usize, usize, u8)>>> {
+        let edit = (0u8..6, 0usize..4096, 1usize..24, any::<u8>());
+        proptest::collection::vec(proptest::collection::vec(edit, 0..12), 1..6)
+    }
+
+    /// A slotted page holding objects of `sizes` (as many as fit).
+    fn page_of_objects(sizes: &[usize]) -> Vec<u8> {
+        let mut page = slotted_page();
+        for &len in sizes {
+            let _ = slotted::insert(&mut page, TypeId(1), len, false);
+        }
+        page
     }
 
     /// Applies one step of edits to slotted `page`, each (kind, at, len, value): a field

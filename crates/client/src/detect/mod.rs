@@ -1075,6 +1075,85 @@ mod tests {
         page
     }
 
+    /// A page's bounds kept from one transaction are not taken for those of new contents of
+    /// its frame (as a revalidation fetches when another client changed the page): where the
+    /// page now has two objects, a block's changes on both sides of the bound between them
+    /// make two records, though the kept bounds knew one object there.
+    #[test]
+    fn kept_bounds_are_not_taken_for_a_new_fill() {
+        let detector = Detector::SubPageBlocks { block_bytes: 64 };
+        let mut cache = ClientCache::new(PAGE, PAGES, detector.arena_kind()).unwrap();
+        let mut tracker =
+            WriteTracker::new(detector, Generator::SubPageDiff, 4 * PAGE, PAGE, PAGES, 0).unwrap();
+        let page = PageId(10);
+        let (frame, _) = cache.assign(page).unwrap();
+        let with_objects = |sizes: &[usize]| {
+            let mut image = vec![0u8; PAGE];
+            slotted::init(&mut image, page, 0);
+            for &len in sizes {
+                slotted::insert(&mut image, TypeId(1), len, false).unwrap();
+            }
+            image
+        };
+        // Object 1 of 200 bytes, then in its place (records fill the page from its end)
+        // object 1 of 92 bytes above object 2 of 96, the bound between them inside a block.
+        cache
+            .fill_mut(frame)
+            .copy_from_slice(&with_objects(&[200, 200, 200, 200]));
+        let object = |cache: &ClientCache, slot: SlotId| {
+            slotted::record(cache.frame(frame), slot)
+                .unwrap()
+                .unwrap()
+                .payload()
+        };
+        let write = |tracker: &mut WriteTracker, cache: &mut ClientCache, slot: SlotId, at| {
+            let object = object(cache, slot);
+            let range = object.start + at..object.start + at + 1;
+            let write = Write::Object {
+                slot,
+                object,
+                range: range.clone(),
+            };
+            tracker.before_write(cache, frame, page, write).unwrap();
+            cache.frame_mut(frame)[range]
+                .iter_mut()
+                .for_each(|byte| *byte ^= 1);
+        };
+        // Two neighbouring fields of object 1: the page's bounds are read, and kept.
+        write(&mut tracker, &mut cache, 1, 8);
+        write(&mut tracker, &mut cache, 1, 16);
+        tracker.flush_all(&mut cache).unwrap();
+        tracker.take_pending();
+        tracker.end_transaction(&mut cache).unwrap();
+        cache
+            .fill_mut(frame)
+            .copy_from_slice(&with_objects(&[200, 92, 96, 200]));
+        let bound = object(&cache, 2).end;
+        assert_eq!(
+            object(&cache, 1).start,
+            bound + 8,
+            "object 1 lies right above object 2"
+        );
+        // The last byte of object 2 and the first of object 1: 9 bytes apart, one block.
+        assert_eq!((bound - 1) / 64, (bound + 8) / 64);
+        write(&mut tracker, &mut cache, 2, 95);
+        write(&mut tracker, &mut cache, 1, 0);
+        tracker.flush_all(&mut cache).unwrap();
+        let records: Vec<Range<usize>> = tracker
+            .take_pending()
+            .iter()
+            .flat_map(|run| match run {
+                RecordRun::Pages(records) => records
+                    .iter()
+                    .map(|r| r.offset as usize..r.offset as usize + r.after.len())
+                    .collect(),
+                RecordRun::Objects(_) => Vec::new(),
+            })
+            .collect();
+        assert_eq!(records, vec![bound - 1..bound, bound + 8..bound + 9]);
+        tracker.end_transaction(&mut cache).unwrap();
+    }
+
     #[test]
     fn updates_in_place_share_one_object_map() {
         let before = initial_page(0);

@@ -332,7 +332,7 @@ fn with_unit_bytes<T>(page: &[u8], floor: usize, test: impl FnOnce(&[u8]) -> T) 
         fill_unit_bytes(page, floor, &mut units);
         test(&units)
     } else {
-        let mut units = vec![0u8; map_bytes(page.len().min(PAGE_SIZE_MAX))];
+        let mut units = vec![0u8; map_bytes(page.len())];
         fill_unit_bytes(page, floor, &mut units);
         test(&units)
     }
@@ -938,6 +938,26 @@ mod tests {
         next[payload.end - 12] ^= 1;
         next[payload.end - 4] ^= 1;
         diff(&page, &next, &mut bounds);
+    }
+
+    /// A slotted page larger than a store allows (its slots cannot address all of it) is
+    /// diffed as the definition says, its bounds read into a map of its size.
+    #[test]
+    fn pages_larger_than_any_store_uses_are_diffed_too() {
+        let mut before = vec![0u8; 2 * PAGE_SIZE_MAX];
+        slotted::init(&mut before, PageId(9), 0);
+        for _ in 0..4 {
+            let _ = slotted::insert(&mut before, TypeId(1), 64, false);
+        }
+        let mut after = before.clone();
+        for at in [PAGE_SIZE_MAX - 8, PAGE_SIZE_MAX, 2 * PAGE_SIZE_MAX - 90] {
+            after[at] ^= 1;
+        }
+        let mut bounds = PageBounds::default();
+        let mut kept = Vec::new();
+        page_ranges_cached(&before, &after, 56, &mut bounds, 1, &mut kept);
+        assert_eq!(kept, page_ranges_by_segment(&before, &after, 56));
+        assert_eq!(page_ranges(&before, &after, 56), kept);
     }
 
     #[test]

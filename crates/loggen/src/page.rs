@@ -45,6 +45,8 @@ pub fn page_ranges_cached(
     page_ranges_with(before, after, header, Some((bounds, key)), ranges)
 }
 
+/// [`page_ranges_into`], with the page's bounds kept in `cached` if given (the generators'
+/// entry for a whole-page piece).
 pub(crate) fn page_ranges_with(
     before: &[u8],
     after: &[u8],

@@ -946,11 +946,13 @@ mod tests {
     /// diffed as the definition says, its bounds read into a map of its size.
     #[test]
     fn pages_larger_than_any_store_uses_are_diffed_too() {
-        let mut before = vec![0u8; 2 * PAGE_SIZE_MAX];
+        // The records of a page of the largest size, then as much again past them.
+        let mut before = vec![0u8; PAGE_SIZE_MAX];
         slotted::init(&mut before, PageId(9), 0);
         for _ in 0..4 {
-            let _ = slotted::insert(&mut before, TypeId(1), 64, false);
+            slotted::insert(&mut before, TypeId(1), 64, false).unwrap();
         }
+        before.resize(2 * PAGE_SIZE_MAX, 0);
         let mut after = before.clone();
         for at in [PAGE_SIZE_MAX - 8, PAGE_SIZE_MAX, 2 * PAGE_SIZE_MAX - 90] {
             after[at] ^= 1;

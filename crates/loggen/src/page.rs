@@ -267,10 +267,10 @@ fn clear_of(ranges: &[Range<usize>], any_set: impl Fn(usize, usize) -> bool) -> 
 /// The record bounds of a page, kept between diffs of it: while a commit diffs its pieces one
 /// after another, and from one transaction to the next while its structure stays as it was, so
 /// that the slot table is walked once rather than at every diff. A bit per [`RECORD_ALIGN`]
-/// bytes (144 bytes for an 8 KiB page, with the word of zeros past it). The holder names the page with a key of its own and
-/// must call [`PageBounds::forget`] whenever the page's structure may change (a record added,
-/// removed, resized or moved; another page in its place); a diff that sees a range reach a
-/// bound forgets them itself.
+/// bytes (144 bytes for an 8 KiB page, with the word of zeros past it). The holder names the
+/// page with a key of its own and must call [`PageBounds::forget`] whenever the page's
+/// structure may change (a record added, removed, resized or moved; another page in its
+/// place); a diff that sees a range reach a bound forgets them itself.
 #[derive(Debug, Default)]
 pub struct PageBounds {
     key: Option<u64>,

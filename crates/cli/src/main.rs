@@ -207,8 +207,10 @@ enum BenchCommand {
         requests: usize,
     },
     /// Page-diffing throughput (GB/s on one core) for a large object's data page and for a
-    /// page of small objects, unchanged and changed as updates change them, next to a plain
-    /// comparison of the same bytes measured in the same run (short samples in turn; medians).
+    /// page of small objects, unchanged and changed as updates change them, and for the 64-byte
+    /// blocks sub-page diffing compares, next to a plain comparison of the same bytes measured
+    /// in the same run (short samples in turn; medians). The scan column is the first pass
+    /// alone; for blocks, the least any block diff does (AVX-512 CPUs only).
     Diff {
         #[arg(long, default_value_t = 8192)]
         page_size: usize,

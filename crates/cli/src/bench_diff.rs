@@ -11,6 +11,7 @@
 
 use crate::bench::median;
 use lodestore::{Error, Result};
+use lodestore_bench::workspace::progress_bar;
 use lodestore_core::limits::page_size_is_supported;
 use lodestore_core::{PageId, TypeId};
 use lodestore_loggen::compare::{for_each_run, for_each_run_on, ScanPath};
@@ -121,7 +122,10 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
     let mut bounds: Vec<PageBounds> = workloads.iter().map(|_| PageBounds::default()).collect();
     let started = Instant::now();
     let budget = seconds * (workloads.len() + 1) as f64;
+    // Rounds run until the budget is spent: the bar counts the budget's milliseconds.
+    let bar = progress_bar((budget * 1000.0) as u64, "bench diff", false);
     while started.elapsed().as_secs_f64() < budget || samples[0].len() < 5 {
+        bar.set_position(started.elapsed().as_millis() as u64);
         let ceiling = &workloads[0].before;
         let copy = AlignedPage::from(&ceiling[..]);
         samples[0].push(sample(page_size, || {
@@ -211,6 +215,7 @@ pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCo
             }
         }
     }
+    bar.finish_and_clear();
     let medians: Vec<f64> = samples.iter().map(|s| median(s.clone())).collect();
     println!(
         "page size {page_size} B, one core, {} samples of {PAGES_PER_SAMPLE} pages per figure",

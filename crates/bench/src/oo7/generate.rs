@@ -8,7 +8,8 @@
 //! composite part connects first to part `i + 1` (modulo the count), so every part is reachable
 //! from the root part, then to parts chosen at random.
 //!
-//! Work is committed in transactions of about [`BATCH_BYTES`], so any preset fits the caches.
+//! Work is committed in transactions of about `BATCH_BYTES` (2 MiB), so any preset fits the
+//! caches.
 
 use super::params::Oo7Params;
 use super::schema::{

@@ -5,9 +5,9 @@
 //!
 //! - this module: the diff itself: one scan whose runs are merged by the minimal-traffic rule
 //!   as they are found, and the exact split at the cuts when a merged range may reach one;
-//! - [`bounds`]: whether the merged ranges stay inside objects, tested without sorting any
+//! - `bounds`: whether the merged ranges stay inside objects, tested without sorting any
 //!   bound, and the record bounds a caller keeps from one diff of a page to the next;
-//! - [`cuts`]: every object bound of one or two images, in order, for the exact split.
+//! - `cuts`: every object bound of one or two images, in order, for the exact split.
 
 mod bounds;
 mod cuts;

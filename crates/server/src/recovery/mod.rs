@@ -1,6 +1,6 @@
 //! Recovery methods: how the server turns what clients ship into something it can recover
 //! from, how it rolls a transaction back, and how it restarts after a crash. Each method is a
-//! sibling behind [`RecoveryMethod`]; the server picks one by name.
+//! sibling behind the crate-internal trait `RecoveryMethod`; the server picks one by name.
 //!
 //! - `esm`: ARIES-style logging as in the EXODUS Storage Manager (QuickStore section 3.1):
 //!   physical update records with before and after bytes, STEAL/NO-FORCE, fuzzy checkpoints,

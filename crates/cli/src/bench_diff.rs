@@ -12,7 +12,7 @@
 use crate::bench::median;
 use lodestore::{Error, Result};
 use lodestore_bench::workspace::progress_bar;
-use lodestore_core::limits::page_size_is_supported;
+use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED};
 use lodestore_core::{PageId, TypeId};
 use lodestore_loggen::compare::{for_each_run, for_each_run_on, ScanPath};
 use lodestore_loggen::{
@@ -94,10 +94,15 @@ impl Workload {
 }
 
 pub fn diff(page_size: usize, seconds: f64, csv: Option<&Path>) -> Result<ExitCode> {
-    if !page_size_is_supported(page_size) || seconds.is_nan() || seconds <= 0.0 {
-        return Err(Error::InvalidArgument(
-            "bench diff needs a supported page size and a positive duration".into(),
-        ));
+    if !page_size_is_supported(page_size) {
+        return Err(Error::InvalidArgument(format!(
+            "bench diff --page-size {page_size} is not one of {PAGE_SIZES_SUPPORTED:?}"
+        )));
+    }
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Err(Error::InvalidArgument(format!(
+            "bench diff --seconds {seconds} is not a positive number of seconds"
+        )));
     }
     let workloads = workloads(page_size);
     // Sample 0 of every round is the memcmp ceiling, over the first workload's equal pages.

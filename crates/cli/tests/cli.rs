@@ -190,13 +190,16 @@ fn bench_diff_reports_every_workload_and_writes_its_samples() {
         samples.lines().any(|line| line.contains(",scan words,")),
         "no samples of the portable scan"
     );
-    let bad = lodestore(&["bench", "diff", "--page-size", "1000"]);
-    assert!(!bad.status.success());
-    assert!(
-        text(&bad.stderr).contains("page size"),
-        "{}",
-        text(&bad.stderr)
-    );
+    // Bad arguments are named, and an endless budget is one of them.
+    for (args, named) in [
+        (["--page-size", "1000"], "--page-size 1000"),
+        (["--seconds", "inf"], "--seconds inf"),
+        (["--seconds", "0"], "--seconds 0"),
+    ] {
+        let bad = lodestore(&["bench", "diff", args[0], args[1]]);
+        assert_eq!(bad.status.code(), Some(2));
+        assert!(text(&bad.stderr).contains(named), "{}", text(&bad.stderr));
+    }
 }
 
 #[test]

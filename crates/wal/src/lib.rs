@@ -3,10 +3,12 @@
 //!
 //! - [`record`]: the record format and every record kind.
 //! - [`segment`]: segment files (pre-written, recycled) and the mapping from LSN to file.
+//! - [`anchor`]: the highest segment opened, so a missing last segment is found.
 //! - [`log`]: the log manager: append, group commit, random reads, truncation.
 //! - [`reader`]: scanning from an LSN to the end of the log, telling a torn tail (truncated and
 //!   reported) from damage before the end (an error).
 
+pub mod anchor;
 pub mod log;
 pub mod reader;
 pub mod record;

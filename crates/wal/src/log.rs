@@ -12,6 +12,7 @@
 //! the next one. So a crash can only tear the last write, which is what the reader relies on to
 //! tell a torn tail from damage.
 
+use crate::anchor::Anchor;
 use crate::reader::{LogEnd, Segments};
 use crate::record::{self, Body, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
 use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
@@ -66,6 +67,8 @@ struct Shared {
     dir: PathBuf,
     options: LogOptions,
     inner: Mutex<Inner>,
+    /// Written only by the flush leader when it opens a new segment.
+    anchor: Mutex<Anchor>,
 }
 
 struct Inner {
@@ -90,10 +93,19 @@ impl Log {
         check_options(&options)?;
         fs.create_dir_all(dir)?;
         let first = segment::create(fs.as_ref(), dir, 1, options.segment_bytes)?;
+        let anchor = Anchor::create(fs.as_ref(), dir, 1)?;
         let start = options.segment_bytes;
         let mut segments = BTreeMap::new();
         segments.insert(1, first);
-        Ok(Log::with(fs, dir, options, segments, Vec::new(), start))
+        Ok(Log::with(
+            fs,
+            dir,
+            options,
+            anchor,
+            segments,
+            Vec::new(),
+            start,
+        ))
     }
 
     /// Opens the log in `dir` and finds its end by scanning from `from` (the last checkpoint).
@@ -128,7 +140,21 @@ impl Log {
                 fs.remove(&path)?;
             }
         }
+        let anchor = Anchor::open(fs.as_ref(), dir)?;
         let indices: Vec<u64> = segments.keys().copied().collect();
+        let highest_present = indices.last().copied().unwrap_or(0);
+        if highest_present < anchor.highest_segment() {
+            let missing = (highest_present + 1).max(from.0 / options.segment_bytes);
+            return Err(Error::CorruptLog {
+                path: segment::segment_path(dir, missing),
+                offset: 0,
+                reason: format!(
+                    "segment {missing} is missing: the log anchor records that segments up to {} \
+                     were opened, and records in them may be lost",
+                    anchor.highest_segment()
+                ),
+            });
+        }
         for pair in indices.windows(2) {
             if pair[1] != pair[0] + 1 {
                 return Err(Error::CorruptLog {
@@ -143,6 +169,17 @@ impl Log {
                 });
             }
         }
+        let first_needed = from.0 / options.segment_bytes;
+        if !segments.contains_key(&first_needed) {
+            return Err(Error::CorruptLog {
+                path: segment::segment_path(dir, first_needed),
+                offset: 0,
+                reason: format!(
+                    "segment {first_needed} is missing: it holds LSN {from}, the last checkpoint, \
+                     where recovery must start"
+                ),
+            });
+        }
         let end = Segments {
             files: &segments,
             segment_bytes: options.segment_bytes,
@@ -150,7 +187,7 @@ impl Log {
         }
         .scan(from, |_| Ok(()))?;
         Ok((
-            Log::with(fs, dir, options, segments, spares, end.end.0),
+            Log::with(fs, dir, options, anchor, segments, spares, end.end.0),
             end,
         ))
     }
@@ -159,6 +196,7 @@ impl Log {
         fs: Arc<dyn FileSystem>,
         dir: &Path,
         options: LogOptions,
+        anchor: Anchor,
         segments: BTreeMap<u64, Arc<dyn Storage>>,
         spares: Vec<PathBuf>,
         end: u64,
@@ -167,6 +205,7 @@ impl Log {
             fs,
             dir: dir.to_path_buf(),
             options,
+            anchor: Mutex::new(anchor),
             inner: Mutex::new(Inner {
                 buffer: Vec::new(),
                 buffer_start: end,
@@ -485,6 +524,11 @@ impl Shared {
             Some(path) => segment::reuse(self.fs.as_ref(), &path, &self.dir, index, size)?,
             None => segment::create(self.fs.as_ref(), &self.dir, index, size)?,
         };
+        // Recorded before any record goes into the segment: from now on, its loss is found.
+        self.anchor
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .record(index)?;
         let mut inner = self.lock();
         if reused {
             inner.stats.segments_reused += 1;

@@ -97,11 +97,30 @@ pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Resul
     if stored != crc32c(&header[4..]) {
         return Err(corrupt("segment header checksum mismatch".into()));
     }
+    if version != SEGMENT_FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "segment format version {version} was never written by any build"
+        )));
+    }
     let found_index = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
     let found_bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
     if found_index != index || found_bytes != segment_bytes {
         return Err(corrupt(format!(
             "header says segment {found_index} of {found_bytes} bytes, expected segment {index} of {segment_bytes}"
+        )));
+    }
+    // Segments are created and recycled at full length and never shortened, so a short file
+    // lost its end to something outside Lodestore: its records there are gone, not torn.
+    let expected = SEGMENT_HEADER_BYTES + segment_bytes;
+    if length != expected {
+        return Err(corrupt(format!(
+            "segment file is {length} bytes, but every segment is created at {expected}: it was \
+             {} outside Lodestore and records in it may be lost",
+            if length < expected {
+                "shortened"
+            } else {
+                "extended"
+            }
         )));
     }
     Ok(())
@@ -154,6 +173,12 @@ pub fn reuse(
 ) -> Result<Arc<dyn Storage>> {
     {
         let file = fs.open(spare, OpenMode::Existing)?;
+        if file.len()? != SEGMENT_HEADER_BYTES + segment_bytes {
+            // Not a whole segment any more: make a new one instead.
+            drop(file);
+            fs.remove(spare)?;
+            return create(fs, dir, index, segment_bytes);
+        }
         file.write_at(0, &encode_header(index, segment_bytes))?;
         file.sync()?;
     }

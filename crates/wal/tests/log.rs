@@ -208,9 +208,20 @@ fn missing_segment_and_newer_formats_are_named() {
     fs.with_file(&segment_path(dir, 1), |bytes| bytes[4] = 9)
         .unwrap();
     assert!(matches!(
-        Log::open(fs, dir, options(), Lsn(SEGMENT)),
+        Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)),
         Err(Error::UnsupportedFormat { found: 9, .. })
     ));
+    // Version 0 under a valid checksum is no format at all, not an older one.
+    fs.with_file(&segment_path(dir, 1), |bytes| {
+        bytes[4] = 0;
+        let crc = lodestore_core::checksum::crc32c(&bytes[4..4096]);
+        bytes[0..4].copy_from_slice(&crc.to_le_bytes());
+    })
+    .unwrap();
+    match Log::open(fs, dir, options(), Lsn(SEGMENT)) {
+        Err(Error::CorruptLog { reason, .. }) => assert!(reason.contains("version 0"), "{reason}"),
+        other => panic!("expected version 0 refused, got {:?}", other.err()),
+    }
 }
 
 #[test]
@@ -356,5 +367,121 @@ proptest! {
         drop(log);
         let (log, _) = Log::open(fs, dir, options(), Lsn(SEGMENT)).unwrap();
         prop_assert_eq!(log.read(lsn).unwrap().body, RecordBody::Abort);
+    }
+}
+
+/// One way a log's files may be damaged from outside, as a hostile tester would.
+#[derive(Clone, Copy, Debug)]
+enum Outside {
+    CutLast(u64),
+    RemoveFirst,
+    RemoveMiddle,
+    RemoveLast,
+    SwapLastTwo,
+    EmptyLast,
+}
+
+/// Writes records over four segments, damages the files as `outside` says, and returns what
+/// opening from the first segment said: every case is an error naming a file, never a log
+/// that silently ends early.
+fn open_after(fs: Arc<dyn FileSystem>, dir: &Path, outside: Outside) -> Error {
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    write_many(&log, 1200);
+    let last = log.end_lsn().0 / SEGMENT;
+    assert!(last >= 4, "the log spans {last} segments");
+    drop(log);
+    let path = |index| segment_path(dir, index);
+    match outside {
+        Outside::CutLast(keep) => {
+            let file = fs
+                .open(&path(last), lodestore_storage::OpenMode::Existing)
+                .unwrap();
+            file.set_len(keep).unwrap();
+        }
+        Outside::EmptyLast => {
+            let file = fs
+                .open(&path(last), lodestore_storage::OpenMode::Existing)
+                .unwrap();
+            file.set_len(0).unwrap();
+        }
+        Outside::RemoveFirst => fs.remove(&path(1)).unwrap(),
+        Outside::RemoveMiddle => fs.remove(&path(2)).unwrap(),
+        Outside::RemoveLast => fs.remove(&path(last)).unwrap(),
+        Outside::SwapLastTwo => {
+            let spare = dir.join("swap");
+            fs.rename(&path(last), &spare).unwrap();
+            fs.rename(&path(last - 1), &path(last)).unwrap();
+            fs.rename(&spare, &path(last - 1)).unwrap();
+        }
+    }
+    match Log::open(fs, dir, options(), Lsn(SEGMENT)) {
+        Err(error) => error,
+        Ok((_, end)) => panic!("{outside:?}: the log opened and ends at {}", end.end),
+    }
+}
+
+const OUTSIDE: [Outside; 7] = [
+    Outside::CutLast(3000),
+    Outside::CutLast(SEGMENT_HEADER_BYTES + SEGMENT - 1),
+    Outside::EmptyLast,
+    Outside::RemoveFirst,
+    Outside::RemoveMiddle,
+    Outside::RemoveLast,
+    Outside::SwapLastTwo,
+];
+
+fn assert_named(outside: Outside, error: &Error) {
+    let Error::CorruptLog { path, reason, .. } = error else {
+        panic!("{outside:?}: expected a damaged log, got {error}");
+    };
+    assert!(
+        path.to_string_lossy().contains("segment-"),
+        "{outside:?}: {error} names no segment file"
+    );
+    let expected = match outside {
+        Outside::CutLast(_) | Outside::EmptyLast => "bytes",
+        Outside::RemoveFirst | Outside::RemoveMiddle | Outside::RemoveLast => "missing",
+        Outside::SwapLastTwo => "header says segment",
+    };
+    assert!(reason.contains(expected), "{outside:?}: {error}");
+}
+
+#[test]
+fn shortened_missing_and_reordered_segments_are_errors_naming_the_file() {
+    for outside in OUTSIDE {
+        let fs = fs();
+        let error = open_after(fs, Path::new("/s/log"), outside);
+        assert_named(outside, &error);
+    }
+}
+
+#[test]
+fn shortened_missing_and_reordered_segments_on_real_files() {
+    for outside in OUTSIDE {
+        let dir = tempfile::tempdir().unwrap();
+        let log_dir = dir.path().join("log");
+        let error = open_after(
+            Arc::new(lodestore_storage::RealFileSystem),
+            &log_dir,
+            outside,
+        );
+        assert_named(outside, &error);
+    }
+}
+
+#[test]
+fn a_log_whose_anchor_is_gone_is_refused_by_name() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    write_many(&log, 10);
+    drop(log);
+    fs.remove(&lodestore_wal::anchor::anchor_path(dir)).unwrap();
+    match Log::open(fs, dir, options(), Lsn(SEGMENT)) {
+        Err(Error::CorruptLog { path, reason, .. }) => {
+            assert!(path.ends_with("anchor"), "{path:?}");
+            assert!(reason.contains("missing"), "{reason}");
+        }
+        other => panic!("expected a missing anchor, got {:?}", other.err()),
     }
 }

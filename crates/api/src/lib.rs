@@ -38,9 +38,13 @@ pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
+pub use lodestore_storage::overlay::Change as FileChange;
 pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
 pub use object::{Oid, Persistent};
-pub use offline::{check, info, objects, roots, session_counters};
+pub use offline::{
+    check, info, objects, readable_objects, recover_in_memory, roots, session_counters,
+    RecoveredView,
+};
 pub use options::Options;
 pub use store::{Session, Store};
 pub use transaction::Transaction;

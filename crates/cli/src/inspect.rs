@@ -1,9 +1,10 @@
 //! `init`, `info`, `check` and `dump`.
 
-use lodestore::{Options, RealFileSystem, Result, Store, StoredObject};
+use lodestore::{Options, RealFileSystem, RecoveredView, Result, Store, StoredObject};
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 pub fn init(path: &Path, page_size: usize) -> Result<ExitCode> {
     let store = Store::create(path, Options::new().page_size(page_size))?;
@@ -15,24 +16,80 @@ pub fn init(path: &Path, page_size: usize) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the store once, which recovers it from its log if it was not closed cleanly and leaves
-/// a data file that holds every committed change; the readers below read that file.
-pub fn recover(path: &Path) -> Result<()> {
+/// `lodestore recover`: opens the store for writing once, which recovers it from its log if it
+/// was not closed cleanly, and closes it, leaving a data file that holds every committed change.
+pub fn recover(path: &Path) -> Result<ExitCode> {
     let store = Store::open(path, Options::new())?;
     let report = store.restart_report().clone();
     drop(store);
-    if report.losers > 0 || report.redo_applied > 0 || report.discarded_bytes > 0 {
-        eprintln!(
-            "recovered: {} changes redone, {} unfinished transactions rolled back, {} bytes of a torn log tail dropped",
-            report.redo_applied, report.losers, report.discarded_bytes
+    if report.needed_recovery() {
+        println!(
+            "recovered {}: {}",
+            path.display(),
+            describe_restart(&report)
+        );
+    } else {
+        println!(
+            "{}: closed cleanly; recovery had nothing to do",
+            path.display()
         );
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe_restart(report: &lodestore::RestartReport) -> String {
+    format!(
+        "{} changes redone, {} page images installed, {} unfinished transactions rolled back \
+         ({} changes undone), {} bytes of a torn log tail dropped, {} unused pages repaired",
+        report.redo_applied,
+        report.images_installed,
+        report.losers,
+        report.records_undone,
+        report.discarded_bytes,
+        report.pages_repaired
+    )
+}
+
+/// The store as recovery would leave it, in memory: `info` and `dump` read it without writing
+/// a byte of the store. Says so on standard error when the store was not closed cleanly.
+fn recovered_view(path: &Path) -> Result<RecoveredView> {
+    let view = lodestore::recover_in_memory(Arc::new(RealFileSystem), path)
+        .map_err(|error| with_salvage_hint(error, path))?;
+    if view.restart().needed_recovery() {
+        eprintln!(
+            "note: {} was not closed cleanly; shown as recovery leaves it ({}), in memory only: \
+             `lodestore recover {}` writes it",
+            path.display(),
+            describe_restart(view.restart()),
+            path.display()
+        );
+    }
+    Ok(view)
+}
+
+/// A store whose log cannot be read can still give up its objects: say how.
+fn with_salvage_hint(error: lodestore::Error, path: &Path) -> lodestore::Error {
+    match error {
+        lodestore::Error::CorruptLog {
+            path: file,
+            offset,
+            reason,
+        } => lodestore::Error::CorruptLog {
+            path: file,
+            offset,
+            reason: format!(
+                "{reason} (`lodestore check --no-recover {0}` shows the data file as it \
+                     lies; `lodestore salvage {0} NEW` copies every readable object out)",
+                path.display()
+            ),
+        },
+        other => other,
+    }
 }
 
 pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
-    recover(path)?;
-    let info = lodestore::info(&RealFileSystem, path)?;
+    let view = recovered_view(path)?;
+    let info = lodestore::info(view.file_system(), path)?;
     // Counters are a report: a damaged file is named, and the rest is still shown.
     let counters = lodestore::session_counters(&RealFileSystem, path);
     if json {
@@ -91,49 +148,109 @@ fn print_counters(counters: &lodestore::CountersByScheme) {
     println!("{table}");
 }
 
+/// `lodestore check`: the data file as it lies on disk, then (unless `--no-recover`) the store
+/// as recovery would leave it, in memory. Writes nothing. Damage on disk that recovery would
+/// rewrite is still reported: as a repair when the store was left by a crash (recovery is
+/// expected to rewrite what a crash tore), as a problem when it was closed cleanly (then
+/// nothing but damage explains it, and opening the store would hide it).
 pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
-    let mut recovery_failed = false;
-    if recover_first {
-        match recover(path) {
-            Ok(()) => {}
-            // A store that cannot even be opened is reported as such; one whose recovery fails
-            // is still checked as it lies on disk.
-            Err(
-                e @ (lodestore::Error::NotAStore { .. }
-                | lodestore::Error::StoreLocked { .. }
-                | lodestore::Error::UnsupportedFormat { .. }
-                | lodestore::Error::CorruptSuperblock { .. }),
-            ) => return Err(e),
-            Err(e) => {
-                println!("problem: recovery failed: {e}");
-                recovery_failed = true;
-            }
-        }
-    }
-    let report = lodestore::check(&RealFileSystem, path)?;
-    for note in &report.notes {
+    let on_disk = lodestore::check(&RealFileSystem, path)?;
+    for note in &on_disk.notes {
         println!("note: {note}");
     }
-    for problem in &report.problems {
+    if !recover_first {
+        for problem in &on_disk.problems {
+            println!("problem: {}", problem.message);
+        }
+        return Ok(summary(&on_disk, on_disk.problems.len()));
+    }
+    let view = match lodestore::recover_in_memory(Arc::new(RealFileSystem), path) {
+        Ok(view) => view,
+        // A store that cannot even be opened is reported as such; one whose recovery fails
+        // is still checked as it lies on disk.
+        Err(
+            e @ (lodestore::Error::NotAStore { .. }
+            | lodestore::Error::StoreLocked { .. }
+            | lodestore::Error::UnsupportedFormat { .. }
+            | lodestore::Error::CorruptSuperblock { .. }),
+        ) => return Err(e),
+        Err(e) => {
+            println!("problem: recovery failed: {}", with_salvage_hint(e, path));
+            for problem in &on_disk.problems {
+                println!("problem: {}", problem.message);
+            }
+            return Ok(summary(&on_disk, on_disk.problems.len() + 1));
+        }
+    };
+    let recovered = lodestore::check(view.file_system(), path)?;
+    let crashed = view.restart().needed_recovery();
+    if crashed {
+        println!(
+            "note: the store was not closed cleanly; recovery (run in memory only; `lodestore \
+             recover {}` writes it) would make: {}",
+            path.display(),
+            describe_restart(view.restart())
+        );
+    }
+    let mut problems = 0;
+    for problem in &on_disk.problems {
+        if recovered.problems.contains(problem) {
+            continue;
+        }
+        if crashed {
+            println!("repair: recovery rewrites this: {}", problem.message);
+        } else {
+            problems += 1;
+            println!(
+                "problem: {} (on disk, in a store closed cleanly: opening it for writing would \
+                 rewrite this and hide the damage)",
+                problem.message
+            );
+        }
+    }
+    for note in &recovered.notes {
+        if !on_disk.notes.contains(note) {
+            println!("note: after recovery: {note}");
+        }
+    }
+    for problem in &recovered.problems {
+        problems += 1;
         println!("problem: {}", problem.message);
     }
+    Ok(summary(&recovered, problems))
+}
+
+fn summary(report: &lodestore::CheckReport, problems: usize) -> ExitCode {
     println!(
         "{}: {} pages, {} objects checked; {} problems",
-        report.path,
-        report.pages_checked,
-        report.objects,
-        report.problems.len() + usize::from(recovery_failed)
+        report.path, report.pages_checked, report.objects, problems
     );
-    Ok(if report.is_sound() && !recovery_failed {
+    if problems == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
+    }
 }
 
+/// `lodestore dump`: every readable object of the store as recovery would leave it; a damaged
+/// page is named on standard error and skipped, and the exit code is then 1.
 pub fn dump(path: &Path, json: bool) -> Result<ExitCode> {
-    recover(path)?;
-    let roots = lodestore::roots(&RealFileSystem, path)?;
+    let view = recovered_view(path)?;
+    let fs = view.file_system();
+    let mut damaged_pages = 0usize;
+    let mut damaged = |error: lodestore::Error| {
+        damaged_pages += 1;
+        eprintln!("damaged, skipped: {error}");
+        Ok(())
+    };
+    let roots = match lodestore::roots(fs, path) {
+        Ok(roots) => roots,
+        Err(error @ lodestore::Error::CorruptPage { .. }) => {
+            damaged(error)?;
+            Default::default()
+        }
+        Err(error) => return Err(error),
+    };
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     let io = |e: std::io::Error| lodestore::Error::io("standard output", "write", e);
@@ -149,29 +266,43 @@ pub fn dump(path: &Path, json: bool) -> Result<ExitCode> {
         )
         .map_err(io)?;
         let mut first = true;
-        lodestore::objects(&RealFileSystem, path, |object| {
-            let separator = if first { "" } else { "," };
-            first = false;
-            writeln!(out, "{separator}{}", object_json(&object)).map_err(io)
-        })?;
+        lodestore::readable_objects(
+            fs,
+            path,
+            |object| {
+                let separator = if first { "" } else { "," };
+                first = false;
+                writeln!(out, "{separator}{}", object_json(&object)).map_err(io)
+            },
+            &mut damaged,
+        )?;
         writeln!(out, "]}}").map_err(io)?;
     } else {
         for (name, oid) in &roots {
             writeln!(out, "root {name} {}", oid.0).map_err(io)?;
         }
-        lodestore::objects(&RealFileSystem, path, |object| {
-            writeln!(
-                out,
-                "object {} type {} length {} {}",
-                object.oid.0,
-                object.type_id.0,
-                object.bytes.len(),
-                hex::encode(&object.bytes)
-            )
-            .map_err(io)
-        })?;
+        lodestore::readable_objects(
+            fs,
+            path,
+            |object| {
+                writeln!(
+                    out,
+                    "object {} type {} length {} {}",
+                    object.oid.0,
+                    object.type_id.0,
+                    object.bytes.len(),
+                    hex::encode(&object.bytes)
+                )
+                .map_err(io)
+            },
+            &mut damaged,
+        )?;
     }
     out.flush().map_err(io)?;
+    if damaged_pages > 0 {
+        eprintln!("{damaged_pages} damaged pages skipped");
+        return Ok(ExitCode::from(1));
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -46,16 +46,20 @@ enum Command {
     /// Show the store's format, page size, recovery method, pages by kind, objects and free
     /// space, and the counters of the sessions of earlier runs per scheme (traps, pieces
     /// copied, bytes compared, log records and bytes, pages shipped, time by Hosking's
-    /// phases). Recovers the store first if it was not closed cleanly.
+    /// phases). Never writes to the store: one not closed cleanly is shown as recovery would
+    /// leave it, recovered in memory only.
     Info {
         path: PathBuf,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
     },
-    /// Recover the store if it was not closed cleanly, then read every page and verify
-    /// checksums and structure. Exits 0 when the store is sound, 1 when problems were found
-    /// (each printed with its file and page number).
+    /// Read every page of the data file as it lies on disk and verify checksums and
+    /// structure, then do the same to the store as recovery would leave it (recovered in
+    /// memory only). Never writes to the store. Damage that recovery would rewrite is still
+    /// reported: as a repair in a store left by a crash, as a problem in one closed cleanly.
+    /// Exits 0 when the store is sound, 1 when problems were found (each printed with its
+    /// file and page number).
     Check {
         path: PathBuf,
         /// Check the data file as it lies on disk, without recovering first.
@@ -64,7 +68,8 @@ enum Command {
     },
     /// Print the named roots with their OIDs, then every object: OID, type id, length and
     /// bytes in hex. An OID is printed as the unsigned 64-bit integer a stored reference holds.
-    /// Recovers the store first if it was not closed cleanly.
+    /// Never writes to the store (one not closed cleanly is recovered in memory only). A
+    /// damaged page is named on standard error and skipped; the exit code is then 1.
     Dump {
         path: PathBuf,
         /// Print one JSON document: {"roots": {name: oid}, "objects": [{oid, type_id, length,
@@ -72,6 +77,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Recover the store in PATH if it was not closed cleanly (redo committed changes, roll
+    /// back unfinished transactions, drop a torn log tail) and close it, writing the result:
+    /// the one inspection command that writes. Prints what recovery did.
+    Recover { path: PathBuf },
     /// Run a crash campaign: seeded workloads on a simulated file system that crashes at
     /// random I/Os (dropping, keeping, tearing or reordering unsynced writes; sometimes
     /// flipping a bit or misdirecting a write), recovery after each crash, and an oracle that
@@ -223,6 +232,16 @@ enum BenchCommand {
     },
 }
 
+/// Commands whose output is read through a pipe (`info | head -1`) end quietly when the reader
+/// goes away, as other Unix tools do, instead of failing on the write. Not for commands that
+/// talk over sockets, which must see a closed peer as an error.
+fn quiet_on_closed_pipe() {
+    // SAFETY: restores the default action of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -232,10 +251,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if matches!(
+        cli.command,
+        Command::Info { .. } | Command::Check { .. } | Command::Dump { .. }
+    ) {
+        quiet_on_closed_pipe();
+    }
     let result = match cli.command {
         Command::Init { path, page_size } => inspect::init(&path, page_size),
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
+        Command::Recover { path } => inspect::recover(&path),
         Command::Dump { path, json } => inspect::dump(&path, json),
         Command::Demo {
             path,

@@ -1,6 +1,6 @@
 //! Reading a closed store object by object: what `lodestore info` and `lodestore dump` show.
 
-use lodestore_core::{Oid, PageId, Result, TypeId};
+use lodestore_core::{Error, Oid, PageId, Result, TypeId};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::PageKind;
 use lodestore_storage::superblock::STORE_FORMAT_VERSION;
@@ -17,10 +17,23 @@ pub struct StoredObject {
     pub bytes: Vec<u8>,
 }
 
-/// Visits every object of the volume in OID order, Lodestore's own objects included.
+/// Visits every object of the volume in OID order, Lodestore's own objects included. The
+/// first damaged page ends the walk with its error.
 pub fn for_each_object(
     volume: &Volume,
+    visit: impl FnMut(StoredObject) -> Result<()>,
+) -> Result<()> {
+    for_each_readable_object(volume, visit, Err)
+}
+
+/// Visits every object of the volume that can be read, in OID order. A damaged page (a bad
+/// checksum or structure: `Error::CorruptPage`) is passed to `damaged`, which may go on past it
+/// (return `Ok`) or stop; the objects on it, or the large object that reaches it, are skipped.
+/// Other errors (I/O) end the walk.
+pub fn for_each_readable_object(
+    volume: &Volume,
     mut visit: impl FnMut(StoredObject) -> Result<()>,
+    mut damaged: impl FnMut(Error) -> Result<()>,
 ) -> Result<()> {
     let page_size = volume.page_size();
     let mut buf = vec![0u8; page_size];
@@ -29,18 +42,35 @@ pub fn for_each_object(
         if spacemap::is_map_page(id, page_size) {
             continue;
         }
-        if volume.read_page(id, &mut buf)? != PageKind::Slotted {
-            continue;
+        match volume.read_page(id, &mut buf) {
+            Ok(PageKind::Slotted) => {}
+            Ok(_) => continue,
+            Err(error @ Error::CorruptPage { .. }) => {
+                damaged(error)?;
+                continue;
+            }
+            Err(error) => return Err(error),
         }
-        slotted::validate(&buf).map_err(|reason| volume.corrupt(id, reason))?;
         for slot in slotted::live_slots(&buf).collect::<Vec<_>>() {
             let oid = Oid::new(volume.volume_id(), id, slot);
-            let record = slotted::record(&buf, slot)
-                .map_err(|reason| volume.corrupt(id, reason))?
-                .expect("live slot has a record");
+            let record = match slotted::record(&buf, slot) {
+                Ok(Some(record)) => record,
+                Ok(None) => continue,
+                Err(reason) => {
+                    damaged(volume.corrupt(id, reason))?;
+                    continue;
+                }
+            };
             let payload = &buf[record.payload()];
             let bytes = if record.large {
-                read_large(volume, oid, payload)?
+                match read_large(volume, oid, payload) {
+                    Ok(bytes) => bytes,
+                    Err(error @ Error::CorruptPage { .. }) => {
+                        damaged(error)?;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                }
             } else {
                 payload.to_vec()
             };

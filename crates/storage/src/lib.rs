@@ -12,6 +12,7 @@ pub mod directory;
 pub mod fs;
 pub mod large;
 pub mod memory;
+pub mod overlay;
 pub mod page;
 pub mod sim;
 pub mod slotted;
@@ -21,6 +22,7 @@ pub mod volume;
 
 pub use fs::{FileSystem, OpenMode, RealFileSystem, Storage};
 pub use memory::MemoryFileSystem;
+pub use overlay::OverlayFileSystem;
 pub use page::PageKind;
 pub use sim::{Fault, SimFileSystem};
 pub use volume::Volume;

@@ -129,6 +129,19 @@ pub struct RestartReport {
     pub elapsed_us: u64,
 }
 
+impl RestartReport {
+    /// Did the restart change the store: was it left by a crash rather than closed cleanly?
+    pub fn needed_recovery(&self) -> bool {
+        self.discarded_bytes
+            + self.redo_applied
+            + self.images_installed
+            + self.losers
+            + self.records_undone
+            + self.pages_repaired
+            > 0
+    }
+}
+
 pub(crate) trait RecoveryMethod: Send + Sync {
     fn kind(&self) -> RecoveryMethodKind;
 

@@ -1,12 +1,35 @@
 //! Settings for opening or creating a store, as a builder.
 
 use lodestore_client::Scheme;
-use lodestore_core::limits::PAGE_SIZE_DEFAULT;
+use lodestore_core::limits::{
+    page_size_is_supported, PAGE_SIZES_SUPPORTED, PAGE_SIZE_DEFAULT, PAGE_SIZE_MIN,
+};
+use lodestore_core::{Error, Result};
 use lodestore_server::{RecoveryMethodKind, ServerOptions};
 use lodestore_storage::{FileSystem, RealFileSystem};
+use lodestore_wal::segment::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
 use lodestore_wal::LogOptions;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// Largest cache, pool or buffer an option may ask for: this machine's memory (1 TiB where it
+/// cannot be read). Past it, the allocation would fail or swap.
+pub fn memory_bytes_max() -> u64 {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    if pages > 0 && page > 0 {
+        pages as u64 * page as u64
+    } else {
+        1 << 40
+    }
+}
+/// Longest lock wait: past this, a transaction is stuck, not waiting.
+pub const LOCK_WAIT_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3600);
 
 /// How to open or create a store. Start from `Options::new()` and change what you need:
 ///
@@ -148,6 +171,53 @@ impl Options {
     pub fn file_system(mut self, file_system: Arc<dyn FileSystem>) -> Options {
         self.file_system = file_system;
         self
+    }
+
+    /// Checks every value against its limits, naming the first one out of them. `create`,
+    /// `open` and `connect` call it first, so no value reaches the engine unchecked.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |message: String| Err(Error::InvalidArgument(message));
+        if let Some(size) = self.page_size {
+            if !page_size_is_supported(size) {
+                return invalid(format!(
+                    "page_size {size} is not one of {PAGE_SIZES_SUPPORTED:?}"
+                ));
+            }
+        }
+        // Opening, the store's own page size is not known yet: the smallest one is the floor.
+        let page_size = self.page_size.unwrap_or(PAGE_SIZE_MIN);
+        let memory = memory_bytes_max();
+        for (name, bytes) in [
+            ("client_cache_bytes", self.client_cache_bytes),
+            ("server_pool_bytes", self.server_pool_bytes),
+            ("recovery_buffer_bytes", self.recovery_buffer_bytes),
+        ] {
+            if bytes < page_size || bytes as u64 > memory {
+                return invalid(format!(
+                    "{name} {bytes} must be from one page ({page_size} bytes) to this machine's \
+                     memory ({memory} bytes)"
+                ));
+            }
+        }
+        let segment = self.log_segment_bytes;
+        if !(SEGMENT_BYTES_MIN..=SEGMENT_BYTES_MAX).contains(&segment)
+            || !segment.is_multiple_of(4096)
+        {
+            return invalid(format!(
+                "log_segment_bytes {segment} must be a multiple of 4096 from {SEGMENT_BYTES_MIN} \
+                 to {SEGMENT_BYTES_MAX}"
+            ));
+        }
+        if self.checkpoint_log_bytes == 0 {
+            return invalid("checkpoint_log_bytes must be at least 1".into());
+        }
+        if self.lock_wait_timeout > LOCK_WAIT_TIMEOUT_MAX {
+            return invalid(format!(
+                "lock_wait_timeout {:?} is longer than {LOCK_WAIT_TIMEOUT_MAX:?}",
+                self.lock_wait_timeout
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn page_size_or_default(&self) -> usize {

@@ -1,6 +1,7 @@
 //! `Store`, the handle of an open store, and `Session`, one client of it.
 
 use crate::counters::{self, CountersByScheme};
+use crate::folder;
 use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
@@ -40,23 +41,55 @@ enum Backend {
 }
 
 impl Store {
-    /// Creates a new store in the folder `path` (created if missing; it must not hold a store).
+    /// Creates a new store in the folder `path`, which must be missing or empty. The store is
+    /// built beside it under a temporary name (`.NAME.creating`), closed, and renamed into
+    /// place in one step: a creation that fails or is killed leaves no store, never a broken
+    /// one that cannot be opened or created again.
     pub fn create(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
+        options.validate()?;
         let page_size = options.page_size_or_default();
         pool_pages("client cache", options.client_cache_bytes, page_size)?;
-        let server = Server::create(
-            options.file_system.clone(),
-            &path,
-            page_size,
-            options.server_options(),
-        )?;
-        Store::serving(server, path, options)
+        let fs = options.file_system.clone();
+        if fs.exists(&lodestore_storage::volume::data_file_path(&path)) {
+            return Err(lodestore_core::Error::AlreadyExists { path });
+        }
+        if fs.is_dir(&path) && !(fs.list(&path)?.is_empty() && fs.list_dirs(&path)?.is_empty()) {
+            return Err(lodestore_core::Error::InvalidArgument(format!(
+                "{} is a folder that is not empty; a new store needs a missing or empty folder",
+                path.display()
+            )));
+        }
+        let temporary = folder::sibling(&path, "creating")?;
+        folder::clear_leftover(fs.as_ref(), &temporary)?;
+        let built = Server::create(fs.clone(), &temporary, page_size, options.server_options());
+        match built {
+            Ok(server) => drop(server),
+            Err(error) => {
+                if let Err(cleanup) = fs.remove_dir_all(&temporary) {
+                    tracing::warn!(error = %cleanup, path = %temporary.display(), "could not remove a failed store creation");
+                }
+                return Err(error);
+            }
+        }
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs.create_dir_all(parent)?;
+        }
+        fs.rename_dir(&temporary, &path)?;
+        Store::open(path, options)
+    }
+
+    /// Removes the store in the folder `path` and the folder, whole or not at all: the store's
+    /// exclusive lock is taken first, so a store in use is refused with `Error::StoreLocked`;
+    /// a folder holding anything that is not part of a store is refused too.
+    pub fn remove(path: impl AsRef<Path>, options: &Options) -> Result<()> {
+        folder::remove_store(options.file_system.as_ref(), path.as_ref())
     }
 
     /// Opens the store in the folder `path`.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
+        options.validate()?;
         let server = Server::open(
             options.file_system.clone(),
             &path,
@@ -96,6 +129,7 @@ impl Store {
     /// given). `options` set the client side: cache, scheme, recovery buffer; the server's
     /// own options are its own. Each session opens a connection of its own.
     pub fn connect(address: &str, options: Options) -> Result<Store> {
+        options.validate()?;
         let control = RemotePageServer::connect(address, "lodestore control")?;
         pool_pages(
             "client cache",

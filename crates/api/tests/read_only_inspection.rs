@@ -40,6 +40,15 @@ impl FileSystem for NoWrites {
     fn list(&self, dir: &Path) -> lodestore::Result<Vec<PathBuf>> {
         self.0.list(dir)
     }
+    fn list_dirs(&self, dir: &Path) -> lodestore::Result<Vec<PathBuf>> {
+        self.0.list_dirs(dir)
+    }
+    fn rename_dir(&self, from: &Path, _: &Path) -> lodestore::Result<()> {
+        panic!("rename folder {}", from.display())
+    }
+    fn remove_dir_all(&self, path: &Path) -> lodestore::Result<()> {
+        panic!("remove folder {}", path.display())
+    }
 }
 
 impl Storage for NoWritesFile {

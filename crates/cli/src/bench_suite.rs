@@ -28,7 +28,7 @@ pub struct Oo7Args {
     #[arg(long, value_delimiter = ',', default_value = "t1,t2a,t2b,t2c")]
     pub traversals: Vec<String>,
     /// Measured transactions per traversal (after one that warms the client cache).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::args::runs_u32)]
     pub runs: u32,
     /// Recovery buffer sizes, comma separated (bytes, or with KiB/MiB/GiB).
     #[arg(long, value_delimiter = ',', default_value = "4MiB,512KiB")]
@@ -80,7 +80,7 @@ pub struct Oo1Args {
     #[arg(long, value_delimiter = ',', default_value = "0,0.2,1.0")]
     pub long_probabilities: Vec<f64>,
     /// Repetitions of every series.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = crate::args::runs_u32)]
     pub runs: u32,
     #[arg(long, default_value = "4MiB")]
     pub recovery_buffer: String,
@@ -100,7 +100,7 @@ pub struct SuiteArgs {
     #[arg(long, default_value = DEFAULT_OUT)]
     pub out: PathBuf,
     /// Measured OO7 transactions per traversal and configuration.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = crate::args::runs_u32)]
     pub runs: u32,
     /// Schemes to compare, comma separated, or `all`.
     #[arg(long, default_value = "all")]

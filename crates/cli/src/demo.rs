@@ -40,8 +40,10 @@ pub fn run(path: &Path, objects: u64, replace: bool, page_size: usize) -> Result
             "--objects must be at least 1".into(),
         ));
     }
-    if replace {
-        remove_store(path)?;
+    if replace && path.exists() {
+        // Under the store's exclusive lock: a store another process uses is refused, and the
+        // store goes whole or not at all.
+        Store::remove(path, &Options::new())?;
     }
     let mut rng = StdRng::seed_from_u64(0x00D0_0001);
     let started = Instant::now();
@@ -68,22 +70,6 @@ pub fn run(path: &Path, objects: u64, replace: bool, page_size: usize) -> Result
     drop(store);
     println!();
     crate::inspect::info(path, false)
-}
-
-/// Removes a store folder, refusing anything that is not one.
-fn remove_store(path: &Path) -> Result<()> {
-    if !path.exists() {
-        return Ok(());
-    }
-    let data = path.join("volume-0.data");
-    if !data.is_file() {
-        return Err(Error::InvalidArgument(format!(
-            "--replace: {} is not a Lodestore store; refusing to remove it",
-            path.display()
-        )));
-    }
-    std::fs::remove_file(&data).map_err(|e| Error::io(&data, "remove", e))?;
-    std::fs::remove_dir(path).map_err(|e| Error::io(path, "remove directory", e))
 }
 
 fn create_parts(store: &Store, count: u64, rng: &mut StdRng) -> Result<Vec<Oid<Part>>> {

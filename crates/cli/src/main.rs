@@ -1,5 +1,6 @@
 //! `lodestore`: the command-line face of Lodestore.
 
+mod args;
 mod bench;
 mod bench_detect;
 mod bench_diff;
@@ -28,19 +29,19 @@ use std::process::ExitCode;
                   Exit codes: 0 success; 1 `check` found problems; 2 the command failed \
                   (bad arguments, not a store, I/O error)."
 )]
-struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
-    command: Command,
+    pub(crate) command: Command,
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// Create a new, empty store in the folder PATH.
     Init {
         /// Folder to create the store in (created if missing; must not hold a store).
         path: PathBuf,
         /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536. Fixed for the store's life.
-        #[arg(long, default_value_t = 8192)]
+        #[arg(long, default_value_t = 8192, value_parser = args::page_size)]
         page_size: usize,
     },
     /// Show the store's format, page size, recovery method, pages by kind, objects and free
@@ -99,11 +100,14 @@ enum Command {
         /// Run against the server at this address (see `serve`) instead of a folder.
         #[arg(long, conflicts_with = "path")]
         connect: Option<String>,
-        #[arg(long, default_value_t = 100)]
+        /// Accounts in the bank (2 to 10,000,000).
+        #[arg(long, default_value_t = 100, value_parser = args::accounts)]
         accounts: u64,
-        #[arg(long, default_value_t = 4)]
+        /// Threads, each a session of its own (1 to 256).
+        #[arg(long, default_value_t = 4, value_parser = args::threads)]
         threads: u32,
-        #[arg(long, default_value_t = 10.0)]
+        /// How long to run, in seconds (at most a week; 0 only sets up the bank).
+        #[arg(long, default_value_t = 10.0, value_parser = args::seconds_or_zero)]
         seconds: f64,
         /// File the acknowledged transfers are appended to.
         #[arg(long)]
@@ -146,14 +150,14 @@ enum Command {
     Demo {
         /// Folder for the demo store.
         path: PathBuf,
-        /// Number of part objects in the graph.
-        #[arg(long, default_value_t = 100_000)]
+        /// Number of part objects in the graph (1 to 50,000,000).
+        #[arg(long, default_value_t = 100_000, value_parser = args::demo_objects)]
         objects: u64,
         /// Replace a store already in PATH (only a folder that holds a Lodestore store).
         #[arg(long)]
         replace: bool,
-        /// Page size in bytes.
-        #[arg(long, default_value_t = 8192)]
+        /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536.
+        #[arg(long, default_value_t = 8192, value_parser = args::page_size)]
         page_size: usize,
     },
 }
@@ -177,14 +181,14 @@ enum BenchCommand {
     Commit {
         /// Folder for the benchmark stores and the probe file.
         path: PathBuf,
-        /// Thread counts, comma separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        /// Thread counts, comma separated (each 1 to 256).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_parser = args::thread_count)]
         threads: Vec<usize>,
         /// Seconds per measurement.
-        #[arg(long, default_value_t = 3.0)]
+        #[arg(long, default_value_t = 3.0, value_parser = args::seconds)]
         seconds: f64,
         /// Runs; the table shows medians.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = args::runs)]
         runs: usize,
         /// Also write every run as CSV here.
         #[arg(long)]
@@ -198,7 +202,7 @@ enum BenchCommand {
         /// Folder for the benchmark store.
         path: PathBuf,
         /// Runs; the table shows medians.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = args::runs)]
         runs: usize,
     },
     /// What a request to a Lodestore server costs over loopback TCP (a lock the transaction
@@ -209,10 +213,10 @@ enum BenchCommand {
         /// Folder for the benchmark store.
         path: PathBuf,
         /// Runs; the table shows medians.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = args::runs)]
         runs: usize,
         /// Requests per timed burst.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = args::requests)]
         requests: usize,
     },
     /// Page-diffing throughput (GB/s on one core) for a large object's data page and for a

@@ -117,7 +117,8 @@ fn bad_arguments_and_paths_fail_with_a_message() {
 
     let out = lodestore(&["init", arg(&dir.path().join("s")), "--page-size", "1000"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("page size 1000"));
+    assert!(text(&out.stderr).contains("--page-size"));
+    assert!(text(&out.stderr).contains("1000 is not one of"));
 
     let out = lodestore(&["init", arg(&dir.path().join("s")), "--page-size", "many"]);
     assert_eq!(out.status.code(), Some(2));
@@ -237,7 +238,7 @@ fn bench_detect_reports_every_scheme_and_page_protection_against_its_bare_fault(
     let bad = lodestore(&["bench", "detect", arg(dir.path()), "--runs", "0"]);
     assert!(!bad.status.success());
     assert!(
-        text(&bad.stderr).contains("at least one run"),
+        text(&bad.stderr).contains("--runs") && text(&bad.stderr).contains("out of range"),
         "{}",
         text(&bad.stderr)
     );
@@ -281,8 +282,90 @@ fn bench_net_reports_each_request_against_a_bare_round_trip() {
     let bad = lodestore(&["bench", "net", arg(dir.path()), "--requests", "0"]);
     assert!(!bad.status.success());
     assert!(
-        text(&bad.stderr).contains("at least one run and one request"),
+        text(&bad.stderr).contains("--requests") && text(&bad.stderr).contains("out of range"),
         "{}",
         text(&bad.stderr)
     );
+}
+
+#[test]
+fn inputs_that_once_panicked_end_with_a_message_naming_the_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let acks = dir.path().join("acks");
+    for (args, named) in [
+        (vec!["init", arg(&store), "--page-size", "0"], "--page-size"),
+        (
+            vec![
+                "stress",
+                arg(&store),
+                "--acks",
+                arg(&acks),
+                "--seconds",
+                "inf",
+            ],
+            "--seconds",
+        ),
+        (
+            vec![
+                "stress",
+                arg(&store),
+                "--acks",
+                arg(&acks),
+                "--seconds",
+                "1e300",
+            ],
+            "--seconds",
+        ),
+        (
+            vec![
+                "stress",
+                arg(&store),
+                "--acks",
+                arg(&acks),
+                "--threads",
+                "100000",
+            ],
+            "--threads",
+        ),
+        (
+            vec!["demo", arg(&store), "--objects", "18446744073709551615"],
+            "--objects",
+        ),
+    ] {
+        let out = lodestore(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = text(&out.stderr);
+        assert!(stderr.contains(named), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+    }
+    // Nothing was created by the refused commands.
+    assert!(!store.exists());
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_dump_and_info_quietly() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("s");
+    let out = lodestore(&["demo", arg(&store), "--objects", "3000"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for command in ["dump", "info"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lodestore"))
+            .args([command, arg(&store)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert!(!first.is_empty());
+        // The reader is gone (as with `| head -1`).
+        let out = child.wait_with_output().unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{command}: {stderr}");
+        assert!(!stderr.contains("Broken pipe"), "{command}: {stderr}");
+    }
 }

@@ -55,6 +55,14 @@ pub trait FileSystem: Send + Sync {
     fn rename(&self, from: &Path, to: &Path) -> Result<()>;
     /// The files directly inside `dir`, sorted.
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>>;
+    /// The folders directly inside `dir`, sorted.
+    fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>>;
+    /// Renames the folder `from`, with everything in it, to `to`, which must not exist or be an
+    /// empty folder, and makes the rename durable. One atomic step: a store built under a
+    /// temporary name appears whole or not at all.
+    fn rename_dir(&self, from: &Path, to: &Path) -> Result<()>;
+    /// Removes the folder `path` and everything in it.
+    fn remove_dir_all(&self, path: &Path) -> Result<()>;
 }
 
 /// The operating system's file system.
@@ -127,18 +135,72 @@ impl FileSystem for RealFileSystem {
     }
 
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        self.entries(dir, false)
+    }
+
+    fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        self.entries(dir, true)
+    }
+
+    fn rename_dir(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|source| Error::io(to, "rename a folder to", source))?;
+        if let Some(parent) = to.parent() {
+            sync_directory(parent)?;
+        }
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> Result<()> {
+        std::fs::remove_dir_all(path).map_err(|source| Error::io(path, "remove folder", source))?;
+        if let Some(parent) = path.parent() {
+            sync_directory(parent)?;
+        }
+        Ok(())
+    }
+}
+
+impl RealFileSystem {
+    fn entries(&self, dir: &Path, want_dirs: bool) -> Result<Vec<PathBuf>> {
         let entries =
             std::fs::read_dir(dir).map_err(|source| Error::io(dir, "list directory", source))?;
         let mut paths = Vec::new();
         for entry in entries {
             let entry = entry.map_err(|source| Error::io(dir, "list directory", source))?;
-            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            let is_file = entry.file_type().map(|t| t.is_file()).unwrap_or(false);
+            if (want_dirs && is_dir) || (!want_dirs && is_file) {
                 paths.push(entry.path());
             }
         }
         paths.sort();
         Ok(paths)
     }
+}
+
+/// What a folder rename must find, for the file systems that keep paths in memory: `from` is a
+/// folder, and `to` is missing or an empty folder (as rename(2) demands). `entries` are every
+/// file and folder path there is.
+pub(crate) fn check_folder_rename<'a>(
+    from: &Path,
+    to: &Path,
+    from_is_dir: bool,
+    mut entries: impl Iterator<Item = &'a PathBuf>,
+) -> Result<()> {
+    if !from_is_dir {
+        return Err(Error::io(
+            from,
+            "rename folder",
+            std::io::ErrorKind::NotFound.into(),
+        ));
+    }
+    if entries.any(|p| p.starts_with(to) && p.as_path() != to) {
+        return Err(Error::io(
+            to,
+            "rename a folder to",
+            std::io::ErrorKind::DirectoryNotEmpty.into(),
+        ));
+    }
+    Ok(())
 }
 
 fn sync_directory(dir: &Path) -> Result<()> {

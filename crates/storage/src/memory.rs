@@ -115,6 +115,66 @@ impl FileSystem for MemoryFileSystem {
         paths.sort();
         Ok(paths)
     }
+
+    fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let mut paths: Vec<PathBuf> = self
+            .lock_dirs()
+            .iter()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect();
+        paths.sort();
+        Ok(paths)
+    }
+
+    fn rename_dir(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut files = self.lock_files();
+        let mut dirs = self.lock_dirs();
+        crate::fs::check_folder_rename(
+            from,
+            to,
+            dirs.contains(from),
+            dirs.iter().chain(files.keys()),
+        )?;
+        let moved: Vec<PathBuf> = files
+            .keys()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for old in moved {
+            let file = files.remove(&old).expect("listed above");
+            let new = to.join(old.strip_prefix(from).expect("under the folder"));
+            let renamed = Arc::new(MemoryFile {
+                path: new.clone(),
+                bytes: Mutex::new(std::mem::take(&mut *file.bytes())),
+            });
+            files.insert(new, renamed);
+        }
+        let moved: Vec<PathBuf> = dirs
+            .iter()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for old in moved {
+            dirs.remove(&old);
+            dirs.insert(to.join(old.strip_prefix(from).expect("under the folder")));
+        }
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> Result<()> {
+        let mut dirs = self.lock_dirs();
+        if !dirs.contains(path) {
+            return Err(Error::io(
+                path,
+                "remove folder",
+                io::ErrorKind::NotFound.into(),
+            ));
+        }
+        dirs.retain(|p| !p.starts_with(path));
+        self.lock_files().retain(|p, _| !p.starts_with(path));
+        Ok(())
+    }
 }
 
 struct MemoryStorage {

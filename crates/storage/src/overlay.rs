@@ -196,6 +196,38 @@ impl FileSystem for OverlayFileSystem {
         }
         Ok(paths.into_iter().collect())
     }
+
+    fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let state = self.lock();
+        let mut paths: BTreeSet<PathBuf> = if self.base.is_dir(dir) {
+            self.base.list_dirs(dir)?.into_iter().collect()
+        } else {
+            BTreeSet::new()
+        };
+        paths.extend(
+            state
+                .dirs
+                .iter()
+                .filter(|p| p.parent() == Some(dir))
+                .cloned(),
+        );
+        Ok(paths.into_iter().collect())
+    }
+
+    // Inspection never moves or removes a folder; the overlay does not model it.
+    fn rename_dir(&self, from: &Path, _to: &Path) -> Result<()> {
+        Err(Error::Unsupported(format!(
+            "rename of the folder {} in a read-only view",
+            from.display()
+        )))
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> Result<()> {
+        Err(Error::Unsupported(format!(
+            "removal of the folder {} in a read-only view",
+            path.display()
+        )))
+    }
 }
 
 #[derive(Default)]

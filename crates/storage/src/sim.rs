@@ -341,6 +341,68 @@ impl FileSystem for SimFileSystem {
             .cloned()
             .collect())
     }
+
+    fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let state = self.lock();
+        if state.crashed {
+            return Err(crashed(dir, "list"));
+        }
+        Ok(state
+            .dirs
+            .iter()
+            .filter(|p| p.parent() == Some(dir))
+            .cloned()
+            .collect())
+    }
+
+    fn rename_dir(&self, from: &Path, to: &Path) -> Result<()> {
+        let mut state = self.lock();
+        SimFileSystem::operation(&mut state, from, "rename folder")?;
+        crate::fs::check_folder_rename(
+            from,
+            to,
+            state.dirs.contains(from),
+            state.dirs.iter().chain(state.files.keys()),
+        )?;
+        let moved: Vec<PathBuf> = state
+            .files
+            .keys()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for old in moved {
+            let file = state.files.remove(&old).expect("listed above");
+            let new = to.join(old.strip_prefix(from).expect("under the folder"));
+            state.files.insert(new, file);
+        }
+        let moved: Vec<PathBuf> = state
+            .dirs
+            .iter()
+            .filter(|p| p.starts_with(from))
+            .cloned()
+            .collect();
+        for old in moved {
+            state.dirs.remove(&old);
+            let new = to.join(old.strip_prefix(from).expect("under the folder"));
+            state.dirs.insert(new);
+        }
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, path: &Path) -> Result<()> {
+        let mut state = self.lock();
+        SimFileSystem::operation(&mut state, path, "remove folder")?;
+        if !state.dirs.contains(path) {
+            return Err(Error::io(
+                path,
+                "remove folder",
+                io::ErrorKind::NotFound.into(),
+            ));
+        }
+        state.dirs.retain(|p| !p.starts_with(path));
+        state.files.retain(|p, _| !p.starts_with(path));
+        Ok(())
+    }
 }
 
 /// An open file of a `SimFileSystem`, named by its path.

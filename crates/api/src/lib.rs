@@ -24,6 +24,12 @@
 //! # Ok::<(), lodestore::Error>(())
 //! ```
 
+/// The README's examples, built by `cargo test` as doc tests so that what a new user pastes
+/// compiles.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeExamples;
+
 pub mod counters;
 mod folder;
 mod object;

@@ -149,12 +149,14 @@ impl Store {
     }
 
     /// Serves this (embedded) store to remote clients on `listener` until `stop` is set: the
-    /// loop behind `lodestore serve`. Sessions of this process keep working alongside.
+    /// loop behind `lodestore serve`. Sessions of this process keep working alongside. When
+    /// stopped, it shuts every connection down and waits for them to end (their unfinished
+    /// transactions roll back); returns how many were still open when it gave up waiting.
     pub fn serve(
         &self,
         listener: std::net::TcpListener,
         stop: Arc<std::sync::atomic::AtomicBool>,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         match &self.backend {
             Backend::Embedded(server) => lodestore_net::serve(server.clone(), listener, stop),
             Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(

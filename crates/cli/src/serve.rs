@@ -33,9 +33,20 @@ pub fn run(path: &Path, listen: &str, method: Option<&str>) -> Result<ExitCode> 
     for signal in [libc::SIGINT, libc::SIGTERM] {
         signal_flag(signal, stop.clone());
     }
-    store.serve(listener, stop)?;
+    let still_open = store.serve(listener, stop)?;
     drop(store);
-    eprintln!("stopped; the store was closed cleanly");
+    // Claim a clean close only when it is one: the next open must find nothing to recover.
+    // Checked by running that open's recovery in memory, which writes nothing.
+    match lodestore::recover_in_memory(Arc::new(lodestore::RealFileSystem), path) {
+        Ok(view) if !view.restart().needed_recovery() => {
+            eprintln!("stopped; the store was closed cleanly");
+        }
+        Ok(_) => eprintln!(
+            "stopped, but the store was not closed cleanly ({still_open} connections did not end \
+             in time): the next open recovers it from its log"
+        ),
+        Err(e) => eprintln!("stopped; the store could not be checked after closing: {e}"),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

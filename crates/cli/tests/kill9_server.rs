@@ -153,3 +153,37 @@ fn kill_nine_rounds(method: &str, seed: u64) {
         "{method}: only {total_acknowledged} transfers acknowledged"
     );
 }
+
+/// SIGTERM with clients connected and mid-work: the server ends their connections, closes the
+/// store, and says "closed cleanly" only when the next open indeed has nothing to recover.
+#[test]
+fn sigterm_with_clients_connected_closes_the_store_cleanly_and_says_so_truthfully() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("bank");
+    let acks = dir.path().join("acks");
+    let (mut server, address) = start_server(&store, "127.0.0.1:0", "esm");
+    let mut client = stress(&address, &acks, "60", "2").spawn().unwrap();
+    let started = Instant::now();
+    while acknowledged(&acks).0 < 200 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no transfers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill only sends a signal to our own child.
+    unsafe {
+        libc::kill(server.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let status = server.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    reap(&mut client, Duration::from_secs(20));
+    let out = lodestore()
+        .args(["recover", store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        said.contains("closed cleanly; recovery had nothing to do"),
+        "the server stopped but the next open recovered: {said}"
+    );
+    check_bank(&store, &[&acks], ACCOUNTS, 0);
+}

@@ -8,18 +8,25 @@ use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
 use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Connections served at once; more are refused (closed at once, with a log line).
 pub const MAX_CONNECTIONS: usize = 256;
 
+/// How long `serve` waits, once told to stop, for its connections to end after it shut them
+/// down (each aborts its open transactions and lets go of the server).
+pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(10);
+
 /// Serves `server` on `listener` until `stop` is set (checked between connections and every
-/// 100 ms while idle).
-pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<()> {
+/// 100 ms while idle). Then shuts every connection down and waits (at most `CLOSE_WAIT_MAX`)
+/// for their threads to end, so that the caller holds the last reference to the server and
+/// can close it cleanly. Returns the number of connections still open when it gave up.
+pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<usize> {
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -28,6 +35,9 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
         .set_nonblocking(true)
         .map_err(|e| Error::io(&local, "listen", e))?;
     let live = Arc::new(AtomicUsize::new(0));
+    // A second handle on each open connection's socket, to shut it down at the end.
+    let open: Arc<Mutex<BTreeMap<u64, TcpStream>>> = Arc::default();
+    let mut next_id = 0u64;
     tracing::info!(address = %local, "serving");
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
@@ -36,14 +46,26 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
                     tracing::warn!(%peer, limit = MAX_CONNECTIONS, "refused a connection: too many clients");
                     continue;
                 }
+                let id = next_id;
+                next_id += 1;
+                match stream.try_clone() {
+                    Ok(handle) => {
+                        lock(&open).insert(id, handle);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%peer, error = %e, "refused a connection: socket setup failed");
+                        continue;
+                    }
+                }
                 live.fetch_add(1, Ordering::AcqRel);
                 let server = server.clone();
-                let live = live.clone();
+                let (live, open) = (live.clone(), open.clone());
                 std::thread::Builder::new()
                     .name(format!("lodestore-conn-{peer}"))
                     .spawn(move || {
                         let reason = Connection::new(server, peer.to_string()).run(stream);
                         tracing::info!(%peer, %reason, "connection closed");
+                        lock(&open).remove(&id);
                         live.fetch_sub(1, Ordering::AcqRel);
                     })
                     .map_err(|e| Error::io(&local, "spawn connection thread", e))?;
@@ -54,7 +76,22 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
             Err(e) => tracing::warn!(error = %e, "accept failed"),
         }
     }
-    Ok(())
+    for stream in lock(&open).values() {
+        let _ = stream.shutdown(std::net::Shutdown::Both);
+    }
+    let deadline = std::time::Instant::now() + CLOSE_WAIT_MAX;
+    while live.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left = live.load(Ordering::Acquire);
+    if left > 0 {
+        tracing::warn!(connections = left, "connections still open after shutdown");
+    }
+    Ok(left)
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// One client's connection and the transactions it began.

@@ -53,7 +53,9 @@ fn start_server() -> Running {
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = stop.clone();
-        std::thread::spawn(move || serve(server, listener, stop).unwrap())
+        std::thread::spawn(move || {
+            serve(server, listener, stop).unwrap();
+        })
     };
     Running {
         address,

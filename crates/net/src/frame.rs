@@ -47,6 +47,8 @@ pub enum FrameError {
     Checksum,
     #[error("reserved header field is {0}, not zero")]
     Reserved(u16),
+    #[error("a frame body of {0} bytes does not fit in the memory the server buffers for all connections")]
+    OverBudget(usize),
     #[error("I/O: {0}")]
     Io(#[from] io::Error),
 }
@@ -104,6 +106,15 @@ pub fn parse_header(header: &[u8; HEADER_BYTES]) -> Result<(u64, usize, u32), Fr
 
 /// Reads one frame. `Closed` when the peer closed the connection between frames.
 pub fn read_frame(input: &mut impl Read) -> Result<Frame, FrameError> {
+    read_frame_admitted(input, |_| Ok(()))
+}
+
+/// Reads one frame, asking `admit` for the body's length before the body is allocated: a peer
+/// can make the reader hold only what `admit` allows.
+pub fn read_frame_admitted(
+    input: &mut impl Read,
+    admit: impl FnOnce(usize) -> Result<(), FrameError>,
+) -> Result<Frame, FrameError> {
     let mut header = [0u8; HEADER_BYTES];
     let got = read_full(input, &mut header)?;
     if got == 0 {
@@ -116,6 +127,7 @@ pub fn read_frame(input: &mut impl Read) -> Result<Frame, FrameError> {
         });
     }
     let (request_id, len, crc) = parse_header(&header)?;
+    admit(len)?;
     let mut body = vec![0u8; len];
     let got = read_full(input, &mut body)?;
     if got < len {

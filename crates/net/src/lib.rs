@@ -3,6 +3,7 @@
 //! clients; and `RemotePageServer`, the client's end, which the client cache uses exactly as it
 //! uses the in-process server.
 
+pub mod budget;
 pub mod frame;
 pub mod message;
 pub mod remote;

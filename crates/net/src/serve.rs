@@ -3,7 +3,8 @@
 //! that breaks the protocol is closed with its reason logged; its open transactions are
 //! aborted, which releases their locks. Other connections never notice.
 
-use crate::frame::{read_frame, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
+use crate::budget::{Budget, ADMIT_WAIT_MAX, BUFFERED_BYTES_MAX};
+use crate::frame::{read_frame_admitted, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
 use crate::message::{decode, encode, Request, Response, WireError};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
@@ -38,6 +39,7 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
     // A second handle on each open connection's socket, to shut it down at the end.
     let open: Arc<Mutex<BTreeMap<u64, TcpStream>>> = Arc::default();
     let mut next_id = 0u64;
+    let budget = Budget::new(BUFFERED_BYTES_MAX);
     tracing::info!(address = %local, "serving");
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
@@ -59,11 +61,11 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
                 }
                 live.fetch_add(1, Ordering::AcqRel);
                 let server = server.clone();
-                let (live, open) = (live.clone(), open.clone());
+                let (live, open, budget) = (live.clone(), open.clone(), budget.clone());
                 std::thread::Builder::new()
                     .name(format!("lodestore-conn-{peer}"))
                     .spawn(move || {
-                        let reason = Connection::new(server, peer.to_string()).run(stream);
+                        let reason = Connection::new(server, peer.to_string(), budget).run(stream);
                         tracing::info!(%peer, %reason, "connection closed");
                         lock(&open).remove(&id);
                         live.fetch_sub(1, Ordering::AcqRel);
@@ -99,14 +101,17 @@ struct Connection {
     server: Arc<Server>,
     peer: String,
     txns: FxHashSet<u64>,
+    /// Memory for request bodies, shared with every other connection.
+    budget: Budget,
 }
 
 impl Connection {
-    fn new(server: Arc<Server>, peer: String) -> Connection {
+    fn new(server: Arc<Server>, peer: String, budget: Budget) -> Connection {
         Connection {
             server,
             peer,
             txns: FxHashSet::default(),
+            budget,
         }
     }
 
@@ -138,7 +143,16 @@ impl Connection {
         let mut poller = Poller::for_this_thread();
         loop {
             poller.before_read(&reader);
-            let frame = match read_frame(&mut reader) {
+            // The body's bytes count against the server's budget until the request is done.
+            let mut held = None;
+            let frame = match read_frame_admitted(&mut reader, |len| {
+                held = Some(
+                    self.budget
+                        .take(len, ADMIT_WAIT_MAX)
+                        .ok_or(FrameError::OverBudget(len))?,
+                );
+                Ok(())
+            }) {
                 Ok(frame) => frame,
                 Err(FrameError::Closed) => return "client closed the connection".into(),
                 Err(e) => return format!("malformed frame: {e}"),

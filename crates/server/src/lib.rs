@@ -21,5 +21,7 @@ pub use interface::{
 };
 pub use lock_table::LockStats;
 pub use recovery::{RecoveryMethodKind, RestartReport};
-pub use server::{pool_pages, validate_client_page, Server, ServerOptions, LOG_DIR_NAME};
+pub use server::{
+    allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions, LOG_DIR_NAME,
+};
 pub use stats::ServerStats;

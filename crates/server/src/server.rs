@@ -582,6 +582,14 @@ pub fn pool_pages(what: &str, bytes: usize, page_size: usize) -> Result<usize> {
     Ok(pages)
 }
 
+/// Most pages one `allocate_pages` request may ask for: the runs of the largest object a store
+/// holds, so no single request can grow the data file by more.
+pub fn allocate_pages_max(page_size: usize) -> u32 {
+    let per_page = lodestore_storage::large::data_bytes_per_page(page_size) as u64;
+    let pages = lodestore_core::limits::OBJECT_BYTES_MAX.div_ceil(per_page);
+    u32::try_from(pages).unwrap_or(u32::MAX)
+}
+
 fn log_options(options: &ServerOptions, page_size: usize) -> LogOptions {
     LogOptions {
         page_size_max: page_size,
@@ -680,9 +688,11 @@ impl PageServer for Server {
     }
 
     fn allocate_pages(&self, txn: TxnId, count: u32) -> Result<Vec<Extent>> {
-        if count == 0 || u64::from(count) > lodestore_core::limits::OBJECT_BYTES_MAX {
+        let most = allocate_pages_max(self.volume.page_size());
+        if count == 0 || count > most {
             return Err(Error::InvalidArgument(format!(
-                "cannot allocate {count} pages"
+                "cannot allocate {count} pages in one request: from 1 to {most}, the pages of \
+                 the largest object"
             )));
         }
         let mut state = self.usable_state()?;

@@ -92,3 +92,34 @@ fn batches_apply_in_order_and_a_refused_one_leaves_nothing() {
         server.abort(txn).unwrap();
     }
 }
+
+#[test]
+fn one_allocation_request_is_bounded_in_pages_not_bytes() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let server = Server::create(fs, Path::new("/s"), PAGE, ServerOptions::default()).unwrap();
+    let txn = server.begin().unwrap();
+    let before = server.volume().page_count();
+    let most = lodestore_server::allocate_pages_max(PAGE);
+    // A million pages of 4 KiB is 4 GiB: more than the largest object could ever need.
+    assert!(most < 1_000_000, "{most}");
+    for count in [1_000_000, most + 1, u32::MAX, 0] {
+        match server.allocate_pages(txn, count) {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains("pages"), "{message}"),
+            other => panic!("{count} pages: {other:?}"),
+        }
+    }
+    assert_eq!(
+        server.volume().page_count(),
+        before,
+        "a refused request grew the file"
+    );
+    assert_eq!(
+        server
+            .allocate_pages(txn, 3)
+            .unwrap()
+            .iter()
+            .map(|e| e.count)
+            .sum::<u32>(),
+        3
+    );
+}

@@ -50,8 +50,8 @@ pub use lodestore_storage::overlay::Change as FileChange;
 pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
 pub use object::{Oid, Persistent};
 pub use offline::{
-    check, info, objects, readable_objects, recover_in_memory, roots, session_counters,
-    RecoveredView,
+    check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
+    RecoveredView, Salvaged,
 };
 pub use options::Options;
 pub use store::{Session, Store};

@@ -121,3 +121,76 @@ pub fn readable_objects(
         damaged,
     )
 }
+
+/// What `salvage` did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Salvaged {
+    /// Pages and objects copied and left out.
+    pub report: lodestore_server::salvage::SalvageReport,
+    /// Why the source's log could not be used, if it could not: then the data file was read as
+    /// it lay, and changes since its last checkpoint are not in the copy.
+    pub log_unusable: Option<String>,
+}
+
+/// Copies every object that can be read from the store in `source` into a new store in `out`
+/// (missing or an empty folder), page by page at the same page numbers, so every object keeps
+/// its OID. The source is only read. Its log is used when it can be (the copy then holds every
+/// committed change); when the log is damaged or missing, the data file is read as it lies.
+/// Damaged pages, large objects that lost a page and pages whose owner was lost are left out
+/// and reported. The copy is built beside `out` and renamed into place when complete.
+pub fn salvage(source: &Path, out: &Path) -> Result<Salvaged> {
+    let real: Arc<dyn FileSystem> = Arc::new(lodestore_storage::RealFileSystem);
+    let out_is_free = |fs: &dyn FileSystem| -> Result<bool> {
+        Ok(!fs.exists(out)
+            || (fs.is_dir(out) && fs.list(out)?.is_empty() && fs.list_dirs(out)?.is_empty()))
+    };
+    if !out_is_free(real.as_ref())? {
+        return Err(crate::Error::AlreadyExists {
+            path: out.to_path_buf(),
+        });
+    }
+    let (view, log_unusable) = match recover_in_memory(real.clone(), source) {
+        Ok(view) => (Some(view), None),
+        Err(
+            e @ (crate::Error::NotAStore { .. }
+            | crate::Error::StoreLocked { .. }
+            | crate::Error::UnsupportedFormat { .. }),
+        ) => return Err(e),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    let source_fs: &dyn FileSystem = match &view {
+        Some(view) => view.file_system(),
+        None => real.as_ref(),
+    };
+    let source_volume = Volume::open(source_fs, source, None, OpenMode::ReadOnly)?;
+    let page_size = source_volume.page_size();
+
+    let building = crate::folder::sibling(out, "salvaging")?;
+    crate::folder::clear_leftover(real.as_ref(), &building)?;
+    drop(Store::create(
+        &building,
+        Options::new().page_size(page_size),
+    )?);
+    let report = {
+        let target = Volume::open(
+            real.as_ref(),
+            &building,
+            Some(page_size),
+            OpenMode::Existing,
+        )?;
+        lodestore_server::salvage::copy_pages(&source_volume, &target)?
+    };
+    // One open and close through the engine: the copy must stand as a store on its own.
+    drop(Store::open(&building, Options::new())?);
+    if !out_is_free(real.as_ref())? {
+        real.remove_dir_all(&building)?;
+        return Err(crate::Error::AlreadyExists {
+            path: out.to_path_buf(),
+        });
+    }
+    real.rename_dir(&building, out)?;
+    Ok(Salvaged {
+        report,
+        log_unusable,
+    })
+}

@@ -315,3 +315,61 @@ fn object_json(object: &StoredObject) -> serde_json::Value {
         "bytes": hex::encode(&object.bytes),
     })
 }
+
+/// `lodestore salvage`: every readable object of a damaged store copied into a new one.
+pub fn salvage(source: &Path, out: &Path, json: bool) -> Result<ExitCode> {
+    let salvaged = lodestore::salvage(source, out)?;
+    let check = lodestore::check(&RealFileSystem, out)?;
+    if json {
+        let mut value = serde_json::to_value(&salvaged).expect("report serialises");
+        value["check_problems"] = check.problems.len().into();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&value).expect("report serialises")
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let report = &salvaged.report;
+    match &salvaged.log_unusable {
+        None => println!(
+            "log of {} read: the copy holds every committed change",
+            source.display()
+        ),
+        Some(reason) => println!(
+            "log of {} unusable ({reason}); the data file was read as it lies: changes since its \
+             last checkpoint are not in the copy",
+            source.display()
+        ),
+    }
+    for (page, reason) in &report.damaged_pages {
+        println!("damaged page {page} left out: {reason}");
+    }
+    for oid in &report.large_objects_lost {
+        println!("large object {oid} left out: a page of it was damaged");
+    }
+    println!(
+        "{} of {} pages copied, {} objects; {} damaged pages, {} large objects lost, {} \
+         orphaned pages freed; named roots {}",
+        report.pages_copied,
+        report.pages_read,
+        report.objects_copied,
+        report.damaged_pages.len(),
+        report.large_objects_lost.len(),
+        report.orphaned_pages_freed,
+        if report.roots_copied {
+            "copied"
+        } else {
+            "lost (their page was damaged)"
+        }
+    );
+    println!(
+        "new store {}: {} problems found by check",
+        out.display(),
+        check.problems.len()
+    );
+    Ok(if check.is_sound() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

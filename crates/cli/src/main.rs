@@ -82,6 +82,19 @@ pub(crate) enum Command {
     /// back unfinished transactions, drop a torn log tail) and close it, writing the result:
     /// the one inspection command that writes. Prints what recovery did.
     Recover { path: PathBuf },
+    /// Copy every object that can still be read from a damaged store at SOURCE into a new
+    /// store at OUT (missing or an empty folder), page by page at the same page numbers so every
+    /// object keeps its OID. SOURCE is only read. Its log is used when it can be; when it is
+    /// damaged or missing, the data file is read as it lies (changes since its last checkpoint
+    /// are then lost). Damaged pages, large objects that lost a page, and pages whose owner
+    /// was lost are left out and listed. SQLite's `.recover` is the model.
+    Salvage {
+        source: PathBuf,
+        out: PathBuf,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a crash campaign: seeded workloads on a simulated file system that crashes at
     /// random I/Os (dropping, keeping, tearing or reordering unsynced writes; sometimes
     /// flipping a bit or misdirecting a write), recovery after each crash, and an oracle that
@@ -266,6 +279,7 @@ fn main() -> ExitCode {
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
         Command::Recover { path } => inspect::recover(&path),
+        Command::Salvage { source, out, json } => inspect::salvage(&source, &out, json),
         Command::Dump { path, json } => inspect::dump(&path, json),
         Command::Demo {
             path,

@@ -11,6 +11,7 @@ pub mod installer;
 pub mod interface;
 pub mod lock_table;
 pub mod recovery;
+pub mod salvage;
 pub mod server;
 pub mod space;
 pub mod stats;

@@ -6,8 +6,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-pub fn init(path: &Path, page_size: usize) -> Result<ExitCode> {
-    let store = Store::create(path, Options::new().page_size(page_size))?;
+pub fn init(path: &Path, page_size: usize, log_segment_bytes: u64) -> Result<ExitCode> {
+    let options = Options::new()
+        .page_size(page_size)
+        .log_segment_bytes(log_segment_bytes);
+    let store = Store::create(path, options)?;
     println!(
         "created store {} with {}-byte pages",
         store.path().display(),

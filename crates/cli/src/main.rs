@@ -38,11 +38,16 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     /// Create a new, empty store in the folder PATH.
     Init {
-        /// Folder to create the store in (created if missing; must not hold a store).
+        /// Folder to create the store in (missing or empty; the store appears there whole once
+        /// it is complete).
         path: PathBuf,
         /// Page size in bytes: 4096, 8192, 16384, 32768 or 65536. Fixed for the store's life.
         #[arg(long, default_value_t = 8192, value_parser = args::page_size)]
         page_size: usize,
+        /// LSN span of one log segment file in bytes: a multiple of 4096 from 256 KiB to 1 GiB
+        /// (default 16 MiB). Fixed for the store's life.
+        #[arg(long, default_value_t = 16 << 20)]
+        log_segment_bytes: u64,
     },
     /// Show the store's format, page size, recovery method, pages by kind, objects and free
     /// space, and the counters of the sessions of earlier runs per scheme (traps, pieces
@@ -275,7 +280,11 @@ fn main() -> ExitCode {
         quiet_on_closed_pipe();
     }
     let result = match cli.command {
-        Command::Init { path, page_size } => inspect::init(&path, page_size),
+        Command::Init {
+            path,
+            page_size,
+            log_segment_bytes,
+        } => inspect::init(&path, page_size, log_segment_bytes),
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
         Command::Recover { path } => inspect::recover(&path),

@@ -1,7 +1,9 @@
 //! A hostile tester with the release binary: kill -9 a `lodestore stress` run, damage the
 //! store's files from outside, and check as an outside tool would that no acknowledged transfer
 //! is silently missing: either the bank holds them all, or opening and `check` fail naming the
-//! damaged file. And `check`, `info` and `dump` never change a byte of a store.
+//! damaged file. `check`, `info` and `dump` never change a byte of a store; `demo --replace`
+//! never removes a store in use; a damaged free page hides no object from `dump`; `salvage`
+//! copies out everything readable, with OIDs kept.
 
 mod common;
 
@@ -13,11 +15,19 @@ use std::time::Duration;
 
 const ACCOUNTS: usize = 200;
 
-/// Runs `stress` on a new store for `seconds` and kills it with SIGKILL. Returns the store and
-/// the file of acknowledged transfers.
+/// Runs `stress` on a new store (log segments of 256 KiB) for `seconds` and kills it with
+/// SIGKILL. Returns the store and the file of acknowledged transfers.
 fn stressed_store(dir: &Path, seconds: u64) -> (PathBuf, PathBuf) {
     let store = dir.join("bank");
     let acks = dir.join("acks");
+    // Small log segments, so that a few seconds of transfers span many of them.
+    let out = run(&[
+        "init",
+        store.to_str().unwrap(),
+        "--log-segment-bytes",
+        "262144",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
     let mut child = lodestore()
         .args([
             "stress",
@@ -155,6 +165,11 @@ fn damaged_log_is_refused(name: &str, damage: impl FnOnce(&Path) -> PathBuf) {
     let (store, acks) = stressed_store(dir.path(), 2);
     let transfers = check_bank(&store, &[&acks], ACCOUNTS, 0);
     assert!(transfers > 100, "{name}: only {transfers} transfers");
+    let segments_in_use = segments(&store).len();
+    assert!(
+        segments_in_use >= 3,
+        "{name}: only {segments_in_use} segments"
+    );
     let named = damage(&store);
     let file_name = named.file_name().unwrap().to_str().unwrap().to_string();
     let path = store.to_str().unwrap();
@@ -179,10 +194,10 @@ fn damaged_log_is_refused(name: &str, damage: impl FnOnce(&Path) -> PathBuf) {
 
 #[test]
 fn a_shortened_last_segment_is_refused_naming_it() {
-    damaged_log_is_refused("cut at 3,000,001 bytes", |store| {
+    damaged_log_is_refused("cut at 200,001 bytes", |store| {
         let last = segments(store).pop().unwrap();
         let file = std::fs::OpenOptions::new().write(true).open(&last).unwrap();
-        file.set_len(3_000_001).unwrap();
+        file.set_len(200_001).unwrap();
         last
     });
     damaged_log_is_refused("cut at 5,000 bytes", |store| {
@@ -196,11 +211,15 @@ fn a_shortened_last_segment_is_refused_naming_it() {
 #[test]
 fn a_deleted_or_renumbered_segment_is_refused_naming_it() {
     damaged_log_is_refused("last segment deleted", |store| {
-        let all = segments(store);
-        // A log of one segment has its anchor name segment 1, so deleting it is found too.
-        let last = all.last().unwrap().clone();
+        let last = segments(store).pop().unwrap();
         std::fs::remove_file(&last).unwrap();
         last
+    });
+    damaged_log_is_refused("a middle segment deleted", |store| {
+        let all = segments(store);
+        let middle = all[all.len() / 2].clone();
+        std::fs::remove_file(&middle).unwrap();
+        middle
     });
     damaged_log_is_refused("segment renumbered", |store| {
         let last = segments(store).pop().unwrap();
@@ -314,4 +333,99 @@ fn salvage_without_a_log_and_with_a_damaged_page_copies_everything_else() {
     // An existing store is never overwritten.
     let again = run(&["salvage", path, copy.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+}
+
+#[test]
+fn demo_replace_refuses_a_store_in_use_and_replaces_an_idle_one_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("bank");
+    let acks = dir.path().join("acks");
+    let path = store.to_str().unwrap();
+    let mut child = lodestore()
+        .args([
+            "stress",
+            path,
+            "--accounts",
+            "50",
+            "--threads",
+            "1",
+            "--seconds",
+            "60",
+        ])
+        .arg("--acks")
+        .arg(&acks)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while common::acknowledged(&acks).0 < 50 {
+        assert!(started.elapsed() < Duration::from_secs(20), "no transfers");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = run(&["demo", path, "--objects", "100", "--replace"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("in use"), "{}", text(&out));
+    assert!(store.join("volume-0.data").exists() && store.join("log").exists());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    check_bank(&store, &[&acks], 50, 0);
+
+    // Idle, the store is replaced whole: nothing of the bank is left.
+    let out = run(&["demo", path, "--objects", "100", "--replace"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&["dump", path]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("root bank"), "{}", text(&out));
+    assert!(text(&out).contains("root parts"), "{}", text(&out));
+}
+
+#[test]
+fn a_flipped_byte_in_a_free_page_is_named_and_dump_shows_every_object() {
+    let dir = tempfile::tempdir().unwrap();
+    // The store grows by whole extents, so its last page is free: formatted, never used.
+    let out = run(&[
+        "demo",
+        dir.path().join("d").to_str().unwrap(),
+        "--objects",
+        "300",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let demo = dir.path().join("d");
+    let before = objects_of(&demo);
+    let data = demo.join("volume-0.data");
+    let mut bytes = std::fs::read(&data).unwrap();
+    let pages = bytes.len() / 8192;
+    let last = pages - 1;
+    assert_eq!(
+        lodestore_storage::page::kind(&bytes[last * 8192..]),
+        Some(lodestore_storage::PageKind::Free)
+    );
+    bytes[last * 8192 + 700] ^= 0x10;
+    std::fs::write(&data, &bytes).unwrap();
+    let out = run(&["dump", demo.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("page {last}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(objects_of_output(&out), before);
+    let out = run(&["check", demo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+}
+
+fn objects_of_output(out: &Output) -> BTreeMap<u64, String> {
+    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    dump["objects"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["oid"].as_u64().unwrap(),
+                o["bytes"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
 }

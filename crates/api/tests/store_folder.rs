@@ -116,3 +116,21 @@ fn removal_refuses_a_store_in_use_and_removes_a_closed_one_whole() {
     ));
     assert!(path.join("volume-0.data").exists() && path.join("mine.txt").exists());
 }
+
+#[test]
+fn a_store_created_on_the_memory_file_system_opens() {
+    let fs = Arc::new(lodestore::MemoryFileSystem::new());
+    let options = || {
+        Options::new()
+            .file_system(fs.clone())
+            .page_size(4096)
+            .client_cache_bytes(1 << 20)
+            .server_pool_bytes(1 << 20)
+            .recovery_buffer_bytes(1 << 16)
+            .log_segment_bytes(256 << 10)
+    };
+    drop(Store::create("/s", options()).unwrap());
+    drop(Store::open("/s", options()).unwrap());
+    assert!(fs.exists(Path::new("/s/volume-0.data")));
+    assert!(!fs.exists(Path::new("/.s.creating")));
+}

@@ -81,6 +81,26 @@ pub fn requests(text: &str) -> Result<usize, String> {
     integer_in(text, 1..=10_000_000).map(|n| n as usize)
 }
 
+/// OO1 database size in parts.
+pub fn oo1_parts(text: &str) -> Result<u64, String> {
+    integer_in(text, 10..=10_000_000)
+}
+
+/// Traversals per commit of a long-running transaction.
+pub fn iterations(text: &str) -> Result<u32, String> {
+    integer_in(text, 1..=100_000).map(|n| n as u32)
+}
+
+/// Crash points of a campaign.
+pub fn crash_points(text: &str) -> Result<u64, String> {
+    integer_in(text, 1..=100_000_000)
+}
+
+/// Bytes of a recovery buffer given on the command line: at least a page, at most 1 GiB.
+pub fn recovery_buffer(text: &str) -> Result<usize, String> {
+    integer_in(text, 4096..=1 << 30).map(|n| n as usize)
+}
+
 /// One of the page sizes a store may have.
 pub fn page_size(text: &str) -> Result<usize, String> {
     let value = integer_in(text, 0..=u64::MAX)?;
@@ -152,6 +172,16 @@ mod tests {
             vec!["lodestore", "demo", "s", "--objects", "0"],
             vec!["lodestore", "bench", "commit", "p", "--threads", "0"],
             vec!["lodestore", "bench", "detect", "p", "--runs", "0"],
+            vec![
+                "lodestore",
+                "bench",
+                "oo1",
+                "--parts",
+                "18446744073709551615",
+            ],
+            vec!["lodestore", "bench", "oo1", "--iterations-per-commit", "0"],
+            vec!["lodestore", "torture", "--crashes", "0"],
+            vec!["lodestore", "torture", "--recovery-buffer", "0"],
         ] {
             let flag = args[args.len() - 2];
             let error = match Cli::try_parse_from(&args) {
@@ -230,16 +260,26 @@ mod tests {
             }
         }
 
-        /// Any option values give a store or an error naming the value, never a panic.
+        /// Any option values give a store or an error naming the value, never a panic. Most
+        /// values drawn are near or inside the limits, so both outcomes are exercised.
         #[test]
         fn arbitrary_options_open_or_are_refused(
-            page_size in prop_oneof![Just(None), any::<usize>().prop_map(Some), (0usize..5).prop_map(|i| Some(4096 << i))],
-            cache in prop_oneof![any::<usize>(), 0usize..(1 << 22), Just(1usize << 24)],
-            pool in prop_oneof![any::<usize>(), 0usize..(1 << 22), Just(1usize << 24)],
-            buffer in prop_oneof![any::<usize>(), 0usize..(1 << 22)],
-            segment in prop_oneof![any::<u64>(), Just(256u64 << 10), Just(1u64 << 20)],
-            checkpoint in prop_oneof![any::<u64>(), Just(0u64)],
-            timeout_ms in prop_oneof![any::<u64>(), 0u64..100_000],
+            page_size in prop_oneof![
+                1 => Just(None),
+                1 => any::<usize>().prop_map(Some),
+                1 => (0usize..70_000).prop_map(Some),
+                3 => (0usize..5).prop_map(|i| Some(4096 << i)),
+            ],
+            cache in prop_oneof![1 => any::<usize>(), 3 => 0usize..(8 << 20)],
+            pool in prop_oneof![1 => any::<usize>(), 3 => 0usize..(8 << 20)],
+            buffer in prop_oneof![1 => any::<usize>(), 3 => 0usize..(1 << 20)],
+            segment in prop_oneof![
+                1 => any::<u64>(),
+                1 => 0u64..(2 << 20),
+                3 => (64u64..256).prop_map(|k| k * 4096),
+            ],
+            checkpoint in prop_oneof![1 => any::<u64>(), 1 => Just(0u64), 2 => 1u64..(1 << 30)],
+            timeout_ms in prop_oneof![1 => any::<u64>(), 3 => 0u64..100_000],
         ) {
             let fs = std::sync::Arc::new(lodestore::MemoryFileSystem::new());
             let mut options = lodestore::Options::new()

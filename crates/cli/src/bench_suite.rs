@@ -65,7 +65,7 @@ pub struct Oo7Args {
 #[derive(Args, Debug, Clone)]
 pub struct Oo1Args {
     /// Parts in the database: 20000 is OO1's small database, 200000 its large one.
-    #[arg(long, default_value_t = 20_000)]
+    #[arg(long, default_value_t = 20_000, value_parser = crate::args::oo1_parts)]
     pub parts: u64,
     /// Schemes to compare, comma separated, or `all`.
     #[arg(long, default_value = "all")]
@@ -74,7 +74,7 @@ pub struct Oo1Args {
     #[arg(long, value_delimiter = ',', default_value = "0,0.05,0.1,0.2,0.5,1.0")]
     pub probabilities: Vec<f64>,
     /// Hot traversals per commit of the long-running transactions, comma separated (none: 0).
-    #[arg(long, value_delimiter = ',', default_value = "1,5,10,20,50")]
+    #[arg(long, value_delimiter = ',', default_value = "1,5,10,20,50", value_parser = crate::args::iterations)]
     pub iterations_per_commit: Vec<u32>,
     /// Update probabilities of the long-running transactions, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "0,0.2,1.0")]

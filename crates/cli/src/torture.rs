@@ -17,13 +17,13 @@ pub struct TortureArgs {
     #[arg(long, default_value = "SD-ESM")]
     scheme: String,
     /// Bytes of the session's recovery buffer (at least a page; small forces early logging).
-    #[arg(long, default_value_t = RECOVERY_BUFFER_PAGES_DEFAULT * 4096)]
+    #[arg(long, default_value_t = RECOVERY_BUFFER_PAGES_DEFAULT * 4096, value_parser = crate::args::recovery_buffer)]
     recovery_buffer: usize,
     /// Seed of the campaign; the same seed replays the same crashes.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Number of crash points.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 10_000, value_parser = crate::args::crash_points)]
     crashes: u64,
     /// Crash at exactly this I/O of every workload instead of a random one.
     #[arg(long)]

@@ -10,4 +10,4 @@ pub mod remote;
 pub mod serve;
 
 pub use remote::RemotePageServer;
-pub use serve::{serve, MAX_CONNECTIONS};
+pub use serve::{serve, serve_with_limits, ServeLimits, MAX_CONNECTIONS};

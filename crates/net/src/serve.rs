@@ -23,11 +23,40 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// down (each aborts its open transactions and lets go of the server).
 pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(10);
 
+/// Bounds on what clients can make a server hold.
+#[derive(Clone, Copy, Debug)]
+pub struct ServeLimits {
+    /// Request bytes all connections together may hold (`BUFFERED_BYTES_MAX`).
+    pub buffered_bytes_max: usize,
+    /// How long a request waits for room in that budget before its connection is closed
+    /// (`ADMIT_WAIT_MAX`).
+    pub admit_wait: Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            buffered_bytes_max: BUFFERED_BYTES_MAX,
+            admit_wait: ADMIT_WAIT_MAX,
+        }
+    }
+}
+
 /// Serves `server` on `listener` until `stop` is set (checked between connections and every
 /// 100 ms while idle). Then shuts every connection down and waits (at most `CLOSE_WAIT_MAX`)
 /// for their threads to end, so that the caller holds the last reference to the server and
 /// can close it cleanly. Returns the number of connections still open when it gave up.
 pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<usize> {
+    serve_with_limits(server, listener, stop, ServeLimits::default())
+}
+
+/// `serve` with limits of the caller's choosing (tests use small ones to break them).
+pub fn serve_with_limits(
+    server: Arc<Server>,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    limits: ServeLimits,
+) -> Result<usize> {
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -39,7 +68,7 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
     // A second handle on each open connection's socket, to shut it down at the end.
     let open: Arc<Mutex<BTreeMap<u64, TcpStream>>> = Arc::default();
     let mut next_id = 0u64;
-    let budget = Budget::new(BUFFERED_BYTES_MAX);
+    let budget = Budget::new(limits.buffered_bytes_max);
     tracing::info!(address = %local, "serving");
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
@@ -62,10 +91,12 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
                 live.fetch_add(1, Ordering::AcqRel);
                 let server = server.clone();
                 let (live, open, budget) = (live.clone(), open.clone(), budget.clone());
+                let admit_wait = limits.admit_wait;
                 std::thread::Builder::new()
                     .name(format!("lodestore-conn-{peer}"))
                     .spawn(move || {
-                        let reason = Connection::new(server, peer.to_string(), budget).run(stream);
+                        let reason = Connection::new(server, peer.to_string(), budget, admit_wait)
+                            .run(stream);
                         tracing::info!(%peer, %reason, "connection closed");
                         lock(&open).remove(&id);
                         live.fetch_sub(1, Ordering::AcqRel);
@@ -103,15 +134,17 @@ struct Connection {
     txns: FxHashSet<u64>,
     /// Memory for request bodies, shared with every other connection.
     budget: Budget,
+    admit_wait: Duration,
 }
 
 impl Connection {
-    fn new(server: Arc<Server>, peer: String, budget: Budget) -> Connection {
+    fn new(server: Arc<Server>, peer: String, budget: Budget, admit_wait: Duration) -> Connection {
         Connection {
             server,
             peer,
             txns: FxHashSet::default(),
             budget,
+            admit_wait,
         }
     }
 
@@ -148,7 +181,7 @@ impl Connection {
             let frame = match read_frame_admitted(&mut reader, |len| {
                 held = Some(
                     self.budget
-                        .take(len, ADMIT_WAIT_MAX)
+                        .take(len, self.admit_wait)
                         .ok_or(FrameError::OverBudget(len))?,
                 );
                 Ok(())

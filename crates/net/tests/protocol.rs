@@ -7,7 +7,7 @@ use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAM
 use lodestore_net::message::{
     decode, encode, Request, Response, WireError, WireObjectUpdates, WireUpdates,
 };
-use lodestore_net::{serve, RemotePageServer};
+use lodestore_net::RemotePageServer;
 use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
 use lodestore_storage::{slotted, RealFileSystem};
 use proptest::prelude::*;
@@ -34,6 +34,10 @@ impl Drop for Running {
 }
 
 fn start_server() -> Running {
+    start_server_with(lodestore_net::ServeLimits::default())
+}
+
+fn start_server_with(limits: lodestore_net::ServeLimits) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let options = ServerOptions {
         lock_wait_timeout: Duration::from_secs(2),
@@ -54,7 +58,7 @@ fn start_server() -> Running {
     let thread = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            serve(server, listener, stop).unwrap();
+            lodestore_net::serve_with_limits(server, listener, stop, limits).unwrap();
         })
     };
     Running {
@@ -396,4 +400,48 @@ fn a_damaged_page_from_the_server_is_refused_by_name() {
     }
     drop(remote);
     fake.join().unwrap();
+}
+
+/// The memory request bodies take is bounded across connections: a client that announces a
+/// large frame and sends it slowly holds its share, and another whose frame does not fit in
+/// what is left waits, then is disconnected; once the first is gone, others are served again.
+#[test]
+fn request_memory_is_bounded_across_connections() {
+    let running = start_server_with(lodestore_net::ServeLimits {
+        buffered_bytes_max: 1 << 20,
+        admit_wait: Duration::from_millis(300),
+    });
+    let address = &running.address;
+    let big = vec![0u8; 900 << 10];
+    let mut slow = raw(address, true);
+    slow.write_all(&header(7, &big)).unwrap();
+    slow.write_all(&big[..1000]).unwrap();
+    slow.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+
+    // 200 KiB does not fit beside the 900 KiB held: refused after the wait.
+    let mut second = raw(address, true);
+    let body = encode(&Request::Begin);
+    let mut padded = body.clone();
+    padded.resize(200 << 10, 0);
+    let started = std::time::Instant::now();
+    second.write_all(&header(8, &padded)).unwrap();
+    second.write_all(&padded).unwrap();
+    assert_closed(&mut second);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+
+    // A small request still fits, and once the slow client goes its share comes back.
+    assert_serving(address);
+    drop(slow);
+    std::thread::sleep(Duration::from_millis(100));
+    let mut third = raw(address, true);
+    write_frame(&mut third, 9, &encode(&Request::Begin)).unwrap();
+    assert!(matches!(
+        decode::<Response>(&read_frame(&mut third).unwrap().body).unwrap(),
+        Response::Txn(_)
+    ));
 }

@@ -1,4 +1,5 @@
-//! The log manager against an in-memory file system: round trips across segments, torn tails,
+//! The log manager against an in-memory file system (and, for damage from outside, the
+//! crash-simulating one and real files): round trips across segments, torn tails,
 //! damage before the end, missing segments, newer formats, concurrent group commit, and damage
 //! anywhere (a property test).
 
@@ -465,6 +466,15 @@ fn shortened_missing_and_reordered_segments_on_real_files() {
             &log_dir,
             outside,
         );
+        assert_named(outside, &error);
+    }
+}
+
+#[test]
+fn shortened_missing_and_reordered_segments_on_the_crash_simulating_file_system() {
+    for outside in OUTSIDE {
+        let fs = Arc::new(lodestore_storage::SimFileSystem::new());
+        let error = open_after(fs, Path::new("/s/log"), outside);
         assert_named(outside, &error);
     }
 }

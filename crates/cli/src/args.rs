@@ -122,46 +122,17 @@ mod tests {
 
     #[test]
     fn the_values_that_crashed_commands_are_refused_by_name() {
+        let stress = |flag: &'static str, value: &'static str| {
+            vec!["lodestore", "stress", "s", "--acks", "a", flag, value]
+        };
         for args in [
             vec!["lodestore", "init", "s", "--page-size", "0"],
             vec!["lodestore", "init", "s", "--page-size", "5000"],
-            vec![
-                "lodestore",
-                "stress",
-                "s",
-                "--acks",
-                "a",
-                "--seconds",
-                "inf",
-            ],
-            vec![
-                "lodestore",
-                "stress",
-                "s",
-                "--acks",
-                "a",
-                "--seconds",
-                "1e300",
-            ],
-            vec![
-                "lodestore",
-                "stress",
-                "s",
-                "--acks",
-                "a",
-                "--seconds",
-                "NaN",
-            ],
-            vec![
-                "lodestore",
-                "stress",
-                "s",
-                "--acks",
-                "a",
-                "--threads",
-                "100000",
-            ],
-            vec!["lodestore", "stress", "s", "--acks", "a", "--accounts", "1"],
+            stress("--seconds", "inf"),
+            stress("--seconds", "1e300"),
+            stress("--seconds", "NaN"),
+            stress("--threads", "100000"),
+            stress("--accounts", "1"),
             vec![
                 "lodestore",
                 "demo",

@@ -293,41 +293,17 @@ fn inputs_that_once_panicked_end_with_a_message_naming_the_argument() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("s");
     let acks = dir.path().join("acks");
+    let stress = |flag: &'static str, value: &'static str| {
+        (
+            vec!["stress", arg(&store), "--acks", arg(&acks), flag, value],
+            flag,
+        )
+    };
     for (args, named) in [
         (vec!["init", arg(&store), "--page-size", "0"], "--page-size"),
-        (
-            vec![
-                "stress",
-                arg(&store),
-                "--acks",
-                arg(&acks),
-                "--seconds",
-                "inf",
-            ],
-            "--seconds",
-        ),
-        (
-            vec![
-                "stress",
-                arg(&store),
-                "--acks",
-                arg(&acks),
-                "--seconds",
-                "1e300",
-            ],
-            "--seconds",
-        ),
-        (
-            vec![
-                "stress",
-                arg(&store),
-                "--acks",
-                arg(&acks),
-                "--threads",
-                "100000",
-            ],
-            "--threads",
-        ),
+        stress("--seconds", "inf"),
+        stress("--seconds", "1e300"),
+        stress("--threads", "100000"),
         (
             vec!["demo", arg(&store), "--objects", "18446744073709551615"],
             "--objects",

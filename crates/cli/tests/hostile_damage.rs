@@ -7,10 +7,10 @@
 
 mod common;
 
-use common::{check_bank, lodestore};
+use common::{check_bank, lodestore, stress_on};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 const ACCOUNTS: usize = 200;
@@ -28,23 +28,7 @@ fn stressed_store(dir: &Path, seconds: u64) -> (PathBuf, PathBuf) {
         "262144",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let mut child = lodestore()
-        .args([
-            "stress",
-            store.to_str().unwrap(),
-            "--accounts",
-            &ACCOUNTS.to_string(),
-            "--threads",
-            "2",
-            "--seconds",
-            "60",
-            "--acks",
-            acks.to_str().unwrap(),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stress_on(&store, &acks, ACCOUNTS, 2, 60).spawn().unwrap();
     std::thread::sleep(Duration::from_secs(seconds));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
@@ -242,19 +226,7 @@ fn a_deleted_or_renumbered_segment_is_refused_naming_it() {
 
 /// `dump --json` of a store: every object's OID with its bytes.
 fn objects_of(store: &Path) -> BTreeMap<u64, String> {
-    let out = run(&["dump", store.to_str().unwrap(), "--json"]);
-    let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    dump["objects"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|o| {
-            (
-                o["oid"].as_u64().unwrap(),
-                o["bytes"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect()
+    objects_of_output(&run(&["dump", store.to_str().unwrap(), "--json"]))
 }
 
 #[test]
@@ -341,23 +313,7 @@ fn demo_replace_refuses_a_store_in_use_and_replaces_an_idle_one_whole() {
     let store = dir.path().join("bank");
     let acks = dir.path().join("acks");
     let path = store.to_str().unwrap();
-    let mut child = lodestore()
-        .args([
-            "stress",
-            path,
-            "--accounts",
-            "50",
-            "--threads",
-            "1",
-            "--seconds",
-            "60",
-        ])
-        .arg("--acks")
-        .arg(&acks)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = stress_on(&store, &acks, 50, 1, 60).spawn().unwrap();
     let started = std::time::Instant::now();
     while common::acknowledged(&acks).0 < 50 {
         assert!(started.elapsed() < Duration::from_secs(20), "no transfers");
@@ -415,6 +371,7 @@ fn a_flipped_byte_in_a_free_page_is_named_and_dump_shows_every_object() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }
 
+/// Every object's OID with its bytes, from the output of `dump --json`.
 fn objects_of_output(out: &Output) -> BTreeMap<u64, String> {
     let dump: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     dump["objects"]

@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::{check_bank, lodestore};
+use common::{check_bank, lodestore, stress_on};
 use rand::{Rng, SeedableRng};
-use std::process::Stdio;
 use std::time::Duration;
 
 const ACCOUNTS: usize = 50;
@@ -22,23 +21,7 @@ fn kill_minus_nine_twenty_times_loses_no_acknowledged_transfer() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(9);
     let mut last_transfers = 0;
     for round in 0..ROUNDS {
-        let mut child = lodestore()
-            .args([
-                "stress",
-                store.to_str().unwrap(),
-                "--accounts",
-                &ACCOUNTS.to_string(),
-                "--threads",
-                "4",
-                "--seconds",
-                "30",
-                "--acks",
-                acks.to_str().unwrap(),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut child = stress_on(&store, &acks, ACCOUNTS, 4, 30).spawn().unwrap();
         std::thread::sleep(Duration::from_millis(rng.random_range(150..700)));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

@@ -11,6 +11,28 @@ pub fn lodestore() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lodestore"))
 }
 
+/// `lodestore stress` on the store folder `store`, quiet, appending to `acks`.
+pub fn stress_on(
+    store: &Path,
+    acks: &Path,
+    accounts: usize,
+    threads: u32,
+    seconds: u32,
+) -> Command {
+    let mut command = lodestore();
+    command
+        .arg("stress")
+        .arg(store)
+        .args(["--accounts", &accounts.to_string()])
+        .args(["--threads", &threads.to_string()])
+        .args(["--seconds", &seconds.to_string()])
+        .arg("--acks")
+        .arg(acks)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    command
+}
+
 /// Balances and transfer counts of every account, read from `lodestore dump --json`.
 pub fn accounts(store: &Path) -> Vec<(i64, u64)> {
     let out = lodestore()

@@ -386,3 +386,65 @@ fn objects_of_output(out: &Output) -> BTreeMap<u64, String> {
         })
         .collect()
 }
+
+/// Mounts `dir` read-only at a new folder for the life of the value (a bind mount; needs the
+/// privilege to mount, which root has on the project's machines).
+struct ReadOnlyMount {
+    at: PathBuf,
+}
+
+impl ReadOnlyMount {
+    fn new(dir: &Path, at: PathBuf) -> Option<ReadOnlyMount> {
+        std::fs::create_dir_all(&at).unwrap();
+        let mount = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        let (dir_arg, at_arg) = (dir.to_str().unwrap(), at.to_str().unwrap().to_string());
+        if !mount(&["--bind", dir_arg, &at_arg]) {
+            return None;
+        }
+        let mounted = ReadOnlyMount { at };
+        assert!(
+            mount(&["-o", "remount,ro,bind", &at_arg]),
+            "bind mount made but not read-only"
+        );
+        Some(mounted)
+    }
+}
+
+impl Drop for ReadOnlyMount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.at).status();
+    }
+}
+
+#[test]
+fn a_store_on_a_read_only_file_system_is_checked_and_dumped_even_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, acks) = stressed_store(dir.path(), 1);
+    let Some(mount) = ReadOnlyMount::new(&store, dir.path().join("read-only")) else {
+        eprintln!("skipped: this process may not mount a read-only view (not root)");
+        return;
+    };
+    let path = mount.at.to_str().unwrap();
+    assert!(
+        std::fs::write(mount.at.join("probe"), b"x").is_err(),
+        "the mount is writable"
+    );
+    for args in [vec!["check", path], vec!["info", path], vec!["dump", path]] {
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+    }
+    check_bank(&mount.at, &[&acks], ACCOUNTS, 0);
+    // Opening for writing is refused with the operating system's reason, naming the file.
+    let out = run(&["recover", path]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("Read-only file system"),
+        "{}",
+        text(&out)
+    );
+}

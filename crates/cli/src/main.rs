@@ -23,7 +23,8 @@ use std::process::ExitCode;
     about = "Lodestore: a transactional persistent object store",
     long_about = "Lodestore keeps a graph of typed objects on disk, updated in place inside \
                   transactions. This tool creates stores, reports on them, checks their \
-                  integrity, dumps their contents, serves them to remote clients, runs crash \
+                  integrity, dumps their contents (none of which writes to a store), recovers \
+                  them, salvages what can be read from a damaged one, serves them to remote clients, runs crash \
                   campaigns and runs the benchmark suite (`lodestore bench`).\n\n\
                   A store is a folder holding the data file volume-0.data.\n\n\
                   Exit codes: 0 success; 1 `check` found problems; 2 the command failed \
@@ -255,8 +256,9 @@ enum BenchCommand {
 }
 
 /// Commands whose output is read through a pipe (`info | head -1`) end quietly when the reader
-/// goes away, as other Unix tools do, instead of failing on the write. Not for commands that
-/// talk over sockets, which must see a closed peer as an error.
+/// goes away, as other Unix tools do, instead of failing on the write. Not for the commands
+/// that may talk over sockets (serve, stress, bench but its report), which must see a closed
+/// peer as an error.
 fn quiet_on_closed_pipe() {
     // SAFETY: restores the default action of one signal before any thread starts.
     unsafe {
@@ -273,10 +275,19 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
-    if matches!(
+    let talks_over_sockets = matches!(
         cli.command,
-        Command::Info { .. } | Command::Check { .. } | Command::Dump { .. }
-    ) {
+        Command::Serve { .. } | Command::Stress { .. } | Command::Bench { .. }
+    );
+    if !talks_over_sockets
+        || matches!(
+            cli.command,
+            Command::Bench {
+                which: Some(BenchCommand::Report(_)),
+                ..
+            }
+        )
+    {
         quiet_on_closed_pipe();
     }
     let result = match cli.command {

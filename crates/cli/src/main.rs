@@ -6,6 +6,7 @@ mod bench_detect;
 mod bench_diff;
 mod bench_net;
 mod bench_suite;
+mod campaign;
 mod demo;
 mod inspect;
 mod serve;
@@ -107,6 +108,12 @@ pub(crate) enum Command {
     /// checks every acknowledged commit survived and nothing else did. Exits 1 on the first
     /// violation, printing the command that replays it.
     Torture(torture::TortureArgs),
+    /// The long crash campaign: every recovery method with every scheme, the crash points
+    /// spread evenly over them and cut into chunks, each a `torture` process with a seed of its
+    /// own, several at a time. Prints tables by method and scheme and by fault kind and
+    /// outcome, writes each chunk's report and summary.json to --out, and prints the one-line
+    /// reproduction of every failure. Exits 1 if any chunk failed.
+    Campaign(campaign::CampaignArgs),
     /// Run bank transfers between accounts from several threads, appending one line per
     /// transfer to the acks file only after its commit returned: the commit LSN and the two
     /// account indexes. The root `bank` holds the account OIDs (u64 little-endian, in order);
@@ -352,6 +359,7 @@ fn main() -> ExitCode {
             }) => bench_net::net(&path, runs, requests),
         },
         Command::Torture(args) => torture::run(&args),
+        Command::Campaign(args) => campaign::run(&args),
     };
     match result {
         Ok(code) => code,

@@ -15,7 +15,6 @@
 //! came on is then closed, since the byte stream can no longer be trusted.
 
 use std::io::{self, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -202,7 +201,7 @@ impl Poller {
     /// Waits up to the poll time for `reader` to have bytes to read, without sleeping, unless
     /// it holds some already or a recent poll found nothing. The read that follows finds the
     /// frame, the end of the stream, or waits.
-    pub fn before_read(&mut self, reader: &BufReader<TcpStream>) {
+    pub fn before_read(&mut self, reader: &BufReader<impl AsRawFd>) {
         if !reader.buffer().is_empty() || self.spin.is_zero() {
             return;
         }
@@ -234,7 +233,7 @@ impl Poller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     #[test]
     fn a_poll_that_finds_nothing_stops_polling_for_a_while() {

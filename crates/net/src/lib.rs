@@ -4,10 +4,14 @@
 //! uses the in-process server.
 
 pub mod budget;
+mod deadline;
 pub mod frame;
+pub mod limits;
 pub mod message;
+mod registry;
 pub mod remote;
 pub mod serve;
 
+pub use limits::{ServeLimits, MAX_CONNECTIONS};
 pub use remote::RemotePageServer;
-pub use serve::{serve, serve_with_limits, ServeLimits, MAX_CONNECTIONS};
+pub use serve::{serve, serve_with_limits};

@@ -1,46 +1,23 @@
 //! The page server loop: a thread per connection, each serving one client's requests in order
 //! against the store's `Server` (the same `PageServer` the embedded store uses). A connection
 //! that breaks the protocol is closed with its reason logged; its open transactions are
-//! aborted, which releases their locks. Other connections never notice.
+//! aborted, which releases their locks. Other connections never notice. Every bound on a
+//! client (connections, deadlines, memory) is in [`crate::limits`].
 
-use crate::budget::{Budget, ADMIT_WAIT_MAX, BUFFERED_BYTES_MAX};
+use crate::budget::Budget;
+use crate::deadline::DeadlineStream;
 use crate::frame::{read_frame_admitted, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
+use crate::limits::{ServeLimits, CLOSE_WAIT_MAX};
 use crate::message::{decode, encode, Request, Response, WireError};
+use crate::registry::{Activity, Registry};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
 use rustc_hash::FxHashSet;
-use std::collections::BTreeMap;
 use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
-
-/// Connections served at once; more are refused (closed at once, with a log line).
-pub const MAX_CONNECTIONS: usize = 256;
-
-/// How long `serve` waits, once told to stop, for its connections to end after it shut them
-/// down (each aborts its open transactions and lets go of the server).
-pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(10);
-
-/// Bounds on what clients can make a server hold.
-#[derive(Clone, Copy, Debug)]
-pub struct ServeLimits {
-    /// Request bytes all connections together may hold (`BUFFERED_BYTES_MAX`).
-    pub buffered_bytes_max: usize,
-    /// How long a request waits for room in that budget before its connection is closed
-    /// (`ADMIT_WAIT_MAX`).
-    pub admit_wait: Duration,
-}
-
-impl Default for ServeLimits {
-    fn default() -> Self {
-        ServeLimits {
-            buffered_bytes_max: BUFFERED_BYTES_MAX,
-            admit_wait: ADMIT_WAIT_MAX,
-        }
-    }
-}
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Serves `server` on `listener` until `stop` is set (checked between connections and every
 /// 100 ms while idle). Then shuts every connection down and waits (at most `CLOSE_WAIT_MAX`)
@@ -50,13 +27,14 @@ pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) 
     serve_with_limits(server, listener, stop, ServeLimits::default())
 }
 
-/// `serve` with limits of the caller's choosing (tests use small ones to break them).
+/// `serve` with limits of the caller's choosing.
 pub fn serve_with_limits(
     server: Arc<Server>,
     listener: TcpListener,
     stop: Arc<AtomicBool>,
     limits: ServeLimits,
 ) -> Result<usize> {
+    limits.validate().map_err(Error::InvalidArgument)?;
     let local = listener
         .local_addr()
         .map(|a| a.to_string())
@@ -65,40 +43,45 @@ pub fn serve_with_limits(
         .set_nonblocking(true)
         .map_err(|e| Error::io(&local, "listen", e))?;
     let live = Arc::new(AtomicUsize::new(0));
-    // A second handle on each open connection's socket, to shut it down at the end.
-    let open: Arc<Mutex<BTreeMap<u64, TcpStream>>> = Arc::default();
+    let registry = Arc::new(Registry::default());
     let mut next_id = 0u64;
     let budget = Budget::new(limits.buffered_bytes_max);
     tracing::info!(address = %local, "serving");
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
-                if live.load(Ordering::Acquire) >= MAX_CONNECTIONS {
-                    tracing::warn!(%peer, limit = MAX_CONNECTIONS, "refused a connection: too many clients");
-                    continue;
-                }
                 let id = next_id;
                 next_id += 1;
-                match stream.try_clone() {
-                    Ok(handle) => {
-                        lock(&open).insert(id, handle);
-                    }
+                let handle = match stream.try_clone() {
+                    Ok(handle) => handle,
                     Err(e) => {
                         tracing::warn!(%peer, error = %e, "refused a connection: socket setup failed");
                         continue;
                     }
-                }
+                };
+                let activity = match registry.admit(id, handle, peer.ip(), &limits) {
+                    Ok(activity) => activity,
+                    Err(reason) => {
+                        tracing::warn!(%peer, %reason, "refused a connection");
+                        continue;
+                    }
+                };
                 live.fetch_add(1, Ordering::AcqRel);
-                let server = server.clone();
-                let (live, open, budget) = (live.clone(), open.clone(), budget.clone());
-                let admit_wait = limits.admit_wait;
+                let connection = Connection {
+                    server: server.clone(),
+                    peer: peer.to_string(),
+                    txns: FxHashSet::default(),
+                    budget: budget.clone(),
+                    limits,
+                    activity,
+                };
+                let (live, registry) = (live.clone(), registry.clone());
                 std::thread::Builder::new()
                     .name(format!("lodestore-conn-{peer}"))
                     .spawn(move || {
-                        let reason = Connection::new(server, peer.to_string(), budget, admit_wait)
-                            .run(stream);
+                        let reason = connection.run(stream);
                         tracing::info!(%peer, %reason, "connection closed");
-                        lock(&open).remove(&id);
+                        registry.remove(id);
                         live.fetch_sub(1, Ordering::AcqRel);
                     })
                     .map_err(|e| Error::io(&local, "spawn connection thread", e))?;
@@ -109,11 +92,9 @@ pub fn serve_with_limits(
             Err(e) => tracing::warn!(error = %e, "accept failed"),
         }
     }
-    for stream in lock(&open).values() {
-        let _ = stream.shutdown(std::net::Shutdown::Both);
-    }
-    let deadline = std::time::Instant::now() + CLOSE_WAIT_MAX;
-    while live.load(Ordering::Acquire) > 0 && std::time::Instant::now() < deadline {
+    registry.shut_down_all();
+    let deadline = Instant::now() + CLOSE_WAIT_MAX;
+    while live.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     let left = live.load(Ordering::Acquire);
@@ -123,10 +104,6 @@ pub fn serve_with_limits(
     Ok(left)
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// One client's connection and the transactions it began.
 struct Connection {
     server: Arc<Server>,
@@ -134,20 +111,12 @@ struct Connection {
     txns: FxHashSet<u64>,
     /// Memory for request bodies, shared with every other connection.
     budget: Budget,
-    admit_wait: Duration,
+    limits: ServeLimits,
+    /// What the registry knows of this connection (for closing the idlest at a limit).
+    activity: Arc<Activity>,
 }
 
 impl Connection {
-    fn new(server: Arc<Server>, peer: String, budget: Budget, admit_wait: Duration) -> Connection {
-        Connection {
-            server,
-            peer,
-            txns: FxHashSet::default(),
-            budget,
-            admit_wait,
-        }
-    }
-
     /// Serves until the connection ends; returns why it ended.
     fn run(mut self, stream: TcpStream) -> String {
         let reason = self.exchange(stream);
@@ -162,11 +131,16 @@ impl Connection {
     }
 
     fn exchange(&mut self, stream: TcpStream) -> String {
-        if let Err(e) = stream.set_nodelay(true).and(stream.set_nonblocking(false)) {
+        let setup = stream
+            .set_nodelay(true)
+            .and(stream.set_nonblocking(false))
+            .and(stream.set_write_timeout(Some(self.limits.write_timeout)));
+        if let Err(e) = setup {
             return format!("socket setup failed: {e}");
         }
+        let accepted = Instant::now();
         let mut reader = match stream.try_clone() {
-            Ok(s) => BufReader::with_capacity(STREAM_BUFFER_BYTES, s),
+            Ok(s) => BufReader::with_capacity(STREAM_BUFFER_BYTES, DeadlineStream::new(s)),
             Err(e) => return format!("socket setup failed: {e}"),
         };
         let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
@@ -175,21 +149,41 @@ impl Connection {
         // `POLL_BEFORE_SLEEP`).
         let mut poller = Poller::for_this_thread();
         loop {
+            // Each frame has a deadline: the handshake's, from the moment of accepting; then
+            // the idle timeout, or the shorter one while a transaction is open.
+            let (deadline, waiting_for) = if !greeted {
+                (accepted + self.limits.handshake_timeout, "the handshake")
+            } else if self.txns.is_empty() {
+                (
+                    Instant::now() + self.limits.idle_timeout,
+                    "a request (idle)",
+                )
+            } else {
+                (
+                    Instant::now() + self.limits.silent_transaction_timeout,
+                    "a request with a transaction open",
+                )
+            };
+            reader.get_mut().set_deadline(deadline);
             poller.before_read(&reader);
             // The body's bytes count against the server's budget until the request is done.
             let mut held = None;
             let frame = match read_frame_admitted(&mut reader, |len| {
                 held = Some(
                     self.budget
-                        .take(len, self.admit_wait)
+                        .take(len, self.limits.admit_wait)
                         .ok_or(FrameError::OverBudget(len))?,
                 );
                 Ok(())
             }) {
                 Ok(frame) => frame,
                 Err(FrameError::Closed) => return "client closed the connection".into(),
+                Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return format!("timed out waiting for {waiting_for}");
+                }
                 Err(e) => return format!("malformed frame: {e}"),
             };
+            self.activity.heard();
             let request: Request = match decode(&frame.body) {
                 Ok(request) => request,
                 Err(e) => return format!("malformed request body: {e}"),
@@ -223,8 +217,12 @@ impl Connection {
                     }
                 }
             };
+            self.activity.set_in_transaction(!self.txns.is_empty());
             if let Err(e) = write_frame(&mut writer, frame.request_id, &encode(&response)) {
-                return format!("could not answer: {e}");
+                return format!(
+                    "could not answer (a client that stops reading is closed after {:?}): {e}",
+                    self.limits.write_timeout
+                );
             }
             if let Some(reason) = close {
                 return reason;

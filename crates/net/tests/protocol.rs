@@ -8,97 +8,15 @@ use lodestore_net::message::{
     decode, encode, Request, Response, WireError, WireObjectUpdates, WireUpdates,
 };
 use lodestore_net::RemotePageServer;
-use lodestore_server::{LockMode, PageServer, Server, ServerOptions};
-use lodestore_storage::{slotted, RealFileSystem};
+use lodestore_server::{LockMode, PageServer};
+use lodestore_storage::slotted;
+mod common;
+
+use common::{assert_closed, assert_serving, raw, start_server, start_server_with};
 use proptest::prelude::*;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::io::Write;
+use std::net::TcpListener;
 use std::time::Duration;
-
-struct Running {
-    address: String,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
-        }
-    }
-}
-
-fn start_server() -> Running {
-    start_server_with(lodestore_net::ServeLimits::default())
-}
-
-fn start_server_with(limits: lodestore_net::ServeLimits) -> Running {
-    let dir = tempfile::tempdir().unwrap();
-    let options = ServerOptions {
-        lock_wait_timeout: Duration::from_secs(2),
-        ..ServerOptions::default()
-    };
-    let server = Arc::new(
-        Server::create(
-            Arc::new(RealFileSystem),
-            &dir.path().join("s"),
-            8192,
-            options,
-        )
-        .unwrap(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let thread = {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            lodestore_net::serve_with_limits(server, listener, stop, limits).unwrap();
-        })
-    };
-    Running {
-        address,
-        stop,
-        thread: Some(thread),
-        _dir: dir,
-    }
-}
-
-/// A raw connection; `hello` says hello first.
-fn raw(address: &str, hello: bool) -> TcpStream {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    if hello {
-        let body = encode(&Request::Hello {
-            client: "test".into(),
-        });
-        write_frame(&mut stream, 1, &body).unwrap();
-        let frame = read_frame(&mut stream).unwrap();
-        assert!(matches!(
-            decode::<Response>(&frame.body).unwrap(),
-            Response::Welcome { .. }
-        ));
-    }
-    stream
-}
-
-/// The server closed the connection: reading yields end of stream (after any answer).
-fn assert_closed(stream: &mut TcpStream) {
-    let mut rest = Vec::new();
-    let result = stream.read_to_end(&mut rest);
-    assert!(
-        result.is_ok()
-            || matches!(result, Err(ref e) if e.kind() == std::io::ErrorKind::ConnectionReset),
-        "{result:?}"
-    );
-}
 
 /// Sends `request` for a transaction of a raw connection and expects it refused as an invalid
 /// argument whose message says `reason`.
@@ -117,15 +35,6 @@ fn assert_refused_in_a_transaction(
         Response::Failed(WireError::InvalidArgument(m)) => assert!(m.contains(reason), "{m}"),
         other => panic!("{other:?}"),
     }
-}
-
-/// A well-behaved client still gets served.
-fn assert_serving(address: &str) {
-    let remote = RemotePageServer::connect(address, "check").unwrap();
-    let txn = remote.begin().unwrap();
-    let page = remote.root_directory().page();
-    remote.lock_page(txn, page, LockMode::Shared).unwrap();
-    remote.commit(txn).unwrap();
 }
 
 #[test]
@@ -410,6 +319,7 @@ fn request_memory_is_bounded_across_connections() {
     let running = start_server_with(lodestore_net::ServeLimits {
         buffered_bytes_max: 1 << 20,
         admit_wait: Duration::from_millis(300),
+        ..Default::default()
     });
     let address = &running.address;
     let big = vec![0u8; 900 << 10];

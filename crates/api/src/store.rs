@@ -157,8 +157,20 @@ impl Store {
         listener: std::net::TcpListener,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) -> Result<usize> {
+        self.serve_with_limits(listener, stop, lodestore_net::ServeLimits::default())
+    }
+
+    /// `serve` with the bounds on clients of the caller's choosing.
+    pub fn serve_with_limits(
+        &self,
+        listener: std::net::TcpListener,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        limits: lodestore_net::ServeLimits,
+    ) -> Result<usize> {
         match &self.backend {
-            Backend::Embedded(server) => lodestore_net::serve(server.clone(), listener, stop),
+            Backend::Embedded(server) => {
+                lodestore_net::serve_with_limits(server.clone(), listener, stop, limits)
+            }
             Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
                 "{address} is served by another process; only an embedded store can be served"
             ))),

@@ -143,21 +143,7 @@ pub(crate) enum Command {
     /// ADDR until interrupted. Each connection is one client session; a client that breaks the
     /// protocol is disconnected with the reason logged, and the transactions of a closed
     /// connection roll back. Set LODESTORE_LOG=info to see connections come and go.
-    Serve {
-        /// Folder of the store (created if missing).
-        path: PathBuf,
-        /// Address to listen on, host:port (port 0 picks a free one; the chosen address is
-        /// printed on the first line of standard output).
-        #[arg(long, default_value = "127.0.0.1:7447")]
-        listen: String,
-        /// Recovery method: esm (ARIES-style logging of the changes clients ship), redo (the
-        /// same log; clients ship log records only and the server applies them to its pages)
-        /// or wpl (whole-page logging: every shipped page is appended to the log whole).
-        /// Default: the store's own, esm for a new store. A store switched to another method
-        /// is recovered with its old one first.
-        #[arg(long)]
-        method: Option<String>,
-    },
+    Serve(serve::ServeArgs),
     /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
     /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
     /// the Hosking experiments (OO1 lookup, traversal, update at p = 0 to 1, long-running
@@ -284,7 +270,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let talks_over_sockets = matches!(
         cli.command,
-        Command::Serve { .. } | Command::Stress { .. } | Command::Bench { .. }
+        Command::Serve(_) | Command::Stress { .. } | Command::Bench { .. }
     );
     if !talks_over_sockets
         || matches!(
@@ -329,11 +315,7 @@ fn main() -> ExitCode {
             seconds,
             &acks,
         ),
-        Command::Serve {
-            path,
-            listen,
-            method,
-        } => serve::run(&path, &listen, method.as_deref()),
+        Command::Serve(args) => serve::run(&args),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),

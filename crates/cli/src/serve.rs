@@ -1,16 +1,87 @@
 //! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
 
+use lodestore::{limits, ServeLimits};
 use lodestore::{Error, Options, RecoveryMethodKind, Result, Store};
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
-pub fn run(path: &Path, listen: &str, method: Option<&str>) -> Result<ExitCode> {
+/// Arguments of `lodestore serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    /// Folder of the store (created if missing).
+    path: PathBuf,
+    /// Address to listen on, host:port (port 0 picks a free one; the chosen address is printed
+    /// on the first line of standard output).
+    #[arg(long, default_value = "127.0.0.1:7447")]
+    listen: String,
+    /// Recovery method: esm (ARIES-style logging of the changes clients ship), redo (the same
+    /// log; clients ship log records only and the server applies them to its pages) or wpl
+    /// (whole-page logging: every shipped page is appended to the log whole). Default: the
+    /// store's own, esm for a new store. A store switched to another method is recovered with
+    /// its old one first.
+    #[arg(long)]
+    method: Option<String>,
+    /// Connections served at once; at the limit the one idle longest without a transaction
+    /// is closed to make room.
+    #[arg(long, default_value_t = limits::MAX_CONNECTIONS, value_parser = connections)]
+    max_connections: usize,
+    /// Connections from one peer address at once, with the same rule.
+    #[arg(long, default_value_t = limits::MAX_CONNECTIONS_PER_PEER, value_parser = connections)]
+    max_connections_per_peer: usize,
+    /// Seconds from accepting a connection to the end of its handshake.
+    #[arg(long, default_value_t = limits::HANDSHAKE_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
+    handshake_timeout: f64,
+    /// Seconds of silence after which a connection holding no transaction is closed.
+    #[arg(long, default_value_t = limits::IDLE_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
+    idle_timeout: f64,
+    /// Seconds of silence after which a connection holding a transaction is closed and the
+    /// transaction rolled back.
+    #[arg(long, default_value_t = limits::SILENT_TRANSACTION_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
+    silent_transaction_timeout: f64,
+    /// Seconds one reply may take to be written (a client that stops reading is closed).
+    #[arg(long, default_value_t = limits::WRITE_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
+    write_timeout: f64,
+}
+
+fn connections(text: &str) -> std::result::Result<usize, String> {
+    let n: usize = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a whole number"))?;
+    if (1..=MAX_CONNECTIONS_LIMIT).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!(
+            "{n} is out of range: from 1 to {MAX_CONNECTIONS_LIMIT}"
+        ))
+    }
+}
+
+/// Most connections an operator may allow (each has a thread and a few descriptors).
+const MAX_CONNECTIONS_LIMIT: usize = 65_536;
+
+impl ServeArgs {
+    fn limits(&self) -> ServeLimits {
+        ServeLimits {
+            max_connections: self.max_connections,
+            max_connections_per_peer: self.max_connections_per_peer,
+            handshake_timeout: Duration::from_secs_f64(self.handshake_timeout),
+            idle_timeout: Duration::from_secs_f64(self.idle_timeout),
+            silent_transaction_timeout: Duration::from_secs_f64(self.silent_transaction_timeout),
+            write_timeout: Duration::from_secs_f64(self.write_timeout),
+            ..ServeLimits::default()
+        }
+    }
+}
+
+pub fn run(args: &ServeArgs) -> Result<ExitCode> {
+    let (path, listen) = (args.path.as_path(), args.listen.as_str());
     let mut options = Options::new();
-    if let Some(method) = method {
+    if let Some(method) = &args.method {
         options = options.recovery_method(method.parse::<RecoveryMethodKind>()?);
     }
     // One thread per connection: glibc would give each a malloc arena of its own (up to
@@ -33,7 +104,7 @@ pub fn run(path: &Path, listen: &str, method: Option<&str>) -> Result<ExitCode> 
     for signal in [libc::SIGINT, libc::SIGTERM] {
         signal_flag(signal, stop.clone());
     }
-    let still_open = store.serve(listener, stop)?;
+    let still_open = store.serve_with_limits(listener, stop, args.limits())?;
     drop(store);
     // Claim a clean close only when it is one: the next open must find nothing to recover.
     // Checked by running that open's recovery in memory, which writes nothing.

@@ -43,6 +43,7 @@ pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};
 pub use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
+pub use lodestore_net::auth::{Access, ServerAuth, Token};
 pub use lodestore_net::{limits, ServeLimits};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};

@@ -52,6 +52,8 @@ pub struct Options {
     pub(crate) background_install: bool,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
+    /// The token a remote client proves it holds (`connect` only).
+    pub(crate) token: Option<lodestore_net::auth::Token>,
 }
 
 impl Default for Options {
@@ -68,6 +70,7 @@ impl Default for Options {
             background_install: true,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
+            token: None,
         }
     }
 }
@@ -164,6 +167,14 @@ impl Options {
     /// When it is full, log records of the oldest pre-images are generated and shipped early.
     pub fn recovery_buffer_bytes(mut self, bytes: usize) -> Options {
         self.recovery_buffer_bytes = bytes;
+        self
+    }
+
+    /// The token `Store::connect` proves it holds to the server (`Token::from_file` reads
+    /// one). With a token, a server that does not ask for it, or cannot prove it holds it too,
+    /// is refused.
+    pub fn token(mut self, token: lodestore_net::auth::Token) -> Options {
+        self.token = Some(token);
         self
     }
 

@@ -130,7 +130,8 @@ impl Store {
     /// own options are its own. Each session opens a connection of its own.
     pub fn connect(address: &str, options: Options) -> Result<Store> {
         options.validate()?;
-        let control = RemotePageServer::connect(address, "lodestore control")?;
+        let control =
+            RemotePageServer::connect_with(address, "lodestore control", options.token.as_ref())?;
         pool_pages(
             "client cache",
             options.client_cache_bytes,
@@ -167,9 +168,26 @@ impl Store {
         stop: Arc<std::sync::atomic::AtomicBool>,
         limits: lodestore_net::ServeLimits,
     ) -> Result<usize> {
+        self.serve_with(
+            listener,
+            stop,
+            limits,
+            lodestore_net::auth::ServerAuth::none(),
+        )
+    }
+
+    /// `serve` with bounds on clients and the tokens they must prove they hold, each with the
+    /// access it grants (`ServerAuth::none()`: anyone who can connect is served).
+    pub fn serve_with(
+        &self,
+        listener: std::net::TcpListener,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+        limits: lodestore_net::ServeLimits,
+        auth: lodestore_net::auth::ServerAuth,
+    ) -> Result<usize> {
         match &self.backend {
             Backend::Embedded(server) => {
-                lodestore_net::serve_with_limits(server.clone(), listener, stop, limits)
+                lodestore_net::serve_with(server.clone(), listener, stop, limits, auth)
             }
             Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
                 "{address} is served by another process; only an embedded store can be served"
@@ -218,9 +236,11 @@ impl Store {
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;
         let server: Arc<dyn PageServer> = match &self.backend {
             Backend::Embedded(server) => server.clone(),
-            Backend::Remote { address, .. } => {
-                Arc::new(RemotePageServer::connect(address, "lodestore session")?)
-            }
+            Backend::Remote { address, .. } => Arc::new(RemotePageServer::connect_with(
+                address,
+                "lodestore session",
+                self.options.token.as_ref(),
+            )?),
         };
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,

@@ -138,6 +138,9 @@ pub(crate) enum Command {
         /// File the acknowledged transfers are appended to.
         #[arg(long)]
         acks: PathBuf,
+        /// With --connect: file holding the token the server requires.
+        #[arg(long, requires = "connect")]
+        token_file: Option<PathBuf>,
     },
     /// Serve the store in PATH to remote clients (`Store::connect`, `stress --connect`) on
     /// ADDR until interrupted. Each connection is one client session; a client that breaks the
@@ -307,9 +310,11 @@ fn main() -> ExitCode {
             threads,
             seconds,
             acks,
+            token_file,
         } => stress::run(
             path.as_deref(),
             connect.as_deref(),
+            token_file.as_deref(),
             accounts,
             threads,
             seconds,

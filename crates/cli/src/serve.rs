@@ -1,6 +1,6 @@
 //! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
 
-use lodestore::{limits, ServeLimits};
+use lodestore::{limits, Access, ServeLimits, ServerAuth, Token};
 use lodestore::{Error, Options, RecoveryMethodKind, Result, Store};
 use std::io::Write;
 use std::net::TcpListener;
@@ -43,6 +43,17 @@ pub struct ServeArgs {
     /// transaction rolled back.
     #[arg(long, default_value_t = limits::SILENT_TRANSACTION_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
     silent_transaction_timeout: f64,
+    /// File holding the token clients must prove they hold (at least 16 bytes; a final line
+    /// break is not part of it). The token itself never travels, and is never logged.
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// File holding a token that may only read: its clients are refused every write.
+    #[arg(long)]
+    read_only_token_file: Option<PathBuf>,
+    /// Serve without authentication on an address other than loopback: anyone who can reach
+    /// it can read and change the whole store.
+    #[arg(long)]
+    insecure_no_auth: bool,
     /// Seconds one reply may take to be written (a client that stops reading is closed).
     #[arg(long, default_value_t = limits::WRITE_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
     write_timeout: f64,
@@ -65,6 +76,18 @@ fn connections(text: &str) -> std::result::Result<usize, String> {
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 
 impl ServeArgs {
+    /// The tokens clients must prove they hold.
+    fn auth(&self) -> Result<ServerAuth> {
+        let mut auth = ServerAuth::none();
+        if let Some(path) = &self.token_file {
+            auth = auth.with(Token::from_file(path)?, Access::ReadWrite);
+        }
+        if let Some(path) = &self.read_only_token_file {
+            auth = auth.with(Token::from_file(path)?, Access::ReadOnly);
+        }
+        Ok(auth)
+    }
+
     fn limits(&self) -> ServeLimits {
         ServeLimits {
             max_connections: self.max_connections,
@@ -91,8 +114,23 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
-    let store = Store::open_or_create(path, options)?;
+    let auth = args.auth()?;
     let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+    if !auth.is_required() {
+        if !loopback && !args.insecure_no_auth {
+            return Err(Error::InvalidArgument(format!(
+                "{listen} is not a loopback address and no --token-file was given: anyone who \
+                 can reach it could read and change the whole store (give --insecure-no-auth to \
+                 serve it so anyway)"
+            )));
+        }
+        eprintln!(
+            "WARNING: serving without authentication: anyone who can connect to {listen} can \
+             read and change the whole store (give --token-file to require a token)"
+        );
+    }
+    let store = Store::open_or_create(path, options)?;
     let local = listener
         .local_addr()
         .map_err(|e| Error::io(listen, "listen", e))?;
@@ -104,7 +142,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     for signal in [libc::SIGINT, libc::SIGTERM] {
         signal_flag(signal, stop.clone());
     }
-    let still_open = store.serve_with_limits(listener, stop, args.limits())?;
+    let still_open = store.serve_with(listener, stop, args.limits(), auth)?;
     drop(store);
     // Claim a clean close only when it is one: the next open must find nothing to recover.
     // Checked by running that open's recovery in memory, which writes nothing.

@@ -38,6 +38,7 @@ impl Persistent for Account {
 pub fn run(
     path: Option<&Path>,
     connect: Option<&str>,
+    token_file: Option<&Path>,
     accounts: u64,
     threads: u32,
     seconds: f64,
@@ -49,7 +50,13 @@ pub fn run(
         ));
     }
     let store = match (path, connect) {
-        (_, Some(address)) => Store::connect(address, Options::new())?,
+        (_, Some(address)) => {
+            let mut options = Options::new();
+            if let Some(file) = token_file {
+                options = options.token(lodestore::Token::from_file(file)?);
+            }
+            Store::connect(address, options)?
+        }
         (Some(path), None) => Store::open_or_create(path, Options::new())?,
         (None, None) => {
             return Err(Error::InvalidArgument(

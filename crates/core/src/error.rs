@@ -148,6 +148,10 @@ pub enum Error {
     /// The connection to a remote store's server failed or carried something malformed.
     #[error("connection to {peer}: {reason}")]
     Connection { peer: String, reason: String },
+
+    /// Authentication failed, or the client's token does not allow what it asked.
+    #[error("permission denied: {reason}")]
+    PermissionDenied { reason: String },
 }
 
 impl Error {

@@ -3,6 +3,7 @@
 //! clients; and `RemotePageServer`, the client's end, which the client cache uses exactly as it
 //! uses the in-process server.
 
+pub mod auth;
 pub mod budget;
 mod deadline;
 pub mod frame;
@@ -14,4 +15,4 @@ pub mod serve;
 
 pub use limits::{ServeLimits, MAX_CONNECTIONS};
 pub use remote::RemotePageServer;
-pub use serve::{serve, serve_with_limits};
+pub use serve::{serve, serve_with, serve_with_limits};

@@ -9,9 +9,12 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
-    /// The first request of a connection.
+    /// The first request of a connection: who the client is, and its nonce for the
+    /// handshake (see [`crate::auth`]).
     Hello {
         client: String,
+        #[serde(with = "serde_bytes")]
+        nonce: Vec<u8>,
     },
     Begin,
     LockPage {
@@ -62,6 +65,11 @@ pub enum Request {
         txn: u64,
         records: WireObjectUpdates,
     },
+    /// The client's answer to a challenge: its proof that it holds a token.
+    Prove {
+        #[serde(with = "serde_bytes")]
+        proof: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -69,6 +77,7 @@ impl Request {
     pub fn name(&self) -> &'static str {
         match self {
             Request::Hello { .. } => "hello",
+            Request::Prove { .. } => "prove",
             Request::Begin => "begin",
             Request::LockPage { .. } => "lock-page",
             Request::FetchPage { .. } => "fetch-page",
@@ -83,6 +92,30 @@ impl Request {
             Request::Stats => "stats",
             Request::Checkpoint => "checkpoint",
             Request::ShipObjectUpdates { .. } => "ship-object-updates",
+        }
+    }
+}
+
+impl Request {
+    /// Would this request change the store (refused to a read-only client)?
+    pub fn writes(&self) -> bool {
+        match self {
+            Request::LockPage { exclusive, .. } => *exclusive,
+            Request::ShipAndCommit { pages, .. } => !pages.is_empty(),
+            Request::FindSpace { .. }
+            | Request::AllocatePages { .. }
+            | Request::FreePages { .. }
+            | Request::ShipLogRecords { .. }
+            | Request::ShipDirtyPages { .. }
+            | Request::ShipObjectUpdates { .. }
+            | Request::Checkpoint => true,
+            Request::Hello { .. }
+            | Request::Prove { .. }
+            | Request::Begin
+            | Request::FetchPage { .. }
+            | Request::Commit { .. }
+            | Request::Abort { .. }
+            | Request::Stats => false,
         }
     }
 }
@@ -121,6 +154,11 @@ pub enum Response {
         root_directory: u64,
         recovery_method: String,
         restart: RestartReport,
+        /// What this client may do.
+        access: crate::auth::Access,
+        /// The server's proof that it holds the client's token (none when the server
+        /// requires no token).
+        server_proof: Option<serde_bytes::ByteBuf>,
     },
     Stats {
         server: ServerStats,
@@ -139,6 +177,11 @@ pub enum Response {
         commit: u64,
     },
     Failed(WireError),
+    /// The server requires a token: its nonce for the client's proof.
+    Challenge {
+        #[serde(with = "serde_bytes")]
+        nonce: Vec<u8>,
+    },
 }
 
 /// An error the server returns; the kinds a client acts on keep their fields.
@@ -159,6 +202,7 @@ pub enum WireError {
     },
     InvalidArgument(String),
     Unsupported(String),
+    PermissionDenied(String),
     /// Anything else, as the server's message.
     Other(String),
 }
@@ -177,6 +221,7 @@ impl From<&Error> for WireError {
             Error::NoSuchPage { page } => WireError::NoSuchPage { page: page.0 },
             Error::InvalidArgument(message) => WireError::InvalidArgument(message.clone()),
             Error::Unsupported(message) => WireError::Unsupported(message.clone()),
+            Error::PermissionDenied { reason } => WireError::PermissionDenied(reason.clone()),
             other => WireError::Other(other.to_string()),
         }
     }
@@ -194,6 +239,7 @@ impl From<WireError> for Error {
             WireError::NoSuchPage { page } => Error::NoSuchPage { page: PageId(page) },
             WireError::InvalidArgument(message) => Error::InvalidArgument(message),
             WireError::Unsupported(message) => Error::Unsupported(message),
+            WireError::PermissionDenied(reason) => Error::PermissionDenied { reason },
             WireError::Other(message) => Error::Remote(message),
         }
     }

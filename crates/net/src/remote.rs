@@ -2,6 +2,7 @@
 //! response (one in flight per connection; a session owns its connection). Batches of pages or
 //! log records larger than a frame are split.
 
+use crate::auth::{self, Access, Token};
 use crate::frame::{
     read_frame, write_frame, FrameError, Poller, MAX_FRAME_BODY, STREAM_BUFFER_BYTES,
 };
@@ -51,6 +52,10 @@ pub struct Welcome {
     pub root_directory: Oid,
     pub recovery_method: String,
     pub restart: RestartReport,
+    /// What the server lets this client do.
+    pub access: Access,
+    /// Did the server require, and prove it holds, the client's token?
+    pub authenticated: bool,
 }
 
 pub struct RemotePageServer {
@@ -86,8 +91,20 @@ impl RemotePageServer {
         Ok(())
     }
 
-    /// Connects to the server at `address` and says hello.
+    /// Connects to the server at `address` and says hello, with no token (a server that
+    /// requires one refuses).
     pub fn connect(address: &str, client: &str) -> Result<RemotePageServer> {
+        RemotePageServer::connect_with(address, client, None)
+    }
+
+    /// Connects to the server at `address` and runs the handshake of `crate::auth`: with a
+    /// token, the server must ask for it and prove it holds it too, or the connection is
+    /// refused (a server that accepts anyone could be anyone).
+    pub fn connect_with(
+        address: &str,
+        client: &str,
+        token: Option<&Token>,
+    ) -> Result<RemotePageServer> {
         let stream = TcpStream::connect(address)
             .map_err(|e| connection(address, format!("connect: {e}")))?;
         stream
@@ -113,25 +130,68 @@ impl RemotePageServer {
                 root_directory: Oid(0),
                 recovery_method: String::new(),
                 restart: RestartReport::default(),
+                access: Access::ReadWrite,
+                authenticated: false,
             },
             conn: Mutex::new(Some(conn)),
         };
-        match remote.call(&Request::Hello {
+        let client_nonce = auth::nonce();
+        let mut answer = remote.call(&Request::Hello {
             client: client.to_string(),
-        })? {
+            nonce: client_nonce.clone(),
+        })?;
+        let mut server_nonce = None;
+        if let Response::Challenge { nonce } = &answer {
+            let Some(token) = token else {
+                return Err(Error::PermissionDenied {
+                    reason: format!("the server at {address} requires a token, and none was given"),
+                });
+            };
+            let proof = token.client_proof(nonce, &client_nonce, client);
+            server_nonce = Some(nonce.clone());
+            answer = remote.call(&Request::Prove { proof })?;
+        }
+        match answer {
             Response::Welcome {
                 page_size,
                 volume,
                 root_directory,
                 recovery_method,
                 restart,
+                access,
+                server_proof,
             } => {
+                let authenticated = match (token, server_nonce, server_proof) {
+                    (None, None, _) => false,
+                    (Some(token), Some(server_nonce), Some(proof))
+                        if token.checks_server(&server_nonce, &client_nonce, &proof) =>
+                    {
+                        true
+                    }
+                    (Some(_), None, _) => {
+                        return Err(Error::PermissionDenied {
+                            reason: format!(
+                                "the server at {address} does not ask for a token, so it cannot \
+                                 prove it is the server that holds it; refusing to use it"
+                            ),
+                        })
+                    }
+                    _ => {
+                        return Err(Error::PermissionDenied {
+                            reason: format!(
+                                "the server at {address} did not prove that it holds the token"
+                            ),
+                        })
+                    }
+                };
                 remote.welcome = Welcome {
                     page_size: page_size as usize,
                     volume,
                     root_directory: Oid(root_directory),
                     recovery_method,
                     restart,
+                    access,
+                    authenticated,
                 };
                 Ok(remote)
             }

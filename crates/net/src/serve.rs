@@ -4,6 +4,7 @@
 //! aborted, which releases their locks. Other connections never notice. Every bound on a
 //! client (connections, deadlines, memory) is in [`crate::limits`].
 
+use crate::auth::{self, Access, ServerAuth, NONCE_BYTES};
 use crate::budget::Budget;
 use crate::deadline::DeadlineStream;
 use crate::frame::{read_frame_admitted, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
@@ -24,16 +25,35 @@ use std::time::{Duration, Instant};
 /// for their threads to end, so that the caller holds the last reference to the server and
 /// can close it cleanly. Returns the number of connections still open when it gave up.
 pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<usize> {
-    serve_with_limits(server, listener, stop, ServeLimits::default())
+    serve_with(
+        server,
+        listener,
+        stop,
+        ServeLimits::default(),
+        ServerAuth::none(),
+    )
 }
 
-/// `serve` with limits of the caller's choosing.
+/// `serve` with limits of the caller's choosing, and no authentication.
 pub fn serve_with_limits(
     server: Arc<Server>,
     listener: TcpListener,
     stop: Arc<AtomicBool>,
     limits: ServeLimits,
 ) -> Result<usize> {
+    serve_with(server, listener, stop, limits, ServerAuth::none())
+}
+
+/// `serve` with limits and the tokens clients must prove they hold (`ServerAuth::none()`:
+/// anyone who can connect is served).
+pub fn serve_with(
+    server: Arc<Server>,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    limits: ServeLimits,
+    auth: ServerAuth,
+) -> Result<usize> {
+    let auth = Arc::new(auth);
     limits.validate().map_err(Error::InvalidArgument)?;
     let local = listener
         .local_addr()
@@ -74,6 +94,8 @@ pub fn serve_with_limits(
                     budget: budget.clone(),
                     limits,
                     activity,
+                    auth: auth.clone(),
+                    access: Access::ReadWrite,
                 };
                 let (live, registry) = (live.clone(), registry.clone());
                 std::thread::Builder::new()
@@ -104,6 +126,18 @@ pub fn serve_with_limits(
     Ok(left)
 }
 
+/// Where a connection's handshake stands.
+enum Handshake {
+    Start,
+    /// The server sent its nonce and waits for the proof.
+    Challenged {
+        client: String,
+        client_nonce: Vec<u8>,
+        server_nonce: Vec<u8>,
+    },
+    Done,
+}
+
 /// One client's connection and the transactions it began.
 struct Connection {
     server: Arc<Server>,
@@ -114,6 +148,10 @@ struct Connection {
     limits: ServeLimits,
     /// What the registry knows of this connection (for closing the idlest at a limit).
     activity: Arc<Activity>,
+    /// The tokens the server accepts.
+    auth: Arc<ServerAuth>,
+    /// What the client may do (set by the handshake).
+    access: Access,
 }
 
 impl Connection {
@@ -144,13 +182,14 @@ impl Connection {
             Err(e) => return format!("socket setup failed: {e}"),
         };
         let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
-        let mut greeted = false;
+        let mut handshake = Handshake::Start;
         // Polling for the next request keeps this thread's CPU awake for it (see
         // `POLL_BEFORE_SLEEP`).
         let mut poller = Poller::for_this_thread();
         loop {
             // Each frame has a deadline: the handshake's, from the moment of accepting; then
             // the idle timeout, or the shorter one while a transaction is open.
+            let greeted = matches!(handshake, Handshake::Done);
             let (deadline, waiting_for) = if !greeted {
                 (accepted + self.limits.handshake_timeout, "the handshake")
             } else if self.txns.is_empty() {
@@ -189,20 +228,7 @@ impl Connection {
                 Err(e) => return format!("malformed request body: {e}"),
             };
             let (response, close) = if !greeted {
-                match request {
-                    Request::Hello { ref client } => {
-                        greeted = true;
-                        tracing::info!(peer = %self.peer, %client, "client connected");
-                        (self.welcome(), None)
-                    }
-                    other => (
-                        Response::Failed(WireError::InvalidArgument(format!(
-                            "the first request must be hello, not {}",
-                            other.name()
-                        ))),
-                        Some(format!("first request was {}, not hello", other.name())),
-                    ),
-                }
+                self.handshake_step(&mut handshake, request)
             } else {
                 let name = request.name();
                 match self.handle(request) {
@@ -230,13 +256,82 @@ impl Connection {
         }
     }
 
-    fn welcome(&self) -> Response {
+    /// One request of the handshake (see `crate::auth`): the answer, and the reason to close
+    /// the connection if it must close.
+    fn handshake_step(
+        &mut self,
+        state: &mut Handshake,
+        request: Request,
+    ) -> (Response, Option<String>) {
+        let refuse = |reason: String| {
+            (
+                Response::Failed(WireError::PermissionDenied(reason.clone())),
+                Some(reason),
+            )
+        };
+        match (std::mem::replace(state, Handshake::Start), request) {
+            (Handshake::Start, Request::Hello { client, nonce }) => {
+                if nonce.len() != NONCE_BYTES {
+                    return refuse(format!(
+                        "a hello nonce has {NONCE_BYTES} bytes, not {}",
+                        nonce.len()
+                    ));
+                }
+                if !self.auth.is_required() {
+                    tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
+                    *state = Handshake::Done;
+                    return (self.welcome(None), None);
+                }
+                let server_nonce = auth::nonce();
+                let response = Response::Challenge {
+                    nonce: server_nonce.clone(),
+                };
+                *state = Handshake::Challenged {
+                    client,
+                    client_nonce: nonce,
+                    server_nonce,
+                };
+                (response, None)
+            }
+            (
+                Handshake::Challenged {
+                    client,
+                    client_nonce,
+                    server_nonce,
+                },
+                Request::Prove { proof },
+            ) => match self
+                .auth
+                .verify(&server_nonce, &client_nonce, &client, &proof)
+            {
+                Some((access, server_proof)) => {
+                    tracing::info!(peer = %self.peer, %client, ?access, "client authenticated");
+                    self.access = access;
+                    *state = Handshake::Done;
+                    (self.welcome(Some(server_proof)), None)
+                }
+                None => {
+                    tracing::warn!(peer = %self.peer, %client, "authentication failed");
+                    refuse("authentication failed: the client's proof matches no token".into())
+                }
+            },
+            (Handshake::Start, other) => refuse(format!(
+                "the first request must be hello, not {}",
+                other.name()
+            )),
+            (_, other) => refuse(format!("{} out of turn in the handshake", other.name())),
+        }
+    }
+
+    fn welcome(&self, server_proof: Option<Vec<u8>>) -> Response {
         Response::Welcome {
             page_size: self.server.page_size() as u32,
             volume: self.server.volume_id(),
             root_directory: self.server.root_directory().0,
             recovery_method: self.server.recovery_method().to_string(),
             restart: self.server.restart_report().clone(),
+            access: self.access,
+            server_proof: server_proof.map(serde_bytes::ByteBuf::from),
         }
     }
 
@@ -282,9 +377,20 @@ impl Connection {
 
     fn handle(&mut self, request: Request) -> Result<Response> {
         let server = self.server.clone();
+        if self.access == Access::ReadOnly && request.writes() {
+            return Err(Error::PermissionDenied {
+                reason: format!(
+                    "{} would change the store, and this client's token may only read",
+                    request.name()
+                ),
+            });
+        }
         Ok(match request {
-            Request::Hello { .. } => {
-                return Err(Error::InvalidArgument("hello was already said".into()))
+            Request::Hello { .. } | Request::Prove { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "{} after the handshake",
+                    request.name()
+                )))
             }
             Request::Begin => {
                 let txn = server.begin()?;

@@ -62,6 +62,7 @@ fn a_silent_or_trickling_handshake_is_cut_at_its_deadline() {
     let mut trickle = raw(&running.address, false);
     let body = encode(&Request::Hello {
         client: "slow".into(),
+        nonce: vec![7u8; 32],
     });
     let mut frame = header(1, &body).to_vec();
     frame.extend_from_slice(&body);

@@ -162,7 +162,7 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
     write_frame(&mut s, 1, &encode(&Request::Begin)).unwrap();
     let frame = read_frame(&mut s).unwrap();
     match decode::<Response>(&frame.body).unwrap() {
-        Response::Failed(WireError::InvalidArgument(m)) => assert!(m.contains("hello"), "{m}"),
+        Response::Failed(WireError::PermissionDenied(m)) => assert!(m.contains("hello"), "{m}"),
         other => panic!("{other:?}"),
     }
     assert_closed(&mut s);
@@ -272,6 +272,8 @@ fn a_damaged_page_from_the_server_is_refused_by_name() {
         while let Ok(frame) = read_frame(&mut stream) {
             let response = match decode::<Request>(&frame.body).unwrap() {
                 Request::Hello { .. } => Response::Welcome {
+                    access: lodestore_net::auth::Access::ReadWrite,
+                    server_proof: None,
                     page_size: PAGE as u32,
                     volume: 0,
                     root_directory: 0,

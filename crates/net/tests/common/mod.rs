@@ -35,6 +35,13 @@ pub fn start_server() -> Running {
 }
 
 pub fn start_server_with(limits: lodestore_net::ServeLimits) -> Running {
+    start_server_auth(limits, lodestore_net::auth::ServerAuth::none())
+}
+
+pub fn start_server_auth(
+    limits: lodestore_net::ServeLimits,
+    auth: lodestore_net::auth::ServerAuth,
+) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let options = ServerOptions {
         lock_wait_timeout: Duration::from_secs(2),
@@ -55,7 +62,7 @@ pub fn start_server_with(limits: lodestore_net::ServeLimits) -> Running {
     let thread = {
         let stop = stop.clone();
         std::thread::spawn(move || {
-            lodestore_net::serve_with_limits(server, listener, stop, limits).unwrap();
+            lodestore_net::serve_with(server, listener, stop, limits, auth).unwrap();
         })
     };
     Running {
@@ -75,6 +82,7 @@ pub fn raw(address: &str, hello: bool) -> TcpStream {
     if hello {
         let body = encode(&Request::Hello {
             client: "test".into(),
+            nonce: vec![7u8; 32],
         });
         write_frame(&mut stream, 1, &body).unwrap();
         let frame = read_frame(&mut stream).unwrap();

@@ -4,7 +4,7 @@
 //! each kill the store is read with `lodestore dump --json` (which recovers it) and checked as
 //! an outside tool would: the total balance is conserved, and every transfer any client
 //! acknowledged is in the transfer counts of both its accounts. Then the server restarts and the
-//! clients connect again.
+//! clients connect again. Servers and clients authenticate with a token throughout.
 
 mod common;
 
@@ -22,11 +22,25 @@ const ROUNDS: usize = 6;
 
 /// Starts `lodestore serve` on `listen` (port 0: a free one); returns the child and the address
 /// it listens on. A port just freed by a killed server may linger a moment: retried briefly.
+/// The token every server and client of these tests uses: the kills happen with
+/// authentication on, as a real deployment runs.
+fn token_file() -> &'static Path {
+    static FILE: std::sync::OnceLock<tempfile::NamedTempFile> = std::sync::OnceLock::new();
+    FILE.get_or_init(|| {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), "kill-nine-test-token-0001\n").unwrap();
+        file
+    })
+    .path()
+}
+
 fn start_server(store: &Path, listen: &str, method: &str) -> (Child, String) {
     for _ in 0..50 {
         let mut child = lodestore()
             .args(["serve", store.to_str().unwrap(), "--listen", listen])
             .args(["--method", method])
+            .arg("--token-file")
+            .arg(token_file())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -56,6 +70,8 @@ fn stress(address: &str, acks: &Path, seconds: &str, threads: &str) -> Command {
         ])
         .args(["--threads", threads, "--seconds", seconds, "--acks"])
         .arg(acks)
+        .arg("--token-file")
+        .arg(token_file())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command

@@ -124,13 +124,26 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                     (None, None)
                 };
                 let served = &served;
+                // Remote clients authenticate as they would on a network: a fresh token per
+                // configuration, proven in every connection's handshake.
+                let token = lodestore::Token::new(fresh_token())?;
+                let options = options.token(token.clone());
                 let gate = Gate::new(clients as usize);
                 let phase_start = Mutex::new(0u64);
                 let phase_pages = Mutex::new(0f64);
                 std::thread::scope(|scope| -> Result<()> {
                     let serving = listener.map(|listener| {
                         let (store, stop) = (&store, stop_serving.clone());
-                        scope.spawn(move || store.serve(listener, stop))
+                        let auth = lodestore::ServerAuth::none()
+                            .with(token.clone(), lodestore::Access::ReadWrite);
+                        scope.spawn(move || {
+                            store.serve_with(
+                                listener,
+                                stop,
+                                lodestore::ServeLimits::default(),
+                                auth,
+                            )
+                        })
                     });
                     let handles: Vec<_> = (0..clients)
                         .map(|client| {
@@ -324,4 +337,12 @@ fn with_retries<T>(client: u32, mut transaction: impl FnMut() -> Result<T>) -> R
             other => return other.map(|value| (value, retries)),
         }
     }
+}
+
+/// A random token of 32 bytes for one benchmark configuration's server and clients.
+fn fresh_token() -> Vec<u8> {
+    use rand::RngCore;
+    let mut bytes = vec![0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes
 }

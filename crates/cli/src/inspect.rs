@@ -220,8 +220,20 @@ pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
         problems += 1;
         println!("problem: {}", problem.message);
     }
-    Ok(summary(&recovered, problems))
+    let code = summary(&recovered, problems);
+    if problems == 0 && crashed {
+        println!(
+            "sound once recovered; the recovery is not written yet (`lodestore recover {}`)",
+            path.display()
+        );
+        return Ok(ExitCode::from(EXIT_NEEDS_RECOVERY));
+    }
+    Ok(code)
 }
+
+/// `check`'s exit code for a store that is sound once recovered, and was not closed cleanly:
+/// nothing is wrong, but its data file alone is not the store until `recover` runs.
+pub const EXIT_NEEDS_RECOVERY: u8 = 3;
 
 fn summary(report: &lodestore::CheckReport, problems: usize) -> ExitCode {
     println!(

@@ -29,7 +29,8 @@ use std::process::ExitCode;
                   campaigns and runs the benchmark suite (`lodestore bench`).\n\n\
                   A store is a folder holding the data file volume-0.data.\n\n\
                   Exit codes: 0 success; 1 `check` found problems; 2 the command failed \
-                  (bad arguments, not a store, I/O error)."
+                  (bad arguments, not a store, I/O error); 3 `check` found a store that was \
+                  not closed cleanly and is sound once recovered (`recover` writes that)."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -67,7 +68,8 @@ pub(crate) enum Command {
     /// memory only). Never writes to the store. Damage that recovery would rewrite is still
     /// reported: as a repair in a store left by a crash, as a problem in one closed cleanly.
     /// Exits 0 when the store is sound, 1 when problems were found (each printed with its
-    /// file and page number).
+    /// file and page number), 3 when it was not closed cleanly and is sound once recovered
+    /// (each repair recovery would make is listed).
     Check {
         path: PathBuf,
         /// Check the data file as it lies on disk, without recovering first.

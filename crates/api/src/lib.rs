@@ -48,7 +48,7 @@ pub use lodestore_net::{limits, ServeLimits};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
-pub use lodestore_storage::overlay::Change as FileChange;
+pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
 pub use object::{Oid, Persistent};
 pub use offline::{

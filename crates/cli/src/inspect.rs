@@ -194,6 +194,9 @@ pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
             path.display(),
             describe_restart(view.restart())
         );
+        for line in written_by_recovery(&view, recovered.page_size) {
+            println!("recovery would {line}");
+        }
     }
     let mut problems = 0;
     for problem in &on_disk.problems {
@@ -234,6 +237,63 @@ pub fn check(path: &Path, recover_first: bool) -> Result<ExitCode> {
 /// `check`'s exit code for a store that is sound once recovered, and was not closed cleanly:
 /// nothing is wrong, but its data file alone is not the store until `recover` runs.
 pub const EXIT_NEEDS_RECOVERY: u8 = 3;
+
+/// What recovery and its closing checkpoint would write, file by file: the data file's pages
+/// (as ranges), and for other files the bytes, or that they are created, renamed or removed.
+fn written_by_recovery(view: &RecoveredView, page_size: usize) -> Vec<String> {
+    const BLOCK: u64 = lodestore::CHANGE_BLOCK_BYTES;
+    let mut lines = Vec::new();
+    for change in view.changes() {
+        match change {
+            lodestore::FileChange::Named(what) => lines.push(what),
+            lodestore::FileChange::Written { path, blocks } => {
+                let is_data = path.file_name().is_some_and(|n| n == "volume-0.data");
+                if is_data && page_size > 0 {
+                    let pages: std::collections::BTreeSet<u64> = blocks
+                        .iter()
+                        .map(|b| b * BLOCK / page_size as u64)
+                        .collect();
+                    lines.push(format!("write {} pages {}", path.display(), ranges(&pages)));
+                } else {
+                    lines.push(format!(
+                        "write {} KiB of {}",
+                        blocks.len() as u64 * BLOCK / 1024,
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    lines
+}
+
+/// `1-3, 7, 9-10` for the set {1, 2, 3, 7, 9, 10}.
+fn ranges(numbers: &std::collections::BTreeSet<u64>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut run: Option<(u64, u64)> = None;
+    for &n in numbers {
+        run = match run {
+            Some((first, last)) if last + 1 == n => Some((first, n)),
+            Some((first, last)) => {
+                parts.push(span(first, last));
+                Some((n, n))
+            }
+            None => Some((n, n)),
+        };
+    }
+    if let Some((first, last)) = run {
+        parts.push(span(first, last));
+    }
+    parts.join(", ")
+}
+
+fn span(first: u64, last: u64) -> String {
+    if first == last {
+        first.to_string()
+    } else {
+        format!("{first}-{last}")
+    }
+}
 
 fn summary(report: &lodestore::CheckReport, problems: usize) -> ExitCode {
     println!(

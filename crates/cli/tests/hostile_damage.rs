@@ -106,6 +106,13 @@ fn inspection_leaves_every_file_unchanged_after_kill_minus_nine_and_on_a_clean_s
         );
         assert_eq!(fingerprint(&store), before, "{args:?} changed the store");
     }
+    // check lists what recovery would write, file by file, the data file's pages by number.
+    let said = text(&run(&["check", path]));
+    assert!(said.contains("changes redone"), "{said}");
+    assert!(
+        said.contains("recovery would write") && said.contains("volume-0.data pages"),
+        "{said}"
+    );
     // What dump shows (recovered in memory) holds every acknowledged transfer.
     let transfers = check_bank(&store, &[&acks], ACCOUNTS, 0);
     assert!(transfers > 100, "only {transfers} transfers acknowledged");

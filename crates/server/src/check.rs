@@ -28,6 +28,7 @@ pub struct Problem {
 #[derive(Clone, Debug, Serialize)]
 pub struct CheckReport {
     pub path: String,
+    pub page_size: usize,
     pub pages_checked: u64,
     pub objects: u64,
     pub problems: Vec<Problem>,
@@ -59,6 +60,7 @@ pub fn check(fs: &dyn FileSystem, dir: &Path) -> Result<CheckReport> {
         volume: &volume,
         report: CheckReport {
             path: volume.path().display().to_string(),
+            page_size: volume.page_size(),
             pages_checked: 0,
             objects: 0,
             problems: Vec::new(),

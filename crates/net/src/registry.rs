@@ -1,7 +1,8 @@
 //! The open connections of a server: where each comes from, whether it holds a transaction and
 //! when it last spoke, and which one to close when a new connection would pass a limit.
-//! Closing the connection idle longest without a transaction, rather than refusing the new one,
-//! keeps a flood of idle connections from locking real clients out.
+//! Closing the connection idle longest without a transaction (one still in its handshake
+//! first), rather than refusing the new one, keeps a flood of idle connections from locking
+//! real clients out.
 
 use crate::limits::ServeLimits;
 use std::collections::BTreeMap;
@@ -14,6 +15,8 @@ use std::time::Instant;
 #[derive(Debug)]
 pub struct Activity {
     started: Instant,
+    /// The handshake is done (the client proved who it is, where the server asks).
+    greeted: AtomicBool,
     in_transaction: AtomicBool,
     last_heard_ms: AtomicU64,
 }
@@ -23,6 +26,11 @@ impl Activity {
     pub fn heard(&self) {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_heard_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// The connection's handshake is done.
+    pub fn set_greeted(&self) {
+        self.greeted.store(true, Ordering::Relaxed);
     }
 
     /// Whether the connection holds a transaction now.
@@ -85,6 +93,7 @@ impl Registry {
         }
         let activity = Arc::new(Activity {
             started: self.started,
+            greeted: AtomicBool::new(false),
             in_transaction: AtomicBool::new(false),
             last_heard_ms: AtomicU64::new(self.started.elapsed().as_millis() as u64),
         });
@@ -113,12 +122,19 @@ impl Registry {
 }
 
 /// Shuts down and forgets the connection, among those `eligible`, that holds no transaction
-/// and has been silent longest. Returns whether there was one.
+/// and has been silent longest, taking one still in its handshake first: a flood of
+/// connections that never prove who they are then pushes out only its own kind, never a
+/// client that did. Returns whether there was one.
 fn evict_idlest(entries: &mut BTreeMap<u64, Entry>, eligible: impl Fn(&Entry) -> bool) -> bool {
     let idlest = entries
         .iter()
         .filter(|(_, e)| eligible(e) && !e.activity.in_transaction.load(Ordering::Relaxed))
-        .min_by_key(|(_, e)| e.activity.last_heard_ms.load(Ordering::Relaxed))
+        .min_by_key(|(_, e)| {
+            (
+                e.activity.greeted.load(Ordering::Relaxed),
+                e.activity.last_heard_ms.load(Ordering::Relaxed),
+            )
+        })
         .map(|(&id, _)| id);
     let Some(id) = idlest else {
         return false;

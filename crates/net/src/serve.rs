@@ -243,6 +243,9 @@ impl Connection {
                     }
                 }
             };
+            if matches!(handshake, Handshake::Done) {
+                self.activity.set_greeted();
+            }
             self.activity.set_in_transaction(!self.txns.is_empty());
             if let Err(e) = write_frame(&mut writer, frame.request_id, &encode(&response)) {
                 return format!(

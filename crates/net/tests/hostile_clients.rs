@@ -208,3 +208,22 @@ fn connections_with_transactions_open_are_not_pushed_out() {
     begin(&mut first);
     begin(&mut second);
 }
+
+#[test]
+fn connections_that_never_prove_who_they_are_push_out_only_their_own_kind() {
+    let running = start_server_with(ServeLimits {
+        max_connections_per_peer: 4,
+        ..ServeLimits::default()
+    });
+    // A real client connects and then idles; a flood of connections that never say hello
+    // follows, many more than the address may hold.
+    let real = RemotePageServer::connect(&running.address, "real").unwrap();
+    let flood: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(&running.address).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // The real client's connection is still there.
+    let txn = real.begin().unwrap();
+    real.commit(txn).unwrap();
+    drop(flood);
+}

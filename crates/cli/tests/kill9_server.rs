@@ -8,9 +8,8 @@
 
 mod common;
 
-use common::{acknowledged, check_bank, lodestore};
+use common::{acknowledged, check_bank, lodestore, spawn_serve};
 use rand::{Rng, SeedableRng};
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,24 +34,16 @@ fn token_file() -> &'static Path {
 }
 
 fn start_server(store: &Path, listen: &str, method: &str) -> (Child, String) {
+    let extra = [
+        "--method".as_ref(),
+        method.as_ref(),
+        "--token-file".as_ref(),
+        token_file().as_os_str(),
+    ];
     for _ in 0..50 {
-        let mut child = lodestore()
-            .args(["serve", store.to_str().unwrap(), "--listen", listen])
-            .args(["--method", method])
-            .arg("--token-file")
-            .arg(token_file())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        if let Some(address) = line.trim().strip_prefix("listening on ") {
-            return (child, address.to_string());
+        if let Some(started) = spawn_serve(store, listen, &extra) {
+            return started;
         }
-        child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("could not start the server on {listen}");

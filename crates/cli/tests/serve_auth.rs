@@ -4,32 +4,14 @@
 
 mod common;
 
-use common::{acknowledged, lodestore};
-use std::io::{BufRead, BufReader};
+use common::{acknowledged, lodestore, spawn_serve};
 use std::path::Path;
-use std::process::{Child, Stdio};
+use std::process::Child;
 
 /// Starts `serve` on a free loopback port with `extra` arguments; returns it and its address.
 fn start(store: &Path, extra: &[&str]) -> (Child, String) {
-    let mut child = lodestore()
-        .arg("serve")
-        .arg(store)
-        .args(["--listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("serve said {line:?}"))
-        .to_string();
-    (child, address)
+    let extra: Vec<&std::ffi::OsStr> = extra.iter().map(|a| a.as_ref()).collect();
+    spawn_serve(store, "127.0.0.1:0", &extra).expect("serve started")
 }
 
 fn stress(address: &str, acks: &Path, token: Option<&Path>) -> std::process::Output {

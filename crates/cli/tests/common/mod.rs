@@ -11,6 +11,36 @@ pub fn lodestore() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lodestore"))
 }
 
+/// Starts `lodestore serve STORE --listen LISTEN EXTRA..`; returns it and the address it
+/// prints on its first line, or `None` (the process reaped) if it did not start listening.
+pub fn spawn_serve(
+    store: &Path,
+    listen: &str,
+    extra: &[&std::ffi::OsStr],
+) -> Option<(std::process::Child, String)> {
+    use std::io::BufRead;
+    let mut child = lodestore()
+        .arg("serve")
+        .arg(store)
+        .args(["--listen", listen])
+        .args(extra)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    match line.trim().strip_prefix("listening on ") {
+        Some(address) => Some((child, address.to_string())),
+        None => {
+            child.wait().unwrap();
+            None
+        }
+    }
+}
+
 /// `lodestore stress` on the store folder `store`, quiet, appending to `acks`.
 pub fn stress_on(
     store: &Path,

@@ -52,8 +52,8 @@ pub struct Options {
     pub(crate) background_install: bool,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
-    /// The token a remote client proves it holds (`connect` only).
-    pub(crate) token: Option<lodestore_net::auth::Token>,
+    /// How a remote client proves who it is, and whether it talks TLS (`connect` only).
+    pub(crate) credentials: lodestore_net::auth::Credentials,
 }
 
 impl Default for Options {
@@ -70,7 +70,7 @@ impl Default for Options {
             background_install: true,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
-            token: None,
+            credentials: Default::default(),
         }
     }
 }
@@ -174,7 +174,14 @@ impl Options {
     /// one). With a token, a server that does not ask for it, or cannot prove it holds it too,
     /// is refused.
     pub fn token(mut self, token: lodestore_net::auth::Token) -> Options {
-        self.token = Some(token);
+        self.credentials.token = Some(token);
+        self
+    }
+
+    /// `Store::connect` talks TLS to the server, checking its certificate and presenting the
+    /// client's own if `tls` has one (`TlsClient::builder` reads them from PEM files).
+    pub fn tls(mut self, tls: lodestore_net::TlsClient) -> Options {
+        self.credentials.tls = Some(tls);
         self
     }
 

@@ -131,7 +131,7 @@ impl Store {
     pub fn connect(address: &str, options: Options) -> Result<Store> {
         options.validate()?;
         let control =
-            RemotePageServer::connect_with(address, "lodestore control", options.token.as_ref())?;
+            RemotePageServer::connect_secured(address, "lodestore control", &options.credentials)?;
         pool_pages(
             "client cache",
             options.client_cache_bytes,
@@ -236,10 +236,10 @@ impl Store {
         let pages = pool_pages("client cache", self.options.client_cache_bytes, page_size)?;
         let server: Arc<dyn PageServer> = match &self.backend {
             Backend::Embedded(server) => server.clone(),
-            Backend::Remote { address, .. } => Arc::new(RemotePageServer::connect_with(
+            Backend::Remote { address, .. } => Arc::new(RemotePageServer::connect_secured(
                 address,
                 "lodestore session",
-                self.options.token.as_ref(),
+                &self.options.credentials,
             )?),
         };
         Ok(Session {

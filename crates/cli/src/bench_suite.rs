@@ -50,6 +50,9 @@ pub struct Oo7Args {
     /// TCP (`Store::connect`), so pages and log records cross the wire.
     #[arg(long)]
     pub remote: bool,
+    /// With --remote: talk TLS, every client presenting a certificate (made for the run).
+    #[arg(long, requires = "remote")]
+    pub tls: bool,
     /// The server's recovery method: auto (QuickStore's pairing: wpl for WPL and WPL-UFFD,
     /// redo for PD-REDO, esm for the rest), esm, redo or wpl.
     #[arg(long, default_value = "auto")]
@@ -224,6 +227,7 @@ fn oo7_config(args: &Oo7Args) -> Result<Oo7Config> {
         clients: parse_clients(&args.clients)?,
         cold: args.cold,
         remote: args.remote,
+        tls: args.tls,
         method: match args.method.as_str() {
             "auto" => None,
             name => Some(name.parse()?),
@@ -284,6 +288,7 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         clients: "1".into(),
         cold: false,
         remote: false,
+        tls: false,
         method: "auto".into(),
         seed: 1,
         out: args.out.clone(),

@@ -9,6 +9,7 @@ mod bench_suite;
 mod campaign;
 mod demo;
 mod inspect;
+mod security;
 mod serve;
 mod stress;
 mod torture;
@@ -140,9 +141,21 @@ pub(crate) enum Command {
         /// File the acknowledged transfers are appended to.
         #[arg(long)]
         acks: PathBuf,
-        /// With --connect: file holding the token the server requires.
-        #[arg(long, requires = "connect")]
-        token_file: Option<PathBuf>,
+        #[command(flatten)]
+        security: security::ClientSecurityArgs,
+    },
+    /// Make a set of certificates for serving TLS in the folder DIR: a certificate authority
+    /// whose clients may write, one whose clients may only read, a server certificate for the
+    /// names given and for loopback, and a client certificate from each authority. Keys are
+    /// readable by their owner only; no file is ever overwritten. Prints the `serve` and
+    /// client flags that use them.
+    Certs {
+        /// Folder to write the certificates to (created if missing).
+        dir: PathBuf,
+        /// A name (host or IP address) clients reach the server by; repeat for several.
+        /// localhost, 127.0.0.1 and ::1 are always included.
+        #[arg(long = "name")]
+        names: Vec<String>,
     },
     /// Serve the store in PATH to remote clients (`Store::connect`, `stress --connect`) on
     /// ADDR until interrupted. Each connection is one client session; a client that breaks the
@@ -312,17 +325,18 @@ fn main() -> ExitCode {
             threads,
             seconds,
             acks,
-            token_file,
+            security,
         } => stress::run(
             path.as_deref(),
             connect.as_deref(),
-            token_file.as_deref(),
+            &security,
             accounts,
             threads,
             seconds,
             &acks,
         ),
         Command::Serve(args) => serve::run(&args),
+        Command::Certs { dir, names } => security::certs(&dir, &names),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),

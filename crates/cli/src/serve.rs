@@ -1,6 +1,6 @@
 //! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
 
-use lodestore::{limits, Access, ServeLimits, ServerAuth, Token};
+use lodestore::{limits, Access, ServeLimits, ServerAuth, TlsServer, Token};
 use lodestore::{Error, Options, RecoveryMethodKind, Result, Store};
 use std::io::Write;
 use std::net::TcpListener;
@@ -54,6 +54,21 @@ pub struct ServeArgs {
     /// it can read and change the whole store.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Serve TLS with the certificate (chain) in this PEM file (with --tls-key; `certs` makes
+    /// one). Clients then connect with --tls-ca.
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert, a PEM file.
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// With --tls-cert: require client certificates; those signed by the authority in this
+    /// PEM file may read and write.
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// With --tls-cert: require client certificates; those signed by the authority in this
+    /// PEM file may only read.
+    #[arg(long, requires = "tls_cert")]
+    tls_read_only_client_ca: Option<PathBuf>,
     /// Seconds one reply may take to be written (a client that stops reading is closed).
     #[arg(long, default_value_t = limits::WRITE_TIMEOUT.as_secs_f64(), value_parser = crate::args::seconds)]
     write_timeout: f64,
@@ -76,9 +91,19 @@ fn connections(text: &str) -> std::result::Result<usize, String> {
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 
 impl ServeArgs {
-    /// The tokens clients must prove they hold.
+    /// The tokens clients must prove they hold, and the server's TLS.
     fn auth(&self) -> Result<ServerAuth> {
         let mut auth = ServerAuth::none();
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            let mut tls = TlsServer::builder(cert, key);
+            if let Some(ca) = &self.tls_client_ca {
+                tls = tls.client_authority(ca, Access::ReadWrite);
+            }
+            if let Some(ca) = &self.tls_read_only_client_ca {
+                tls = tls.client_authority(ca, Access::ReadOnly);
+            }
+            auth = auth.with_tls(tls.build()?);
+        }
         if let Some(path) = &self.token_file {
             auth = auth.with(Token::from_file(path)?, Access::ReadWrite);
         }
@@ -117,17 +142,24 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     let auth = args.auth()?;
     let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
     let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
-    if !auth.is_required() {
+    if !auth.authenticates_clients() {
         if !loopback && !args.insecure_no_auth {
             return Err(Error::InvalidArgument(format!(
-                "{listen} is not a loopback address and no --token-file was given: anyone who \
-                 can reach it could read and change the whole store (give --insecure-no-auth to \
-                 serve it so anyway)"
+                "{listen} is not a loopback address and neither --token-file nor \
+                 --tls-client-ca was given: anyone who can reach it could read and change the \
+                 whole store (give --insecure-no-auth to serve it so anyway)"
             )));
         }
         eprintln!(
             "WARNING: serving without authentication: anyone who can connect to {listen} can \
-             read and change the whole store (give --token-file to require a token)"
+             read and change the whole store (give --token-file to require a token, or \
+             --tls-client-ca to require a client certificate)"
+        );
+    }
+    if auth.tls().is_none() && !loopback {
+        eprintln!(
+            "WARNING: serving without TLS on {listen}: pages and log records cross the network \
+             in the clear (give --tls-cert and --tls-key to encrypt them)"
         );
     }
     let store = Store::open_or_create(path, options)?;

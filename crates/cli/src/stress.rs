@@ -38,7 +38,7 @@ impl Persistent for Account {
 pub fn run(
     path: Option<&Path>,
     connect: Option<&str>,
-    token_file: Option<&Path>,
+    security: &crate::security::ClientSecurityArgs,
     accounts: u64,
     threads: u32,
     seconds: f64,
@@ -51,9 +51,13 @@ pub fn run(
     }
     let store = match (path, connect) {
         (_, Some(address)) => {
+            let credentials = security.credentials()?;
             let mut options = Options::new();
-            if let Some(file) = token_file {
-                options = options.token(lodestore::Token::from_file(file)?);
+            if let Some(token) = credentials.token {
+                options = options.token(token);
+            }
+            if let Some(tls) = credentials.tls {
+                options = options.tls(tls);
             }
             Store::connect(address, options)?
         }

@@ -4,7 +4,8 @@
 //! each kill the store is read with `lodestore dump --json` (which recovers it) and checked as
 //! an outside tool would: the total balance is conserved, and every transfer any client
 //! acknowledged is in the transfer counts of both its accounts. Then the server restarts and the
-//! clients connect again. Servers and clients authenticate with a token throughout.
+//! clients connect again. Servers and clients talk TLS and authenticate with a client
+//! certificate and a token throughout.
 
 mod common;
 
@@ -33,12 +34,47 @@ fn token_file() -> &'static Path {
     .path()
 }
 
+/// The certificates every server and client of these tests uses, made by `lodestore certs`.
+fn certificates() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let out = lodestore()
+            .arg("certs")
+            .arg(dir.path().join("tls"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir
+    })
+    .path()
+}
+
+fn certificate(name: &str) -> std::ffi::OsString {
+    certificates().join("tls").join(name).into_os_string()
+}
+
 fn start_server(store: &Path, listen: &str, method: &str) -> (Child, String) {
+    let (cert, key, ca) = (
+        certificate("server.pem"),
+        certificate("server.key"),
+        certificate("ca.pem"),
+    );
     let extra = [
         "--method".as_ref(),
         method.as_ref(),
         "--token-file".as_ref(),
         token_file().as_os_str(),
+        "--tls-cert".as_ref(),
+        cert.as_os_str(),
+        "--tls-key".as_ref(),
+        key.as_os_str(),
+        "--tls-client-ca".as_ref(),
+        ca.as_os_str(),
     ];
     for _ in 0..50 {
         if let Some(started) = spawn_serve(store, listen, &extra) {
@@ -63,6 +99,12 @@ fn stress(address: &str, acks: &Path, seconds: &str, threads: &str) -> Command {
         .arg(acks)
         .arg("--token-file")
         .arg(token_file())
+        .arg("--tls-ca")
+        .arg(certificate("ca.pem"))
+        .arg("--tls-cert")
+        .arg(certificate("client.pem"))
+        .arg("--tls-key")
+        .arg(certificate("client.key"))
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command

@@ -94,3 +94,124 @@ fn an_address_other_than_loopback_needs_a_token() {
     // Nothing was created for a server that never started.
     assert!(!dir.path().join("s").exists());
 }
+
+/// `lodestore certs` makes what `serve` and `stress` need for TLS with client certificates:
+/// the client certificate commits, the read-only one cannot write, and a client without a
+/// certificate, or trusting another authority, is refused with a clear error on both sides.
+#[test]
+fn tls_with_client_certificates_from_lodestore_certs() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    let out = lodestore().arg("certs").arg(&tls).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("--tls-client-ca"), "{said}");
+    // A second run into the same folder overwrites nothing.
+    let again = lodestore().arg("certs").arg(&tls).output().unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+    let file = |name: &str| tls.join(name).to_str().unwrap().to_string();
+
+    let log = dir.path().join("serve.log");
+    let mut server = lodestore()
+        .arg("serve")
+        .arg(dir.path().join("s"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args([
+            "--tls-cert",
+            &file("server.pem"),
+            "--tls-key",
+            &file("server.key"),
+        ])
+        .args(["--tls-client-ca", &file("ca.pem")])
+        .args(["--tls-read-only-client-ca", &file("read-only-ca.pem")])
+        .env("LODESTORE_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let address = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_string()
+    };
+    let stress_tls = |acks: &str, ca: &str, identity: Option<(&str, &str)>| {
+        let mut command = lodestore();
+        command
+            .args(["stress", "--connect", &address, "--accounts", "20"])
+            .args(["--threads", "2", "--seconds", "0.5", "--acks"])
+            .arg(dir.path().join(acks))
+            .args(["--tls-ca", ca]);
+        if let Some((cert, key)) = identity {
+            command.args(["--tls-cert", cert, "--tls-key", key]);
+        }
+        command.output().unwrap()
+    };
+    let out = stress_tls(
+        "acks",
+        &file("ca.pem"),
+        Some((&file("client.pem"), &file("client.key"))),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(acknowledged(&dir.path().join("acks")).0 > 0);
+
+    let out = stress_tls(
+        "acks-2",
+        &file("ca.pem"),
+        Some((&file("read-only-client.pem"), &file("read-only-client.key"))),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("may only read"), "{said}");
+
+    let out = stress_tls("acks-3", &file("ca.pem"), None);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("TLS handshake failed"), "{said}");
+    assert!(said.contains("CertificateRequired"), "{said}");
+
+    // A client that trusts another authority refuses the server.
+    let other = dir.path().join("other");
+    assert!(lodestore()
+        .arg("certs")
+        .arg(&other)
+        .status()
+        .unwrap()
+        .success());
+    let out = stress_tls(
+        "acks-4",
+        other.join("ca.pem").to_str().unwrap(),
+        Some((&file("client.pem"), &file("client.key"))),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("invalid peer certificate"), "{said}");
+
+    // A plain client is told the server speaks TLS.
+    let out = stress(&address, &dir.path().join("acks-5"), None);
+    assert_eq!(out.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("speaks TLS"), "{said}");
+
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("refused a connection") && logged.contains("TLS handshake failed"),
+        "{logged}"
+    );
+}

@@ -10,6 +10,7 @@
 //! on both sides make a recorded handshake useless to replay, and the server's proof keeps a
 //! client from talking to an impostor that merely accepts everyone.
 
+use crate::tls::{TlsClient, TlsServer};
 use hmac::{Hmac, Mac};
 use lodestore_core::{Error, Result};
 use rand::RngCore;
@@ -31,6 +32,18 @@ pub enum Access {
     ReadWrite,
     /// Reads only: every request that would change the store is refused.
     ReadOnly,
+}
+
+impl Access {
+    /// What a client may do when two proofs of who it is (a certificate and a token) each
+    /// grant an access: the less of the two.
+    pub fn narrowed_by(self, other: Access) -> Access {
+        if self == Access::ReadOnly || other == Access::ReadOnly {
+            Access::ReadOnly
+        } else {
+            Access::ReadWrite
+        }
+    }
 }
 
 /// A shared secret. Never printed: its `Debug` says only that it is one.
@@ -132,10 +145,19 @@ pub fn nonce() -> Vec<u8> {
     bytes
 }
 
-/// The tokens a server accepts, each with the access it grants. Empty: no authentication.
+/// How a client proves who it is, and whether it talks TLS.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    pub token: Option<Token>,
+    pub tls: Option<TlsClient>,
+}
+
+/// How a server knows its clients: the tokens it accepts, each with the access it grants, and
+/// its TLS (which may require client certificates). Neither: no authentication.
 #[derive(Clone, Debug, Default)]
 pub struct ServerAuth {
     tokens: Vec<(Token, Access)>,
+    tls: Option<TlsServer>,
 }
 
 impl ServerAuth {
@@ -150,8 +172,28 @@ impl ServerAuth {
         self
     }
 
+    /// Serves over TLS (`crate::tls`), with client certificates if `tls` requires them.
+    pub fn with_tls(mut self, tls: TlsServer) -> ServerAuth {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Must a client prove it holds a token?
     pub fn is_required(&self) -> bool {
         !self.tokens.is_empty()
+    }
+
+    /// Must a client prove who it is, by a token or a certificate?
+    pub fn authenticates_clients(&self) -> bool {
+        self.is_required()
+            || self
+                .tls
+                .as_ref()
+                .is_some_and(TlsServer::requires_client_certificates)
+    }
+
+    pub fn tls(&self) -> Option<&TlsServer> {
+        self.tls.as_ref()
     }
 
     /// The access and the server's proof for a client whose `proof` checks against one of the

@@ -3,7 +3,7 @@
 //! byte at a time therefore cannot stretch a frame, or a handshake, beyond its deadline, and
 //! in steady state (the same timeout frame after frame) no system call is added.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
@@ -72,6 +72,17 @@ impl Read for DeadlineStream {
     }
 }
 
+/// Writes go straight to the socket; its write timeout bounds them.
+impl Write for DeadlineStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.stream.flush()
+    }
+}
+
 impl AsRawFd for DeadlineStream {
     fn as_raw_fd(&self) -> RawFd {
         self.stream.as_raw_fd()
@@ -81,7 +92,6 @@ impl AsRawFd for DeadlineStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use std::net::TcpListener;
 
     #[test]

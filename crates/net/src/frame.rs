@@ -119,6 +119,13 @@ pub fn read_frame_admitted(
     if got == 0 {
         return Err(FrameError::Closed);
     }
+    // A peer that is not a Lodestore peer (a TLS alert is 7 bytes) is named as such even when
+    // it sends less than a header.
+    if got >= MAGIC.len() && header[..MAGIC.len()] != MAGIC {
+        return Err(FrameError::BadMagic(
+            header[..MAGIC.len()].try_into().expect("4 bytes"),
+        ));
+    }
     if got < HEADER_BYTES {
         return Err(FrameError::Truncated {
             got,

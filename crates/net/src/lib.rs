@@ -12,7 +12,9 @@ pub mod message;
 mod registry;
 pub mod remote;
 pub mod serve;
+pub mod tls;
 
 pub use limits::{ServeLimits, MAX_CONNECTIONS};
 pub use remote::RemotePageServer;
 pub use serve::{serve, serve_with, serve_with_limits};
+pub use tls::{TlsClient, TlsServer};

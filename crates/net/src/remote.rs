@@ -2,11 +2,10 @@
 //! response (one in flight per connection; a session owns its connection). Batches of pages or
 //! log records larger than a frame are split.
 
-use crate::auth::{self, Access, Token};
-use crate::frame::{
-    read_frame, write_frame, FrameError, Poller, MAX_FRAME_BODY, STREAM_BUFFER_BYTES,
-};
+use crate::auth::{self, Access, Credentials, Token};
+use crate::frame::{read_frame, FrameError, Poller, MAX_FRAME_BODY};
 use crate::message::{decode, encode, Request, Response, WireObjectUpdates, WirePage, WireUpdates};
+use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
     validate_client_page, LockMode, LockStats, ObjectUpdates, PageServer, PageUpdates,
@@ -39,10 +38,15 @@ fn frames_of<K>(parts: &[(K, u32, u32)], strings: usize) -> Vec<(Range<usize>, R
     }
     frames
 }
-use std::io::{BufReader, BufWriter};
-use std::net::TcpStream;
+use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Range;
 use std::sync::Mutex;
+use std::time::Duration;
+
+/// Longest a client waits to connect, and then for each reply of the handshake (TLS and
+/// Lodestore's own). Requests after it wait as long as the server takes: a lock wait there is
+/// bounded by the server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What the server said when the connection opened.
 #[derive(Clone, Debug)]
@@ -56,6 +60,8 @@ pub struct Welcome {
     pub access: Access,
     /// Did the server require, and prove it holds, the client's token?
     pub authenticated: bool,
+    /// Is the connection encrypted (TLS, the server's certificate checked)?
+    pub tls: bool,
 }
 
 pub struct RemotePageServer {
@@ -65,8 +71,7 @@ pub struct RemotePageServer {
 }
 
 struct Conn {
-    reader: BufReader<TcpStream>,
-    writer: BufWriter<TcpStream>,
+    channel: Channel<TcpStream>,
     next_id: u64,
     /// Whether to poll for a reply before sleeping (decided for the connecting thread).
     poller: Poller,
@@ -105,20 +110,41 @@ impl RemotePageServer {
         client: &str,
         token: Option<&Token>,
     ) -> Result<RemotePageServer> {
-        let stream = TcpStream::connect(address)
-            .map_err(|e| connection(address, format!("connect: {e}")))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| connection(address, format!("socket setup: {e}")))?;
-        let reader = BufReader::with_capacity(
-            STREAM_BUFFER_BYTES,
-            stream
-                .try_clone()
-                .map_err(|e| connection(address, format!("socket setup: {e}")))?,
-        );
+        let credentials = Credentials {
+            token: token.cloned(),
+            tls: None,
+        };
+        RemotePageServer::connect_secured(address, client, &credentials)
+    }
+
+    /// Connects to the server at `address`, over TLS if `credentials` say so (the server's
+    /// certificate checked, the client's presented), and runs the handshake of `crate::auth`
+    /// with their token if they hold one.
+    pub fn connect_secured(
+        address: &str,
+        client: &str,
+        credentials: &Credentials,
+    ) -> Result<RemotePageServer> {
+        let token = credentials.token.as_ref();
+        let socket = connect_socket(address)?;
+        let transport = match &credentials.tls {
+            Some(tls) => {
+                let name = tls.server_name_for(address)?;
+                Transport::connect(socket, tls, name).map_err(|failure| {
+                    if failure.refused {
+                        Error::PermissionDenied {
+                            reason: format!("{address}: {}", failure.reason),
+                        }
+                    } else {
+                        connection(address, failure.reason)
+                    }
+                })?
+            }
+            None => Transport::Plain(socket),
+        };
+        let tls = transport.is_tls();
         let conn = Conn {
-            reader,
-            writer: BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream),
+            channel: Channel::new(transport),
             next_id: 1,
             poller: Poller::for_this_thread(),
         };
@@ -132,6 +158,7 @@ impl RemotePageServer {
                 restart: RestartReport::default(),
                 access: Access::ReadWrite,
                 authenticated: false,
+                tls,
             },
             conn: Mutex::new(Some(conn)),
         };
@@ -192,11 +219,34 @@ impl RemotePageServer {
                     restart,
                     access,
                     authenticated,
+                    tls,
                 };
+                remote.after_handshake()?;
                 Ok(remote)
             }
             other => Err(remote.unexpected("hello", &other)),
         }
+    }
+
+    /// The handshake is done: requests may now wait as long as the server takes.
+    fn after_handshake(&self) -> Result<()> {
+        let mut guard = self
+            .conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(conn) = guard.as_mut() {
+            conn.channel
+                .transport_mut()
+                .socket_mut()
+                .set_read_timeout(None)
+                .map_err(|e| connection(&self.peer, format!("socket setup: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Is the connection still in its handshake (the welcome not yet received)?
+    fn in_handshake(&self) -> bool {
+        self.welcome.page_size == 0
     }
 
     pub fn welcome(&self) -> &Welcome {
@@ -239,17 +289,47 @@ impl RemotePageServer {
                 body.len()
             )));
         }
-        let exchanged = write_frame(&mut conn.writer, id, &body)
+        let exchanged = conn
+            .channel
+            .send(id, &body)
             .map_err(FrameError::from)
             .and_then(|()| {
-                conn.poller.before_read(&conn.reader);
-                read_frame(&mut conn.reader)
+                conn.poller.before_read(&conn.channel.reader);
+                read_frame(&mut conn.channel.reader)
             });
         let frame = match exchanged {
             Ok(frame) => frame,
+            Err(FrameError::Io(e))
+                if self.in_handshake()
+                    && e.get_ref().is_some_and(|inner| inner.is::<rustls::Error>()) =>
+            {
+                // TLS 1.3 ends a client's handshake before the server has checked the
+                // client's certificate: a refusal arrives with the first reply.
+                *guard = None;
+                let failure = HandshakeFailure::from_io(e);
+                return Err(if failure.refused {
+                    Error::PermissionDenied {
+                        reason: format!("{}: {}", self.peer, failure.reason),
+                    }
+                } else {
+                    connection(&self.peer, failure.reason)
+                });
+            }
             Err(e) => {
                 *guard = None;
-                return Err(connection(&self.peer, format!("{}: {e}", request.name())));
+                let hint = match &e {
+                    FrameError::BadMagic(magic) if crate::tls::looks_like_tls(magic) => {
+                        " (the server speaks TLS: connect with TLS)"
+                    }
+                    FrameError::Closed | FrameError::Truncated { .. } if self.in_handshake() => {
+                        " (did the server refuse this client? its log says why)"
+                    }
+                    _ => "",
+                };
+                return Err(connection(
+                    &self.peer,
+                    format!("{}: {e}{hint}", request.name()),
+                ));
             }
         };
         if frame.request_id != id {
@@ -313,6 +393,34 @@ impl RemotePageServer {
     }
 }
 
+/// A connected socket to `address`, set up for the handshake: no Nagle delay, and reads bounded
+/// by `CONNECT_TIMEOUT` until `after_handshake`.
+fn connect_socket(address: &str) -> Result<TcpStream> {
+    let addrs = address
+        .to_socket_addrs()
+        .map_err(|e| connection(address, format!("resolve: {e}")))?;
+    let mut last = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            Ok(stream) => {
+                stream
+                    .set_nodelay(true)
+                    .and(stream.set_read_timeout(Some(CONNECT_TIMEOUT)))
+                    .map_err(|e| connection(address, format!("socket setup: {e}")))?;
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(connection(
+        address,
+        match last {
+            Some(e) => format!("connect: {e}"),
+            None => "connect: the address resolves to nothing".into(),
+        },
+    ))
+}
+
 fn connection(peer: &str, reason: String) -> Error {
     Error::Connection {
         peer: peer.to_string(),
@@ -324,7 +432,9 @@ impl Drop for RemotePageServer {
     fn drop(&mut self) {
         // Closing the socket is the goodbye: the server aborts what this connection left open.
         if let Ok(mut guard) = self.conn.lock() {
-            guard.take();
+            if let Some(mut conn) = guard.take() {
+                conn.channel.transport_mut().close();
+            }
         }
     }
 }

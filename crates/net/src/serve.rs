@@ -7,14 +7,14 @@
 use crate::auth::{self, Access, ServerAuth, NONCE_BYTES};
 use crate::budget::Budget;
 use crate::deadline::DeadlineStream;
-use crate::frame::{read_frame_admitted, write_frame, FrameError, Poller, STREAM_BUFFER_BYTES};
+use crate::frame::{read_frame_admitted, FrameError, Poller};
 use crate::limits::{ServeLimits, CLOSE_WAIT_MAX};
 use crate::message::{decode, encode, Request, Response, WireError};
 use crate::registry::{Activity, Registry};
+use crate::tls::transport::{Channel, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
 use rustc_hash::FxHashSet;
-use std::io::{BufReader, BufWriter};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -96,6 +96,7 @@ pub fn serve_with(
                     activity,
                     auth: auth.clone(),
                     access: Access::ReadWrite,
+                    certificate_access: Access::ReadWrite,
                 };
                 let (live, registry) = (live.clone(), registry.clone());
                 std::thread::Builder::new()
@@ -152,6 +153,8 @@ struct Connection {
     auth: Arc<ServerAuth>,
     /// What the client may do (set by the handshake).
     access: Access,
+    /// What the client's TLS certificate lets it do (read-write where none is required).
+    certificate_access: Access,
 }
 
 impl Connection {
@@ -177,11 +180,30 @@ impl Connection {
             return format!("socket setup failed: {e}");
         }
         let accepted = Instant::now();
-        let mut reader = match stream.try_clone() {
-            Ok(s) => BufReader::with_capacity(STREAM_BUFFER_BYTES, DeadlineStream::new(s)),
-            Err(e) => return format!("socket setup failed: {e}"),
+        let mut socket = DeadlineStream::new(stream);
+        // The TLS handshake is part of the handshake, under the same deadline.
+        socket.set_deadline(accepted + self.limits.handshake_timeout);
+        let transport = match self.auth.tls() {
+            Some(tls) => match Transport::accept(socket, tls) {
+                Ok((transport, access)) => {
+                    self.certificate_access = access;
+                    transport
+                }
+                Err(failure) => {
+                    tracing::warn!(peer = %self.peer, reason = %failure.reason, "refused a connection");
+                    return failure.reason;
+                }
+            },
+            None => Transport::Plain(socket),
         };
-        let mut writer = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
+        let mut channel = Channel::new(transport);
+        let reason = self.serve_frames(&mut channel, accepted);
+        channel.transport_mut().close();
+        reason
+    }
+
+    /// Answers the frames of one connection, handshake first, until it ends; returns why.
+    fn serve_frames(&mut self, channel: &mut Channel<DeadlineStream>, accepted: Instant) -> String {
         let mut handshake = Handshake::Start;
         // Polling for the next request keeps this thread's CPU awake for it (see
         // `POLL_BEFORE_SLEEP`).
@@ -203,11 +225,11 @@ impl Connection {
                     "a request with a transaction open",
                 )
             };
-            reader.get_mut().set_deadline(deadline);
-            poller.before_read(&reader);
+            channel.transport_mut().socket_mut().set_deadline(deadline);
+            poller.before_read(&channel.reader);
             // The body's bytes count against the server's budget until the request is done.
             let mut held = None;
-            let frame = match read_frame_admitted(&mut reader, |len| {
+            let frame = match read_frame_admitted(&mut channel.reader, |len| {
                 held = Some(
                     self.budget
                         .take(len, self.limits.admit_wait)
@@ -219,6 +241,9 @@ impl Connection {
                 Err(FrameError::Closed) => return "client closed the connection".into(),
                 Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
                     return format!("timed out waiting for {waiting_for}");
+                }
+                Err(FrameError::BadMagic(magic)) if crate::tls::looks_like_tls(&magic) => {
+                    return "a TLS client at a server that does not serve TLS".into()
                 }
                 Err(e) => return format!("malformed frame: {e}"),
             };
@@ -247,7 +272,7 @@ impl Connection {
                 self.activity.set_greeted();
             }
             self.activity.set_in_transaction(!self.txns.is_empty());
-            if let Err(e) = write_frame(&mut writer, frame.request_id, &encode(&response)) {
+            if let Err(e) = channel.send(frame.request_id, &encode(&response)) {
                 return format!(
                     "could not answer (a client that stops reading is closed after {:?}): {e}",
                     self.limits.write_timeout
@@ -281,7 +306,12 @@ impl Connection {
                     ));
                 }
                 if !self.auth.is_required() {
-                    tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
+                    if self.auth.authenticates_clients() {
+                        tracing::info!(peer = %self.peer, %client, access = ?self.certificate_access, "client authenticated by its certificate");
+                    } else {
+                        tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
+                    }
+                    self.access = self.certificate_access;
                     *state = Handshake::Done;
                     return (self.welcome(None), None);
                 }
@@ -308,6 +338,7 @@ impl Connection {
                 .verify(&server_nonce, &client_nonce, &client, &proof)
             {
                 Some((access, server_proof)) => {
+                    let access = access.narrowed_by(self.certificate_access);
                     tracing::info!(peer = %self.peer, %client, ?access, "client authenticated");
                     self.access = access;
                     *state = Handshake::Done;

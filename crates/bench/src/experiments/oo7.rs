@@ -33,6 +33,8 @@ pub struct Oo7Config {
     pub cold: bool,
     /// Serve the store on a loopback port and connect the clients over TCP.
     pub remote: bool,
+    /// With `remote`: over TLS, clients presenting certificates.
+    pub tls: bool,
     /// The server's recovery method for every scheme; `None`: the one QuickStore pairs with
     /// each scheme ([`paired_method`]).
     pub method: Option<RecoveryMethodKind>,
@@ -91,6 +93,26 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
         },
     )?;
 
+    // TLS: a certificate set for this run, the server requiring the clients' certificates.
+    let certificates = if config.remote && config.tls {
+        let dir = config
+            .out
+            .join(format!(".tls-{}", hex_of(&fresh_token()[..8])));
+        let set = lodestore::tls_certs::write_set(&dir, &[])?;
+        let server = lodestore::TlsServer::builder(&set.server_certificate, &set.server_key)
+            .client_authority(&set.authority, lodestore::Access::ReadWrite)
+            .build()?;
+        let client = lodestore::TlsClient::builder(&set.authority)
+            .certificate(&set.client_certificate, &set.client_key)
+            .build()?;
+        Some(TlsRun {
+            dir,
+            server,
+            client,
+        })
+    } else {
+        None
+    };
     let configurations =
         config.recovery_buffers.len() * config.schemes.len() * config.clients.len();
     let bar = workspace::progress_bar(configurations as u64, "OO7 configurations", config.quiet);
@@ -127,15 +149,21 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
                 // Remote clients authenticate as they would on a network: a fresh token per
                 // configuration, proven in every connection's handshake.
                 let token = lodestore::Token::new(fresh_token())?;
-                let options = options.token(token.clone());
+                let mut options = options.token(token.clone());
+                if let Some(tls) = &certificates {
+                    options = options.tls(tls.client.clone());
+                }
                 let gate = Gate::new(clients as usize);
                 let phase_start = Mutex::new(0u64);
                 let phase_pages = Mutex::new(0f64);
                 std::thread::scope(|scope| -> Result<()> {
                     let serving = listener.map(|listener| {
                         let (store, stop) = (&store, stop_serving.clone());
-                        let auth = lodestore::ServerAuth::none()
+                        let mut auth = lodestore::ServerAuth::none()
                             .with(token.clone(), lodestore::Access::ReadWrite);
+                        if let Some(tls) = &certificates {
+                            auth = auth.with_tls(tls.server.clone());
+                        }
                         scope.spawn(move || {
                             store.serve_with(
                                 listener,
@@ -340,6 +368,23 @@ fn with_retries<T>(client: u32, mut transaction: impl FnMut() -> Result<T>) -> R
 }
 
 /// A random token of 32 bytes for one benchmark configuration's server and clients.
+/// A run's TLS: the certificates' folder (removed when the run ends) and both ends' setup.
+struct TlsRun {
+    dir: PathBuf,
+    server: lodestore::TlsServer,
+    client: lodestore::TlsClient,
+}
+
+impl Drop for TlsRun {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 fn fresh_token() -> Vec<u8> {
     use rand::RngCore;
     let mut bytes = vec![0u8; 32];

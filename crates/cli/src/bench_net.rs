@@ -6,6 +6,12 @@
 //!   (a few dozen bytes each way); the floor is a 64-byte ping-pong.
 //! - `fetch page`: `fetch_page` of one page; the floor is a 64-byte request answered with a
 //!   page of bytes.
+//! - `connect`: a new connection and its handshake (no token), from connecting to the welcome;
+//!   the floor is a bare TCP connect that the other end accepts.
+//!
+//! Each request is also made over TLS (TLS 1.3, a certificate made for the run), on a second
+//! port of the same server, so the cost of encryption shows per request, per page and per
+//! connection next to plain TCP.
 //!
 //! A round trip costs mostly the wake-up of the thread at the other end, and that depends on
 //! where the threads run: on one CPU the two hand it to each other; across two, the waker must
@@ -34,27 +40,32 @@ const PAGE_SIZE: usize = 8192;
 /// Bytes of a bare ping's request, about a small Lodestore request's frame.
 const PING_BYTES: usize = 64;
 
-/// One kind of request, timed remote, in process, and against its bare floor.
+/// Connections opened per run for the `connect` row, per request made of the other kinds.
+const CONNECTS_PER_REQUESTS: usize = 20;
+
+/// One kind of request, timed remote (plain and TLS), in process, and against its bare floor.
 #[derive(Clone, Copy)]
 enum Kind {
     LockHeld,
     FetchPage,
+    Connect,
 }
 
 impl Kind {
-    const ALL: [Kind; 2] = [Kind::LockHeld, Kind::FetchPage];
+    const ALL: [Kind; 3] = [Kind::LockHeld, Kind::FetchPage, Kind::Connect];
 
     fn name(self) -> &'static str {
         match self {
             Kind::LockHeld => "lock (held)",
             Kind::FetchPage => "fetch page",
+            Kind::Connect => "connect",
         }
     }
 
     /// Bytes of the bare floor's reply.
     fn reply_bytes(self) -> usize {
         match self {
-            Kind::LockHeld => PING_BYTES,
+            Kind::LockHeld | Kind::Connect => PING_BYTES,
             Kind::FetchPage => PAGE_SIZE,
         }
     }
@@ -73,7 +84,9 @@ struct Placement {
 #[derive(Clone, Copy, Default)]
 struct Sample {
     remote_us: f64,
+    tls_us: f64,
     floor_us: f64,
+    /// NaN where there is no in-process counterpart (connecting).
     in_process_us: f64,
 }
 
@@ -131,65 +144,158 @@ fn measure_placed(
     )?);
     let listener = TcpListener::bind("127.0.0.1:0").map_err(io("listen"))?;
     let address = listener.local_addr().map_err(io("listen"))?.to_string();
+    let tls_listener = TcpListener::bind("127.0.0.1:0").map_err(io("listen"))?;
+    let tls_address = tls_listener.local_addr().map_err(io("listen"))?.to_string();
+    let certificates = lodestore::tls_certs::write_set(&dir.join("tls"), &[])?;
+    let tls_server =
+        lodestore::TlsServer::builder(&certificates.server_certificate, &certificates.server_key)
+            .build()?;
+    let tls_client = lodestore::TlsClient::builder(&certificates.authority).build()?;
     let stop = Arc::new(AtomicBool::new(false));
-    // Threads inherit their creator's CPUs: the serving thread, and the connection threads it
-    // starts, run where this thread is pinned now.
+    // Threads inherit their creator's CPUs: the serving threads, and the connection threads
+    // they start, run where this thread is pinned now.
     pin_current_thread(&placement.server)?;
-    let serving = {
+    let serving = [
+        (listener, lodestore::ServerAuth::none()),
+        (
+            tls_listener,
+            lodestore::ServerAuth::none().with_tls(tls_server),
+        ),
+    ]
+    .map(|(listener, auth)| {
         let (server, stop) = (server.clone(), stop.clone());
-        std::thread::spawn(move || lodestore_net::serve(server, listener, stop))
+        std::thread::spawn(move || {
+            lodestore_net::serve_with(server, listener, stop, Default::default(), auth)
+        })
+    });
+    let tls = lodestore::Credentials {
+        token: None,
+        tls: Some(tls_client),
     };
-    let measured = measure(&server, &address, placement, runs, requests);
+    let measured = measure(
+        &server,
+        (&address, &tls_address, &tls),
+        placement,
+        runs,
+        requests,
+    );
     stop.store(true, Ordering::Relaxed);
-    let served = serving
-        .join()
-        .unwrap_or_else(|_| Err(Error::InvalidArgument("the serving thread panicked".into())));
+    let mut served = Ok(0);
+    for thread in serving {
+        let result = thread
+            .join()
+            .unwrap_or_else(|_| Err(Error::InvalidArgument("a serving thread panicked".into())));
+        served = served.and(result);
+    }
     let samples = measured?;
     served?;
     Ok(samples)
+}
+
+/// Microseconds per connection and handshake to `address`, `count` in a row; each closed
+/// before the next.
+fn connects_us(address: &str, credentials: &lodestore::Credentials, count: usize) -> Result<f64> {
+    let started = Instant::now();
+    for _ in 0..count {
+        drop(RemotePageServer::connect_secured(
+            address,
+            "lodestore bench net",
+            credentials,
+        )?);
+    }
+    Ok(started.elapsed().as_secs_f64() * 1e6 / count as f64)
+}
+
+/// Microseconds per bare TCP connect to a listener that accepts each, `count` in a row.
+fn bare_connects_us(count: usize) -> Result<f64> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(io("listen"))?;
+    let address = listener.local_addr().map_err(io("listen"))?;
+    let accepting = std::thread::spawn(move || -> std::io::Result<()> {
+        for _ in 0..count {
+            let (mut stream, _) = listener.accept()?;
+            stream.write_all(&[1])?;
+        }
+        Ok(())
+    });
+    let started = Instant::now();
+    for _ in 0..count {
+        let mut stream = TcpStream::connect(address).map_err(io("connect"))?;
+        // Accepted and answered: the round trip a handshake needs at least.
+        let mut byte = [0u8];
+        stream.read_exact(&mut byte).map_err(io("read"))?;
+    }
+    let took = started.elapsed();
+    accepting
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the accepting thread panicked")))
+        .map_err(io("accept"))?;
+    Ok(took.as_secs_f64() * 1e6 / count as f64)
 }
 
 /// `runs` samples of every kind, each kind and its floor timed in turn. Starts pinned to the
 /// server's CPU (for the threads it starts) and pins itself to the client's.
 fn measure(
     server: &Arc<Server>,
-    address: &str,
+    (address, tls_address, tls): (&str, &str, &lodestore::Credentials),
     placement: &Placement,
     runs: usize,
     requests: usize,
 ) -> Result<Vec<Vec<Sample>>> {
     let echoes = Kind::ALL.map(|kind| BareEcho::start(kind.reply_bytes()));
     let remote = RemotePageServer::connect(address, "lodestore bench net")?;
-    // The connection's thread starts on accepting: make sure it has before moving away.
+    let remote_tls = RemotePageServer::connect_secured(tls_address, "lodestore bench net", tls)?;
+    // The connections' threads start on accepting: make sure they have before moving away.
     let remote_txn = remote.begin()?;
+    let tls_txn = remote_tls.begin()?;
     pin_current_thread(&placement.client)?;
     let mut echoes = echoes.into_iter().collect::<Result<Vec<_>>>()?;
     let page = remote.root_directory().page();
     remote.lock_page(remote_txn, page, LockMode::Shared)?;
+    remote_tls.lock_page(tls_txn, page, LockMode::Shared)?;
     let local_txn = server.begin()?;
     server.lock_page(local_txn, page, LockMode::Shared)?;
     let mut samples = vec![Vec::with_capacity(runs); Kind::ALL.len()];
     let mut buf = vec![0u8; PAGE_SIZE];
+    let connects = (requests / CONNECTS_PER_REQUESTS).max(1);
+    let plain = lodestore::Credentials::default();
     for run in 0..runs {
         for (i, kind) in Kind::ALL.into_iter().enumerate() {
-            let floor_us = echoes[i].round_trips_us(requests)?;
-            let remote_us = requests_us(&remote, remote_txn, page, kind, requests, &mut buf)?;
-            let in_process_us =
-                requests_us(server.as_ref(), local_txn, page, kind, requests, &mut buf)?;
+            let sample = match kind {
+                Kind::Connect => Sample {
+                    floor_us: bare_connects_us(connects)?,
+                    remote_us: connects_us(address, &plain, connects)?,
+                    tls_us: connects_us(tls_address, tls, connects)?,
+                    in_process_us: f64::NAN,
+                },
+                _ => Sample {
+                    floor_us: echoes[i].round_trips_us(requests)?,
+                    remote_us: requests_us(&remote, remote_txn, page, kind, requests, &mut buf)?,
+                    tls_us: requests_us(&remote_tls, tls_txn, page, kind, requests, &mut buf)?,
+                    in_process_us: requests_us(
+                        server.as_ref(),
+                        local_txn,
+                        page,
+                        kind,
+                        requests,
+                        &mut buf,
+                    )?,
+                },
+            };
             eprintln!(
-                "{}, run {}: {:<12} {remote_us:>7.1} us remote, {floor_us:>7.1} us bare, {in_process_us:>6.2} us in process",
+                "{}, run {}: {:<12} {:>7.1} us remote, {:>7.1} us TLS, {:>7.1} us bare, {:>6.2} us in process",
                 placement.name,
                 run + 1,
-                kind.name()
+                kind.name(),
+                sample.remote_us,
+                sample.tls_us,
+                sample.floor_us,
+                sample.in_process_us,
             );
-            samples[i].push(Sample {
-                remote_us,
-                floor_us,
-                in_process_us,
-            });
+            samples[i].push(sample);
         }
     }
     remote.abort(remote_txn)?;
+    remote_tls.abort(tls_txn)?;
     server.abort(local_txn)?;
     for echo in echoes {
         echo.stop()?;
@@ -213,6 +319,7 @@ fn requests_us(
                 server.lock_page(txn, page, LockMode::Shared)?;
             }
             Kind::FetchPage => server.fetch_page(txn, page, buf)?,
+            Kind::Connect => unreachable!("connections are timed by connects_us"),
         }
     }
     Ok(started.elapsed().as_secs_f64() * 1e6 / requests as f64)
@@ -321,20 +428,30 @@ fn print_table(rows: &[(Placement, Vec<Vec<Sample>>)], runs: usize, requests: us
         "threads on",
         "request",
         "remote us",
-        "bare round trip us",
+        "TLS us",
+        "TLS / plain",
+        "bare us",
         "remote / bare",
         "in process us",
     ]);
     for (placement, samples) in rows {
         for (kind, of) in Kind::ALL.into_iter().zip(samples) {
             let ratios: Vec<f64> = of.iter().map(|s| s.remote_us / s.floor_us).collect();
+            let tls_ratios: Vec<f64> = of.iter().map(|s| s.tls_us / s.remote_us).collect();
+            let in_process = median(|s| s.in_process_us, of);
             table.add_row([
                 placement.name.to_string(),
                 kind.name().to_string(),
                 format!("{:.1}", median(|s| s.remote_us, of)),
+                format!("{:.1}", median(|s| s.tls_us, of)),
+                format!("{:.2}", crate::bench::median(tls_ratios)),
                 format!("{:.1}", median(|s| s.floor_us, of)),
                 format!("{:.2}", crate::bench::median(ratios)),
-                format!("{:.2}", median(|s| s.in_process_us, of)),
+                if in_process.is_nan() {
+                    "-".into()
+                } else {
+                    format!("{in_process:.2}")
+                },
             ]);
         }
     }

@@ -236,8 +236,9 @@ enum BenchCommand {
         runs: usize,
     },
     /// What a request to a Lodestore server costs over loopback TCP (a lock the transaction
-    /// holds already, a page fetch), next to a bare TCP ping-pong with replies of the same size
-    /// and to the same requests made in process, all measured in the same run, with client and
+    /// holds already, a page fetch, a new connection with its handshake), plain and over TLS,
+    /// next to a bare TCP ping-pong with replies of the same size (or a bare connect) and to
+    /// the same requests made in process, all measured in the same run, with client and
     /// server threads pinned to one CPU, pinned to two, and unpinned.
     Net {
         /// Folder for the benchmark store.

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod budget;
 mod deadline;
 pub mod frame;
+pub mod handshake;
 pub mod limits;
 pub mod message;
 mod registry;

@@ -188,29 +188,15 @@ impl RemotePageServer {
                 access,
                 server_proof,
             } => {
-                let authenticated = match (token, server_nonce, server_proof) {
-                    (None, None, _) => false,
-                    (Some(token), Some(server_nonce), Some(proof))
-                        if token.checks_server(&server_nonce, &client_nonce, &proof) =>
-                    {
-                        true
-                    }
-                    (Some(_), None, _) => {
-                        return Err(Error::PermissionDenied {
-                            reason: format!(
-                                "the server at {address} does not ask for a token, so it cannot \
-                                 prove it is the server that holds it; refusing to use it"
-                            ),
-                        })
-                    }
-                    _ => {
-                        return Err(Error::PermissionDenied {
-                            reason: format!(
-                                "the server at {address} did not prove that it holds the token"
-                            ),
-                        })
-                    }
-                };
+                let authenticated = crate::handshake::check_welcome(
+                    token,
+                    &client_nonce,
+                    server_nonce.as_deref(),
+                    server_proof.as_deref().map(|p| p.as_slice()),
+                )
+                .map_err(|reason| Error::PermissionDenied {
+                    reason: format!("the server at {address} {reason}"),
+                })?;
                 remote.welcome = Welcome {
                     page_size: page_size as usize,
                     volume,

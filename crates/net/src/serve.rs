@@ -4,10 +4,11 @@
 //! aborted, which releases their locks. Other connections never notice. Every bound on a
 //! client (connections, deadlines, memory) is in [`crate::limits`].
 
-use crate::auth::{self, Access, ServerAuth, NONCE_BYTES};
+use crate::auth::{self, Access, ServerAuth};
 use crate::budget::Budget;
 use crate::deadline::DeadlineStream;
 use crate::frame::{read_frame_admitted, FrameError, Poller};
+use crate::handshake::{ServerHandshake, ServerStep};
 use crate::limits::{ServeLimits, CLOSE_WAIT_MAX};
 use crate::message::{decode, encode, Request, Response, WireError};
 use crate::registry::{Activity, Registry};
@@ -21,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Serves `server` on `listener` until `stop` is set (checked between connections and every
-/// 100 ms while idle). Then shuts every connection down and waits (at most `CLOSE_WAIT_MAX`)
+/// `STOP_CHECK_INTERVAL` while idle). Then shuts every connection down and waits (at most `CLOSE_WAIT_MAX`)
 /// for their threads to end, so that the caller holds the last reference to the server and
 /// can close it cleanly. Returns the number of connections still open when it gave up.
 pub fn serve(server: Arc<Server>, listener: TcpListener, stop: Arc<AtomicBool>) -> Result<usize> {
@@ -110,7 +111,7 @@ pub fn serve_with(
                     .map_err(|e| Error::io(&local, "spawn connection thread", e))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(100));
+                wait_for_connection(&listener, STOP_CHECK_INTERVAL);
             }
             Err(e) => tracing::warn!(error = %e, "accept failed"),
         }
@@ -127,16 +128,23 @@ pub fn serve_with(
     Ok(left)
 }
 
-/// Where a connection's handshake stands.
-enum Handshake {
-    Start,
-    /// The server sent its nonce and waits for the proof.
-    Challenged {
-        client: String,
-        client_nonce: Vec<u8>,
-        server_nonce: Vec<u8>,
-    },
-    Done,
+/// How often an idle accept loop checks whether it was told to stop.
+const STOP_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Sleeps until `listener` has a connection to accept or `most` has passed: a new client is
+/// accepted at once, not at the next check for the stop flag.
+fn wait_for_connection(listener: &TcpListener, most: Duration) {
+    use std::os::fd::AsRawFd;
+    let mut ready = libc::pollfd {
+        fd: listener.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd that lives across the call. An error or a signal only ends the wait
+    // early; the caller tries to accept and waits again.
+    unsafe {
+        libc::poll(&mut ready, 1, most.as_millis() as libc::c_int);
+    }
 }
 
 /// One client's connection and the transactions it began.
@@ -204,14 +212,14 @@ impl Connection {
 
     /// Answers the frames of one connection, handshake first, until it ends; returns why.
     fn serve_frames(&mut self, channel: &mut Channel<DeadlineStream>, accepted: Instant) -> String {
-        let mut handshake = Handshake::Start;
+        let mut handshake = ServerHandshake::default();
         // Polling for the next request keeps this thread's CPU awake for it (see
         // `POLL_BEFORE_SLEEP`).
         let mut poller = Poller::for_this_thread();
         loop {
             // Each frame has a deadline: the handshake's, from the moment of accepting; then
             // the idle timeout, or the shorter one while a transaction is open.
-            let greeted = matches!(handshake, Handshake::Done);
+            let greeted = handshake.is_done();
             let (deadline, waiting_for) = if !greeted {
                 (accepted + self.limits.handshake_timeout, "the handshake")
             } else if self.txns.is_empty() {
@@ -268,7 +276,7 @@ impl Connection {
                     }
                 }
             };
-            if matches!(handshake, Handshake::Done) {
+            if handshake.is_done() {
                 self.activity.set_greeted();
             }
             self.activity.set_in_transaction(!self.txns.is_empty());
@@ -284,76 +292,38 @@ impl Connection {
         }
     }
 
-    /// One request of the handshake (see `crate::auth`): the answer, and the reason to close
-    /// the connection if it must close.
+    /// One request of the handshake (see `crate::handshake`): the answer, and the reason to
+    /// close the connection if it must close.
     fn handshake_step(
         &mut self,
-        state: &mut Handshake,
+        state: &mut ServerHandshake,
         request: Request,
     ) -> (Response, Option<String>) {
-        let refuse = |reason: String| {
-            (
-                Response::Failed(WireError::PermissionDenied(reason.clone())),
-                Some(reason),
-            )
-        };
-        match (std::mem::replace(state, Handshake::Start), request) {
-            (Handshake::Start, Request::Hello { client, nonce }) => {
-                if nonce.len() != NONCE_BYTES {
-                    return refuse(format!(
-                        "a hello nonce has {NONCE_BYTES} bytes, not {}",
-                        nonce.len()
-                    ));
-                }
-                if !self.auth.is_required() {
-                    if self.auth.authenticates_clients() {
-                        tracing::info!(peer = %self.peer, %client, access = ?self.certificate_access, "client authenticated by its certificate");
-                    } else {
-                        tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
-                    }
-                    self.access = self.certificate_access;
-                    *state = Handshake::Done;
-                    return (self.welcome(None), None);
-                }
-                let server_nonce = auth::nonce();
-                let response = Response::Challenge {
-                    nonce: server_nonce.clone(),
-                };
-                *state = Handshake::Challenged {
-                    client,
-                    client_nonce: nonce,
-                    server_nonce,
-                };
-                (response, None)
-            }
-            (
-                Handshake::Challenged {
-                    client,
-                    client_nonce,
-                    server_nonce,
-                },
-                Request::Prove { proof },
-            ) => match self
-                .auth
-                .verify(&server_nonce, &client_nonce, &client, &proof)
-            {
-                Some((access, server_proof)) => {
-                    let access = access.narrowed_by(self.certificate_access);
+        match state.step(request, &self.auth, self.certificate_access, auth::nonce) {
+            ServerStep::Challenge { nonce } => (Response::Challenge { nonce }, None),
+            ServerStep::Welcome {
+                client,
+                access,
+                server_proof,
+                by_token,
+            } => {
+                if by_token {
                     tracing::info!(peer = %self.peer, %client, ?access, "client authenticated");
-                    self.access = access;
-                    *state = Handshake::Done;
-                    (self.welcome(Some(server_proof)), None)
+                } else if self.auth.authenticates_clients() {
+                    tracing::info!(peer = %self.peer, %client, ?access, "client authenticated by its certificate");
+                } else {
+                    tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
                 }
-                None => {
-                    tracing::warn!(peer = %self.peer, %client, "authentication failed");
-                    refuse("authentication failed: the client's proof matches no token".into())
-                }
-            },
-            (Handshake::Start, other) => refuse(format!(
-                "the first request must be hello, not {}",
-                other.name()
-            )),
-            (_, other) => refuse(format!("{} out of turn in the handshake", other.name())),
+                self.access = access;
+                (self.welcome(server_proof), None)
+            }
+            ServerStep::Refuse(reason) => {
+                tracing::warn!(peer = %self.peer, %reason, "refused in the handshake");
+                (
+                    Response::Failed(WireError::PermissionDenied(reason.clone())),
+                    Some(reason),
+                )
+            }
         }
     }
 

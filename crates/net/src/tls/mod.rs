@@ -11,7 +11,7 @@
 //! an encrypted connection as on a plain one.
 
 pub mod certs;
-pub(crate) mod transport;
+pub mod transport;
 
 /// Does a frame that begins with these bytes look like a TLS record (a handshake or an
 /// alert, TLS 1.0 to 1.3 record versions)? Lets each end say what went wrong when one speaks

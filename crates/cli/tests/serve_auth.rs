@@ -215,3 +215,48 @@ fn tls_with_client_certificates_from_lodestore_certs() {
         "{logged}"
     );
 }
+
+/// Bad TLS files are refused before anything starts, each error naming the file.
+#[test]
+fn bad_tls_files_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    assert!(lodestore()
+        .arg("certs")
+        .arg(&tls)
+        .output()
+        .unwrap()
+        .status
+        .success());
+    let file = |name: &str| tls.join(name).to_str().unwrap().to_string();
+    let serve = |cert: &str, key: &str| {
+        lodestore()
+            .arg("serve")
+            .arg(dir.path().join("s"))
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+            ])
+            .output()
+            .unwrap()
+    };
+    for (cert, key, expected) in [
+        (file("ca.pem"), file("client.key"), "do not go together"),
+        (
+            file("server.key"),
+            file("server.key"),
+            "holds no PEM certificate",
+        ),
+        (file("server.pem"), file("missing.key"), "missing.key"),
+    ] {
+        let out = serve(&cert, &key);
+        assert_eq!(out.status.code(), Some(2));
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains(expected), "{said}");
+    }
+    assert!(!dir.path().join("s").exists());
+}

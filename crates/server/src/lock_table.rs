@@ -2,7 +2,11 @@
 //! compatibility are data (a matrix), so further modes (semantic locks of multi-level
 //! transactions) are added as rows and columns, not as code.
 //!
-//! A request that conflicts waits. Before each wait the waits-for graph is searched from the
+//! A request that conflicts waits. Waiters are served in order of arrival: a new request on a
+//! page waits behind an earlier waiter whose mode it conflicts with, even where the holders
+//! alone would let it in, so that a stream of shared requests cannot starve an exclusive one
+//! (a conversion, shared to exclusive, waits for holders only: it goes ahead of the queue).
+//! Before each wait the waits-for graph (holders and earlier waiters) is searched from the
 //! requester; if the requester would close a cycle it is chosen as the victim and gets
 //! `Error::Deadlock` at once. A wait longer than the timeout ends with `Error::LockTimeout`.
 //! Both are retryable: the caller aborts and runs the transaction again.
@@ -26,9 +30,22 @@ const COMPATIBLE: [[bool; MODE_COUNT]; MODE_COUNT] = [
 struct Table {
     holders: HashMap<PageId, Vec<(TxnId, LockMode)>>,
     held: HashMap<TxnId, Vec<PageId>>,
-    waiting: HashMap<TxnId, (PageId, LockMode)>,
+    waiting: HashMap<TxnId, Waiter>,
+    /// Arrival order of waiters: the next waiter's ticket.
+    next_ticket: u64,
     stats: LockStats,
 }
+
+/// A transaction waiting for a lock, and when it first waited for it.
+#[derive(Clone, Copy, Debug)]
+struct Waiter {
+    page: PageId,
+    mode: LockMode,
+    ticket: u64,
+}
+
+/// The ticket of a request that has not waited yet: behind every waiter.
+const NOT_WAITING: u64 = u64::MAX;
 
 pub struct LockManager {
     table: Mutex<Table>,
@@ -45,14 +62,39 @@ pub struct LockStats {
 }
 
 impl Table {
-    fn conflicts(&self, txn: TxnId, page: PageId, mode: LockMode) -> Vec<TxnId> {
-        self.holders.get(&page).map_or_else(Vec::new, |holders| {
-            holders
-                .iter()
-                .filter(|(t, held)| *t != txn && !COMPATIBLE[*held as usize][mode as usize])
-                .map(|(t, _)| *t)
-                .collect()
-        })
+    /// Who `txn` must wait for to get `mode` on `page`, having first waited with `ticket`:
+    /// holders of a conflicting mode and, unless `txn` converts a lock it holds, earlier
+    /// waiters for a conflicting mode.
+    fn conflicts(&self, txn: TxnId, page: PageId, mode: LockMode, ticket: u64) -> Vec<TxnId> {
+        let mut blockers = Vec::new();
+        let mut converts = false;
+        for &(t, held) in self.holders.get(&page).into_iter().flatten() {
+            if t == txn {
+                converts = true;
+            } else if !COMPATIBLE[held as usize][mode as usize] {
+                blockers.push(t);
+            }
+        }
+        if !converts {
+            blockers.extend(
+                self.waiting
+                    .iter()
+                    .filter(|(t, w)| {
+                        **t != txn
+                            && w.page == page
+                            && w.ticket < ticket
+                            && !(COMPATIBLE[w.mode as usize][mode as usize]
+                                && COMPATIBLE[mode as usize][w.mode as usize])
+                    })
+                    .map(|(t, _)| *t),
+            );
+        }
+        blockers
+    }
+
+    /// `txn`'s ticket if it waits already.
+    fn ticket(&self, txn: TxnId) -> u64 {
+        self.waiting.get(&txn).map_or(NOT_WAITING, |w| w.ticket)
     }
 
     fn grant(&mut self, txn: TxnId, page: PageId, mode: LockMode) {
@@ -83,8 +125,8 @@ impl Table {
             if !seen.insert(t) {
                 continue;
             }
-            if let Some(&(page, mode)) = self.waiting.get(&t) {
-                stack.extend(self.conflicts(t, page, mode));
+            if let Some(w) = self.waiting.get(&t) {
+                stack.extend(self.conflicts(t, w.page, w.mode, w.ticket));
             }
         }
         false
@@ -104,35 +146,48 @@ impl LockManager {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Grants `mode` on `page` to `txn`, waiting while others hold conflicting locks.
+    /// Grants `mode` on `page` to `txn`, waiting while others hold conflicting locks or wait
+    /// for them ahead of it.
     pub fn acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<()> {
         let started = Instant::now();
         let mut table = self.lock();
         loop {
             if table.holds(txn, page, mode) {
+                table.waiting.remove(&txn);
                 return Ok(());
             }
-            let blockers = table.conflicts(txn, page, mode);
+            let ticket = table.ticket(txn);
+            let blockers = table.conflicts(txn, page, mode, ticket);
             if blockers.is_empty() {
-                table.waiting.remove(&txn);
+                let was_waiting = table.waiting.remove(&txn).is_some();
                 table.grant(txn, page, mode);
+                drop(table);
+                if was_waiting {
+                    // Requests behind this one that it held up may go now (the compatible
+                    // ones).
+                    self.changed.notify_all();
+                }
                 return Ok(());
             }
             if table.closes_cycle(txn, &blockers) {
-                table.waiting.remove(&txn);
                 table.stats.deadlocks += 1;
+                self.stop_waiting(table, txn);
                 return Err(Error::Deadlock { page });
             }
             let waited = started.elapsed();
             if waited >= self.timeout {
-                table.waiting.remove(&txn);
                 table.stats.timeouts += 1;
+                self.stop_waiting(table, txn);
                 return Err(Error::LockTimeout {
                     page,
                     waited_ms: waited.as_millis() as u64,
                 });
             }
-            table.waiting.insert(txn, (page, mode));
+            if ticket == NOT_WAITING {
+                let ticket = table.next_ticket;
+                table.next_ticket += 1;
+                table.waiting.insert(txn, Waiter { page, mode, ticket });
+            }
             table.stats.waits += 1;
             table = self
                 .changed
@@ -142,13 +197,22 @@ impl LockManager {
         }
     }
 
+    /// `txn` leaves the queue without its lock: those behind it may go.
+    fn stop_waiting(&self, mut table: MutexGuard<'_, Table>, txn: TxnId) {
+        let was_waiting = table.waiting.remove(&txn).is_some();
+        drop(table);
+        if was_waiting {
+            self.changed.notify_all();
+        }
+    }
+
     /// Grants `mode` if nobody conflicts; never waits.
     pub fn try_acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
         let mut table = self.lock();
         if table.holds(txn, page, mode) {
             return true;
         }
-        if table.conflicts(txn, page, mode).is_empty() {
+        if table.conflicts(txn, page, mode, NOT_WAITING).is_empty() {
             table.grant(txn, page, mode);
             true
         } else {
@@ -264,6 +328,59 @@ mod tests {
         assert_eq!(locks.stats().deadlocks, 1);
         locks.release_all(b);
         first.join().unwrap().unwrap();
+    }
+
+    /// A conversion waiting for readers to leave is not starved by readers that keep coming:
+    /// a new shared request waits behind it (and, closing a cycle there, is the victim).
+    #[test]
+    fn new_readers_queue_behind_a_waiting_conversion() {
+        let locks = Arc::new(manager());
+        let (a, b, c) = (TxnId(1), TxnId(2), TxnId(3));
+        let p = PageId(9);
+        locks.acquire(a, p, LockMode::Shared).unwrap();
+        locks.acquire(b, p, LockMode::Shared).unwrap();
+        let converting = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(a, p, LockMode::Exclusive))
+        };
+        until_waiting(&locks, 1);
+        // The holders alone would admit c; the queue does not.
+        assert!(!locks.try_acquire(c, p, LockMode::Shared));
+        let reader = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(c, p, LockMode::Shared))
+        };
+        until_waiting(&locks, 2);
+        assert!(!locks.holds(c, p, LockMode::Shared));
+        locks.release_all(b);
+        converting.join().unwrap().unwrap();
+        assert!(locks.holds(a, p, LockMode::Exclusive));
+        locks.release_all(a);
+        reader.join().unwrap().unwrap();
+        assert!(locks.holds(c, p, LockMode::Shared));
+    }
+
+    /// Two holders of a shared lock that both convert: the second closes the cycle and is the
+    /// victim; the first then gets its exclusive lock.
+    #[test]
+    fn two_conversions_on_one_page_make_one_victim() {
+        let locks = Arc::new(manager());
+        let (a, b) = (TxnId(1), TxnId(2));
+        let p = PageId(3);
+        locks.acquire(a, p, LockMode::Shared).unwrap();
+        locks.acquire(b, p, LockMode::Shared).unwrap();
+        let first = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(a, p, LockMode::Exclusive))
+        };
+        until_waiting(&locks, 1);
+        assert!(matches!(
+            locks.acquire(b, p, LockMode::Exclusive),
+            Err(Error::Deadlock { .. })
+        ));
+        locks.release_all(b);
+        first.join().unwrap().unwrap();
+        assert_eq!(locks.waiting(), 0);
     }
 
     #[test]

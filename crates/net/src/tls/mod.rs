@@ -144,9 +144,13 @@ impl TlsServerBuilder {
         } else {
             (builder.with_no_client_auth(), None)
         };
-        let config = builder
-            .with_single_cert(chain, key)
-            .map_err(|e| tls_error("TLS certificate and key", &self.certificate, e))?;
+        let config = builder.with_single_cert(chain, key).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "TLS certificate {} and key {} do not go together: {e}",
+                self.certificate.display(),
+                self.key.display()
+            ))
+        })?;
         Ok(TlsServer {
             config: Arc::new(config),
             read_write,
@@ -239,7 +243,13 @@ impl TlsClientBuilder {
                     certificates(certificate, "TLS certificate file")?,
                     private_key(key)?,
                 )
-                .map_err(|e| tls_error("TLS certificate and key", certificate, e))?,
+                .map_err(|e| {
+                    Error::InvalidArgument(format!(
+                        "TLS certificate {} and key {} do not go together: {e}",
+                        certificate.display(),
+                        key.display()
+                    ))
+                })?,
             None => builder.with_no_client_auth(),
         };
         let server_name = self

@@ -132,3 +132,52 @@ fn bad_bench_arguments_are_refused_with_their_names() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+/// `bench oo7 --remote --tls`: the clients connect over TLS with certificates made for the run
+/// (and a token), commit their updates, and the certificates are gone afterwards.
+#[test]
+fn oo7_runs_remote_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("results");
+    let output = lodestore()
+        .args(["bench", "oo7", "--schemes", "PD-ESM", "--traversals", "t2a"])
+        .args([
+            "--runs",
+            "1",
+            "--recovery-buffer",
+            "4MiB",
+            "--remote",
+            "--tls",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let runs = summary["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0]["updates"].as_u64().unwrap() > 0);
+    assert!(runs[0]["pages_shipped"].as_u64().unwrap() > 0);
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".tls-"))
+        .collect();
+    assert!(left.is_empty(), "certificates left behind");
+
+    // --tls alone is refused: it needs --remote.
+    let refused = lodestore()
+        .args(["bench", "oo7", "--tls", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--remote"));
+}

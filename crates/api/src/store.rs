@@ -386,10 +386,37 @@ impl Session {
     }
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
+impl Store {
+    /// Closes the store and reports what failed. Embedded: stops the background installer,
+    /// keeps the sessions' counters, rolls back what is still active and checkpoints, so the
+    /// next open has nothing to recover (`Server::close`); every session must have been
+    /// dropped. Remote: closes the control connection. Dropping a store does the same and can
+    /// only log what failed.
+    pub fn close(mut self) -> Result<()> {
+        drop(self._installer.take());
+        let counters = self.save_counters();
+        let closed = match &self.backend {
+            Backend::Embedded(server) => {
+                // The store's own reference, and the installer's until it stopped above.
+                let others = Arc::strong_count(server) - 1;
+                if others > 0 {
+                    return Err(lodestore_core::Error::InvalidArgument(format!(
+                        "close {}: {others} sessions or servers still use the store; end them \
+                         first",
+                        self.path.display()
+                    )));
+                }
+                server.close()
+            }
+            Backend::Remote { .. } => Ok(()),
+        };
+        closed.and(counters)
+    }
+
+    /// Adds the counters of the sessions that ended to the store's counters file (embedded).
+    fn save_counters(&mut self) -> Result<()> {
         if self.is_remote() {
-            return;
+            return Ok(());
         }
         let totals = std::mem::take(
             &mut *self
@@ -398,11 +425,15 @@ impl Drop for Store {
                 .unwrap_or_else(|e| e.into_inner()),
         );
         if totals.is_empty() {
-            return;
+            return Ok(());
         }
-        if let Err(e) =
-            counters::add_to_file(self.options.file_system.as_ref(), &self.path, &totals)
-        {
+        counters::add_to_file(self.options.file_system.as_ref(), &self.path, &totals)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Err(e) = self.save_counters() {
             tracing::debug!(error = %e, "session counters were not kept");
         }
     }

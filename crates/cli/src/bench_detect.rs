@@ -294,8 +294,8 @@ fn raw_trap_and_copy_ns(mechanism: FaultMechanism, frames: usize) -> Result<f64>
     let mut pre_images = vec![1u8; PAGE_SIZE * frames];
     // Populate the memory and the user view's page tables first, as a warm client cache is:
     // the figure is the fault and the copy, not the kernel allocating pages.
-    // SAFETY: both views span `frames * PAGE_SIZE` bytes; the shadow view is writable.
     let mut sum = 0u64;
+    // SAFETY: both views span `frames * PAGE_SIZE` bytes; the shadow view is writable.
     unsafe {
         std::ptr::write_bytes(arena.shadow(), 0, frames * PAGE_SIZE);
         for offset in (0..frames * PAGE_SIZE).step_by(4096) {

@@ -385,14 +385,16 @@ fn io(operation: &'static str) -> impl Fn(std::io::Error) -> Error {
 
 /// The CPUs this thread may run on, in order.
 fn allowed_cpus() -> Result<Vec<usize>> {
-    // SAFETY: a zeroed cpu_set_t is an empty set, and sched_getaffinity writes at most its size.
+    // SAFETY: a zeroed cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the size it is given.
     let rc =
         unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         return Err(io("read CPU affinity")(std::io::Error::last_os_error()));
     }
     let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads inside the set for CPUs below CPU_SETSIZE.
         .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
         .collect();
     if cpus.is_empty() {
@@ -405,13 +407,14 @@ fn allowed_cpus() -> Result<Vec<usize>> {
 
 /// Lets this thread run on `cpus` only.
 fn pin_current_thread(cpus: &[usize]) -> Result<()> {
-    // SAFETY: CPU_SET writes inside the set for CPUs below CPU_SETSIZE, which allowed_cpus
-    // gave; sched_setaffinity reads the set's size.
+    // SAFETY: a zeroed cpu_set_t is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {
         assert!(cpu < libc::CPU_SETSIZE as usize, "CPU {cpu} past the set");
+        // SAFETY: CPU_SET writes inside the set for a CPU below CPU_SETSIZE (asserted).
         unsafe { libc::CPU_SET(cpu, &mut set) };
     }
+    // SAFETY: sched_setaffinity reads the set's size, as given.
     let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc != 0 {
         return Err(io("set CPU affinity")(std::io::Error::last_os_error()));

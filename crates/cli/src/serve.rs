@@ -175,7 +175,9 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         signal_flag(signal, stop.clone());
     }
     let still_open = store.serve_with(listener, stop, args.limits(), auth)?;
-    drop(store);
+    if let Err(e) = store.close() {
+        eprintln!("closing the store failed: {e}");
+    }
     // Claim a clean close only when it is one: the next open must find nothing to recover.
     // Checked by running that open's recovery in memory, which writes nothing.
     match lodestore::recover_in_memory(Arc::new(lodestore::RealFileSystem), path) {

@@ -16,7 +16,7 @@ use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
-use lodestore_server::{LockMode, PageServer, ShippedPage};
+use lodestore_protocol::{LockMode, PageServer, ShippedPage};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};

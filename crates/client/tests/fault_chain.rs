@@ -36,6 +36,7 @@ fn child_entry_point() {
     match case.as_str() {
         "stray-write" => {
             // A read-only page that is not Lodestore's.
+            // SAFETY: a fresh anonymous mapping; no memory of ours is touched.
             let page = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -47,6 +48,8 @@ fn child_entry_point() {
                 )
             };
             assert_ne!(page, libc::MAP_FAILED);
+            // SAFETY: none: the write to a read-only page is the point, and must kill this
+            // child process with SIGSEGV (the parent checks it did).
             unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
             eprintln!("survived a write to a read-only page");
         }

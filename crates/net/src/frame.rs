@@ -29,6 +29,12 @@ pub const MAX_FRAME_BODY: usize = 32 << 20;
 /// the largest size, header and body, leaves in one write and arrives in one read.
 pub const STREAM_BUFFER_BYTES: usize = HEADER_BYTES + (64 << 10) + 64;
 
+// A frame carrying a page of the largest size fits the stream buffers (so it leaves in one
+// write), and a frame holds at least a couple of such pages (batches split under the limit).
+const _: () = assert!(STREAM_BUFFER_BYTES >= HEADER_BYTES + lodestore_core::limits::PAGE_SIZE_MAX);
+const _: () = assert!(MAX_FRAME_BODY >= 4 * lodestore_core::limits::PAGE_SIZE_MAX);
+const _: () = assert!(MAX_FRAME_BODY <= u32::MAX as usize);
+
 /// Why a frame was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {

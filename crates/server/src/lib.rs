@@ -3,12 +3,10 @@
 //! and recovers is a [`RecoveryMethodKind`]. Embedded stores call the
 //! in-process [`Server`] directly; a network server will put the same interface on a socket.
 
-pub mod batch;
 pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
 pub mod installer;
-pub mod interface;
 pub mod lock_table;
 pub mod recovery;
 pub mod salvage;
@@ -17,10 +15,12 @@ pub mod space;
 pub mod stats;
 pub mod wpl_table;
 
-pub use interface::{
+// The client/server boundary lives in its own crate; the server's paths to it stay.
+pub use lock_table::LockStats;
+pub use lodestore_protocol::{batch, interface};
+pub use lodestore_protocol::{
     LockMode, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates, ShippedPage,
 };
-pub use lock_table::LockStats;
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{
     allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions, LOG_DIR_NAME,

@@ -73,6 +73,8 @@ pub struct Server {
     pub(crate) method: Box<dyn RecoveryMethod>,
     options: ServerOptions,
     restart: RestartReport,
+    /// `close` ran: dropping the server does nothing more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// Everything the server changes under its one mutex.
@@ -215,6 +217,7 @@ impl Server {
             log,
             options,
             restart,
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -966,24 +969,39 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let mut state = self.lock_state();
-        if state.failed.is_some() {
-            return;
+impl Server {
+    /// Closes the server: rolls back the transactions still active and checkpoints with every
+    /// committed page written home, so that the data file alone is the store and the next open
+    /// has nothing to recover. An error says what could not be done; the log still holds
+    /// everything committed, and the next open recovers from it. Dropping a server that was
+    /// not closed does the same and logs what failed.
+    pub fn close(&self) -> Result<()> {
+        if self.closed.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Ok(());
         }
+        self.shut_down()
+    }
+
+    fn shut_down(&self) -> Result<()> {
+        let mut state = self.usable_state()?;
         // Active transactions are rolled back so the checkpoint leaves a clean store.
         let active: Vec<TxnId> = state.txns.keys().copied().collect();
         for txn in active {
-            if let Err(e) = self.method.rollback(self, &mut state, txn) {
-                tracing::warn!(error = %e, "rollback at close failed; the next open recovers");
-                return;
-            }
+            self.method.rollback(self, &mut state, txn)?;
             state.txns.remove(&txn);
         }
         // Everything committed goes home, so the data file alone is the store.
-        if let Err(e) = self.checkpoint_locked_with(&mut state, true) {
-            tracing::warn!(error = %e, "checkpoint at close failed; the next open recovers");
+        self.checkpoint_locked_with(&mut state, true)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.shut_down() {
+            tracing::warn!(error = %e, "closing the store failed; the next open recovers");
         }
     }
 }

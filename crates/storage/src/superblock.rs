@@ -48,6 +48,25 @@ pub const RECOVERY_METHOD_WPL: u8 = 1;
 pub const RECOVERY_METHOD_REDO: u8 = 2;
 
 /// Pages 0 and 1.
+// The fields follow the page header without overlapping, in order, and the whole superblock
+// fits in the smallest page.
+const _: () = {
+    assert!(MAGIC_AT >= page::PAGE_HEADER_BYTES);
+    assert!(FORMAT_VERSION_AT == MAGIC_AT + 8);
+    assert!(PAGE_SIZE_AT == FORMAT_VERSION_AT + 4);
+    assert!(GENERATION_AT >= PAGE_SIZE_AT + 4);
+    assert!(LAST_LSN_AT == GENERATION_AT + 8);
+    assert!(ROOT_DIRECTORY_AT == LAST_LSN_AT + 8);
+    assert!(CREATED_AT == ROOT_DIRECTORY_AT + 8);
+    assert!(VOLUME_AT == CREATED_AT + 8);
+    assert!(PAGE_COUNT_AT == VOLUME_AT + 2);
+    assert!(CHECKPOINT_LSN_AT == PAGE_COUNT_AT + 4);
+    assert!(LOG_SEGMENT_BYTES_AT == CHECKPOINT_LSN_AT + 8);
+    assert!(RECOVERY_METHOD_AT == LOG_SEGMENT_BYTES_AT + 8);
+    assert!(UNUSED_AT == RECOVERY_METHOD_AT + 1);
+    assert!(UNUSED_AT <= lodestore_core::limits::PAGE_SIZE_MIN);
+};
+
 pub const SUPERBLOCK_PAGES: [PageId; 2] = [PageId(0), PageId(1)];
 
 /// The decoded superblock.

@@ -30,6 +30,7 @@ const SLOT_BYTES: usize = 4096;
 /// Bytes of a slot the checksum covers (the rest must be zero).
 const SEALED_BYTES: usize = 64;
 pub const ANCHOR_BYTES: u64 = 2 * SLOT_BYTES as u64;
+const _: () = assert!(SEALED_BYTES <= SLOT_BYTES && SLOT_BYTES.is_power_of_two());
 
 pub fn anchor_path(log_dir: &Path) -> PathBuf {
     log_dir.join(ANCHOR_FILE_NAME)

@@ -29,6 +29,10 @@ pub const SEGMENT_BYTES_MIN: u64 = 256 << 10;
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
 /// Zeros written per call when a segment file is pre-written.
 const PREWRITE_CHUNK_BYTES: usize = 1 << 20;
+// Segment sizes are whole multiples of the header's 4 KiB, and the header fits the smallest.
+const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(SEGMENT_HEADER_BYTES));
+const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(SEGMENT_BYTES_MIN));
+const _: () = assert!(SEGMENT_HEADER_BYTES < SEGMENT_BYTES_MIN);
 
 pub fn segment_path(dir: &Path, index: u64) -> PathBuf {
     dir.join(format!("segment-{index:010}.log"))

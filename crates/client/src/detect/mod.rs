@@ -36,7 +36,7 @@ use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
 use lodestore_loggen::{
     Generator, PageBounds, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
 };
-use lodestore_server::{ObjectUpdates, PageUpdates};
+use lodestore_protocol::{ObjectUpdates, PageUpdates};
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::slotted;
 use protection::FaultMechanism;
@@ -974,8 +974,8 @@ mod tests {
 
     /// A generated record of either kind, borrowed from its run.
     enum TestRecord<'a> {
-        Page(lodestore_server::PageUpdate<'a>),
-        Object(lodestore_server::ObjectUpdate<'a>),
+        Page(lodestore_protocol::PageUpdate<'a>),
+        Object(lodestore_protocol::ObjectUpdate<'a>),
     }
 
     const PAGE: usize = 4096;

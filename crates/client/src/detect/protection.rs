@@ -178,7 +178,8 @@ pub struct ProtectedArena {
     writable: usize,
 }
 
-// The raw addresses are owned by this arena; it is moved between threads with its session.
+// SAFETY: the raw addresses are owned by this arena alone; it is moved between threads with its
+// session, never shared, and the mapping is valid on any thread.
 unsafe impl Send for ProtectedArena {}
 
 impl ProtectedArena {

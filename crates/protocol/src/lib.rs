@@ -1,0 +1,9 @@
+//! The boundary between a client and a server (QuickStore section 3.1's page server): the
+//! [`PageServer`] trait a client session calls, in process or over the network, and the
+//! batches of log records it ships. Clients depend on this crate, not on the server's.
+
+pub mod batch;
+pub mod interface;
+
+pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
+pub use interface::{LockMode, PageServer, ShippedPage};

@@ -508,7 +508,7 @@ impl ClientSession {
         let txn = self.active()?;
         let id = txn.id;
         let held = txn.locks.get(&page).copied();
-        let frame = if held.is_some_and(|h| h >= mode) {
+        let frame = if held.is_some_and(|h| h.covers(mode)) {
             match self.cache.lookup(page) {
                 Some(frame) => frame,
                 None => self.bring_in(id, page, true)?,

@@ -7,11 +7,18 @@ pub use crate::batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 use lodestore_core::{Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 
-/// Page lock modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// Page lock modes. Not ordered: which mode covers which is the lock manager's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LockMode {
     Shared = 0,
     Exclusive = 1,
+}
+
+impl LockMode {
+    /// Does holding `self` grant `wanted` too? (Exclusive grants both.)
+    pub fn covers(self, wanted: LockMode) -> bool {
+        self == LockMode::Exclusive || wanted == LockMode::Shared
+    }
 }
 
 /// A dirty page on its way to the server.

@@ -1,35 +1,185 @@
-//! Page locks for strict two-phase locking, with waiting and deadlock detection. Modes and their
-//! compatibility are data (a matrix), so further modes (semantic locks of multi-level
-//! transactions) are added as rows and columns, not as code.
+//! Locks for strict two-phase locking, with waiting and deadlock detection, on any resource
+//! (a page, an object, and room for more), in modes that are data: a [`ModeTable`] gives which
+//! modes are compatible and which mode covers which, so further modes (the semantic locks of
+//! multi-level transactions, intention modes) are rows and columns, not code. A lock's owner is
+//! a transaction at a level (0: the transaction itself; above: its nested subtransactions), so
+//! that a subtransaction's locks can be released at its end or passed to its parent.
 //!
-//! A request that conflicts waits. Waiters are served in order of arrival: a new request on a
-//! page waits behind an earlier waiter whose mode it conflicts with, even where the holders
-//! alone would let it in, so that a stream of shared requests cannot starve an exclusive one
-//! (a conversion, shared to exclusive, waits for holders only: it goes ahead of the queue).
-//! Before each wait the waits-for graph (holders and earlier waiters) is searched from the
-//! requester; if the requester would close a cycle it is chosen as the victim and gets
-//! `Error::Deadlock` at once. A wait longer than the timeout ends with `Error::LockTimeout`.
-//! Both are retryable: the caller aborts and runs the transaction again.
+//! Locks of one transaction never conflict with each other, whatever their levels; a lock
+//! covers a request of its own level and of the levels nested below it, not of its parent
+//! (a subtransaction's locks may be released at its end). A request that
+//! conflicts waits. Waiters are served in order of arrival: a new request on a resource waits
+//! behind an earlier waiter whose mode conflicts with its own, even where the holders alone
+//! would let it in, so that a stream of shared requests cannot starve an exclusive one (a
+//! conversion, by a transaction that holds the resource already, waits for holders only: it
+//! goes ahead of the queue). Before each wait the waits-for graph (holders and earlier
+//! waiters) is searched from the requester; if the requester would close a cycle it is chosen
+//! as the victim and gets `Error::Deadlock` at once. A wait longer than the timeout ends with
+//! `Error::LockTimeout`. Both are retryable: the caller aborts and runs the transaction again.
 
 use crate::interface::LockMode;
-use lodestore_core::{Error, PageId, Result, TxnId};
+use lodestore_core::{Error, Oid, PageId, Result, TxnId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-const MODE_COUNT: usize = 2;
+/// What a lock is on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Resource {
+    Page(PageId),
+    Object(Oid),
+}
 
-/// `COMPATIBLE[held][requested]`: may `requested` be granted while another holds `held`?
-const COMPATIBLE: [[bool; MODE_COUNT]; MODE_COUNT] = [
-    // requested: Shared, Exclusive
-    [true, false],  // held Shared
-    [false, false], // held Exclusive
-];
+impl Resource {
+    /// The page errors name: the page itself, or the one holding the object.
+    fn page(self) -> PageId {
+        match self {
+            Resource::Page(page) => page,
+            Resource::Object(oid) => oid.page(),
+        }
+    }
+}
 
-#[derive(Default)]
+/// Who holds a lock: a transaction at a level of nesting (0: the transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Owner {
+    pub txn: TxnId,
+    pub level: u8,
+}
+
+impl Owner {
+    pub fn top(txn: TxnId) -> Owner {
+        Owner { txn, level: 0 }
+    }
+}
+
+/// A lock mode: an index into a [`ModeTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ModeId(pub u8);
+
+/// The lock modes of a lock manager, as data. `compatible[held][requested]`: may `requested`
+/// be granted to one transaction while another holds `held`? `covers[held][requested]`: does
+/// holding `held` already grant `requested`? A transaction that holds one mode and asks for
+/// another it does not cover gets the least mode covering both.
+#[derive(Clone, Debug)]
+pub struct ModeTable {
+    pub names: Vec<&'static str>,
+    pub compatible: Vec<Vec<bool>>,
+    pub covers: Vec<Vec<bool>>,
+}
+
+impl ModeTable {
+    /// Shared and exclusive: the page modes.
+    pub fn shared_exclusive() -> ModeTable {
+        ModeTable {
+            names: vec!["shared", "exclusive"],
+            // requested:   S      X
+            compatible: vec![
+                vec![true, false],  // held S
+                vec![false, false], // held X
+            ],
+            covers: vec![
+                vec![true, false], // S covers S
+                vec![true, true],  // X covers S and X
+            ],
+        }
+    }
+
+    /// Checks the table is square, every mode covers itself, covering is transitive, and a
+    /// stronger mode conflicts with whatever the weaker one does; and that any two modes have
+    /// a least mode covering both.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        let n = self.names.len();
+        if n == 0 || n > u8::MAX as usize {
+            return Err(format!("{n} lock modes: from 1 to 255"));
+        }
+        let square = |m: &Vec<Vec<bool>>| m.len() == n && m.iter().all(|row| row.len() == n);
+        if !square(&self.compatible) || !square(&self.covers) {
+            return Err(format!("the mode tables must be {n} by {n}"));
+        }
+        for a in 0..n {
+            if !self.covers[a][a] {
+                return Err(format!("{} does not cover itself", self.names[a]));
+            }
+            for b in 0..n {
+                if self.compatible[a][b] != self.compatible[b][a] {
+                    return Err(format!(
+                        "compatibility of {} and {} is not symmetric",
+                        self.names[a], self.names[b]
+                    ));
+                }
+                for c in 0..n {
+                    if self.covers[a][b] && self.covers[b][c] && !self.covers[a][c] {
+                        return Err(format!(
+                            "{} covers {} which covers {}, but not {}",
+                            self.names[a], self.names[b], self.names[c], self.names[c]
+                        ));
+                    }
+                    // Holding more may not let in what holding less keeps out.
+                    if self.covers[a][b] && self.compatible[a][c] && !self.compatible[b][c] {
+                        return Err(format!(
+                            "{} covers {} but admits {}, which {} keeps out",
+                            self.names[a], self.names[b], self.names[c], self.names[b]
+                        ));
+                    }
+                }
+                self.try_join(ModeId(a as u8), ModeId(b as u8))
+                    .ok_or_else(|| {
+                        format!(
+                            "no mode covers both {} and {}",
+                            self.names[a], self.names[b]
+                        )
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    pub fn compatible(&self, held: ModeId, requested: ModeId) -> bool {
+        self.compatible[held.0 as usize][requested.0 as usize]
+    }
+
+    pub fn covers(&self, held: ModeId, requested: ModeId) -> bool {
+        self.covers[held.0 as usize][requested.0 as usize]
+    }
+
+    /// The least mode covering `a` and `b` (covered by every other mode that covers both).
+    fn try_join(&self, a: ModeId, b: ModeId) -> Option<ModeId> {
+        let upper: Vec<ModeId> = (0..self.len() as u8)
+            .map(ModeId)
+            .filter(|&m| self.covers(m, a) && self.covers(m, b))
+            .collect();
+        upper
+            .iter()
+            .copied()
+            .find(|&m| upper.iter().all(|&other| self.covers(other, m)))
+    }
+
+    fn join(&self, a: ModeId, b: ModeId) -> ModeId {
+        self.try_join(a, b)
+            .expect("validated tables have a least upper mode for any two")
+    }
+
+    pub fn name(&self, mode: ModeId) -> &'static str {
+        self.names[mode.0 as usize]
+    }
+}
+
+/// The page lock modes as modes of [`ModeTable::shared_exclusive`].
+fn page_mode(mode: LockMode) -> ModeId {
+    match mode {
+        LockMode::Shared => ModeId(0),
+        LockMode::Exclusive => ModeId(1),
+    }
+}
+
 struct Table {
-    holders: HashMap<PageId, Vec<(TxnId, LockMode)>>,
-    held: HashMap<TxnId, Vec<PageId>>,
+    holders: HashMap<Resource, Vec<(Owner, ModeId)>>,
+    held: HashMap<TxnId, Vec<Resource>>,
     waiting: HashMap<TxnId, Waiter>,
     /// Arrival order of waiters: the next waiter's ticket.
     next_ticket: u64,
@@ -39,8 +189,8 @@ struct Table {
 /// A transaction waiting for a lock, and when it first waited for it.
 #[derive(Clone, Copy, Debug)]
 struct Waiter {
-    page: PageId,
-    mode: LockMode,
+    resource: Resource,
+    mode: ModeId,
     ticket: u64,
 }
 
@@ -48,6 +198,7 @@ struct Waiter {
 const NOT_WAITING: u64 = u64::MAX;
 
 pub struct LockManager {
+    modes: ModeTable,
     table: Mutex<Table>,
     changed: Condvar,
     timeout: Duration,
@@ -62,17 +213,24 @@ pub struct LockStats {
 }
 
 impl Table {
-    /// Who `txn` must wait for to get `mode` on `page`, having first waited with `ticket`:
-    /// holders of a conflicting mode and, unless `txn` converts a lock it holds, earlier
-    /// waiters for a conflicting mode.
-    fn conflicts(&self, txn: TxnId, page: PageId, mode: LockMode, ticket: u64) -> Vec<TxnId> {
+    /// Who `txn` must wait for to get `mode` on `resource`, having first waited with
+    /// `ticket`: other transactions holding a conflicting mode and, unless `txn` converts a
+    /// lock it holds, earlier waiters for a conflicting mode.
+    fn conflicts(
+        &self,
+        modes: &ModeTable,
+        txn: TxnId,
+        resource: Resource,
+        mode: ModeId,
+        ticket: u64,
+    ) -> Vec<TxnId> {
         let mut blockers = Vec::new();
         let mut converts = false;
-        for &(t, held) in self.holders.get(&page).into_iter().flatten() {
-            if t == txn {
+        for &(owner, held) in self.holders.get(&resource).into_iter().flatten() {
+            if owner.txn == txn {
                 converts = true;
-            } else if !COMPATIBLE[held as usize][mode as usize] {
-                blockers.push(t);
+            } else if !modes.compatible(held, mode) && !blockers.contains(&owner.txn) {
+                blockers.push(owner.txn);
             }
         }
         if !converts {
@@ -81,10 +239,9 @@ impl Table {
                     .iter()
                     .filter(|(t, w)| {
                         **t != txn
-                            && w.page == page
+                            && w.resource == resource
                             && w.ticket < ticket
-                            && !(COMPATIBLE[w.mode as usize][mode as usize]
-                                && COMPATIBLE[mode as usize][w.mode as usize])
+                            && !modes.compatible(w.mode, mode)
                     })
                     .map(|(t, _)| *t),
             );
@@ -97,25 +254,31 @@ impl Table {
         self.waiting.get(&txn).map_or(NOT_WAITING, |w| w.ticket)
     }
 
-    fn grant(&mut self, txn: TxnId, page: PageId, mode: LockMode) {
-        let holders = self.holders.entry(page).or_default();
-        match holders.iter_mut().find(|(t, _)| *t == txn) {
-            Some(entry) => entry.1 = entry.1.max(mode),
-            None => {
-                holders.push((txn, mode));
-                self.held.entry(txn).or_default().push(page);
-            }
+    fn grant(&mut self, modes: &ModeTable, owner: Owner, resource: Resource, mode: ModeId) {
+        let holders = self.holders.entry(resource).or_default();
+        let first_of_txn = !holders.iter().any(|(o, _)| o.txn == owner.txn);
+        match holders.iter_mut().find(|(o, _)| *o == owner) {
+            Some(entry) => entry.1 = modes.join(entry.1, mode),
+            None => holders.push((owner, mode)),
+        }
+        if first_of_txn {
+            self.held.entry(owner.txn).or_default().push(resource);
         }
     }
 
-    fn holds(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
-        self.holders
-            .get(&page)
-            .is_some_and(|h| h.iter().any(|(t, m)| *t == txn && *m >= mode))
+    /// Does `owner`, or an ancestor of it (its transaction at a lower level), hold a mode
+    /// covering `mode` on `resource`? A subtransaction's lock covers neither its parent nor
+    /// a sibling that follows it: it may be released at the subtransaction's end.
+    fn holds(&self, modes: &ModeTable, owner: Owner, resource: Resource, mode: ModeId) -> bool {
+        self.holders.get(&resource).is_some_and(|h| {
+            h.iter().any(|(o, m)| {
+                o.txn == owner.txn && o.level <= owner.level && modes.covers(*m, mode)
+            })
+        })
     }
 
     /// Would `txn` waiting for `blockers` close a cycle? Depth-first over waits-for edges.
-    fn closes_cycle(&self, txn: TxnId, blockers: &[TxnId]) -> bool {
+    fn closes_cycle(&self, modes: &ModeTable, txn: TxnId, blockers: &[TxnId]) -> bool {
         let mut stack: Vec<TxnId> = blockers.to_vec();
         let mut seen: HashSet<TxnId> = HashSet::new();
         while let Some(t) = stack.pop() {
@@ -126,20 +289,64 @@ impl Table {
                 continue;
             }
             if let Some(w) = self.waiting.get(&t) {
-                stack.extend(self.conflicts(t, w.page, w.mode, w.ticket));
+                stack.extend(self.conflicts(modes, t, w.resource, w.mode, w.ticket));
             }
         }
         false
     }
+
+    /// Removes the locks of `txn` whose owner `remove` selects, and forgets resources it no
+    /// longer holds at any level.
+    fn drop_locks(&mut self, txn: TxnId, mut remove: impl FnMut(Owner) -> bool) {
+        let Some(resources) = self.held.remove(&txn) else {
+            return;
+        };
+        let mut still = Vec::new();
+        for resource in resources {
+            if let Some(holders) = self.holders.get_mut(&resource) {
+                holders.retain(|(o, _)| o.txn != txn || !remove(*o));
+                if holders.iter().any(|(o, _)| o.txn == txn) {
+                    still.push(resource);
+                }
+                if holders.is_empty() {
+                    self.holders.remove(&resource);
+                }
+            }
+        }
+        if !still.is_empty() {
+            self.held.insert(txn, still);
+        }
+    }
 }
 
 impl LockManager {
+    /// A lock manager of page locks (shared and exclusive).
     pub fn new(timeout: Duration) -> LockManager {
-        LockManager {
-            table: Mutex::new(Table::default()),
+        LockManager::with_modes(ModeTable::shared_exclusive(), timeout)
+            .expect("the shared-exclusive table is valid")
+    }
+
+    /// A lock manager with modes of the caller's choosing.
+    pub fn with_modes(modes: ModeTable, timeout: Duration) -> Result<LockManager> {
+        modes
+            .validate()
+            .map_err(|reason| Error::InvalidArgument(format!("lock modes: {reason}")))?;
+        Ok(LockManager {
+            modes,
+            table: Mutex::new(Table {
+                holders: HashMap::new(),
+                held: HashMap::new(),
+                waiting: HashMap::new(),
+                next_ticket: 0,
+                stats: LockStats::default(),
+            }),
             changed: Condvar::new(),
             timeout,
-        }
+        })
+    }
+
+    pub fn modes(&self) -> &ModeTable {
+        &self.modes
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -149,18 +356,31 @@ impl LockManager {
     /// Grants `mode` on `page` to `txn`, waiting while others hold conflicting locks or wait
     /// for them ahead of it.
     pub fn acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<()> {
+        self.lock_resource(Owner::top(txn), Resource::Page(page), page_mode(mode))
+    }
+
+    /// Grants `mode` on `resource` to `owner`, waiting while other transactions hold
+    /// conflicting locks or wait for them ahead of it.
+    pub fn lock_resource(&self, owner: Owner, resource: Resource, mode: ModeId) -> Result<()> {
+        assert!(
+            (mode.0 as usize) < self.modes.len(),
+            "lock mode {} of {}",
+            mode.0,
+            self.modes.len()
+        );
+        let txn = owner.txn;
         let started = Instant::now();
         let mut table = self.lock();
         loop {
-            if table.holds(txn, page, mode) {
+            if table.holds(&self.modes, owner, resource, mode) {
                 table.waiting.remove(&txn);
                 return Ok(());
             }
             let ticket = table.ticket(txn);
-            let blockers = table.conflicts(txn, page, mode, ticket);
+            let blockers = table.conflicts(&self.modes, txn, resource, mode, ticket);
             if blockers.is_empty() {
                 let was_waiting = table.waiting.remove(&txn).is_some();
-                table.grant(txn, page, mode);
+                table.grant(&self.modes, owner, resource, mode);
                 drop(table);
                 if was_waiting {
                     // Requests behind this one that it held up may go now (the compatible
@@ -169,24 +389,33 @@ impl LockManager {
                 }
                 return Ok(());
             }
-            if table.closes_cycle(txn, &blockers) {
+            if table.closes_cycle(&self.modes, txn, &blockers) {
                 table.stats.deadlocks += 1;
                 self.stop_waiting(table, txn);
-                return Err(Error::Deadlock { page });
+                return Err(Error::Deadlock {
+                    page: resource.page(),
+                });
             }
             let waited = started.elapsed();
             if waited >= self.timeout {
                 table.stats.timeouts += 1;
                 self.stop_waiting(table, txn);
                 return Err(Error::LockTimeout {
-                    page,
+                    page: resource.page(),
                     waited_ms: waited.as_millis() as u64,
                 });
             }
             if ticket == NOT_WAITING {
                 let ticket = table.next_ticket;
                 table.next_ticket += 1;
-                table.waiting.insert(txn, Waiter { page, mode, ticket });
+                table.waiting.insert(
+                    txn,
+                    Waiter {
+                        resource,
+                        mode,
+                        ticket,
+                    },
+                );
             }
             table.stats.waits += 1;
             table = self
@@ -206,14 +435,18 @@ impl LockManager {
         }
     }
 
-    /// Grants `mode` if nobody conflicts; never waits.
+    /// Grants `mode` on `page` if nobody conflicts (holders or earlier waiters); never waits.
     pub fn try_acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
+        let (resource, mode) = (Resource::Page(page), page_mode(mode));
         let mut table = self.lock();
-        if table.holds(txn, page, mode) {
+        if table.holds(&self.modes, Owner::top(txn), resource, mode) {
             return true;
         }
-        if table.conflicts(txn, page, mode, NOT_WAITING).is_empty() {
-            table.grant(txn, page, mode);
+        if table
+            .conflicts(&self.modes, txn, resource, mode, NOT_WAITING)
+            .is_empty()
+        {
+            table.grant(&self.modes, Owner::top(txn), resource, mode);
             true
         } else {
             false
@@ -221,34 +454,84 @@ impl LockManager {
     }
 
     pub fn holds(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
-        self.lock().holds(txn, page, mode)
+        self.holds_resource(Owner::top(txn), Resource::Page(page), page_mode(mode))
+    }
+
+    /// Does `owner`, or its transaction at a lower level, hold a mode covering `mode` on
+    /// `resource`?
+    pub fn holds_resource(&self, owner: Owner, resource: Resource, mode: ModeId) -> bool {
+        self.lock().holds(&self.modes, owner, resource, mode)
     }
 
     /// Is `page` locked by anyone but `txn`?
     pub fn locked_by_other(&self, txn: TxnId, page: PageId) -> bool {
         self.lock()
             .holders
-            .get(&page)
-            .is_some_and(|h| h.iter().any(|(t, _)| *t != txn))
+            .get(&Resource::Page(page))
+            .is_some_and(|h| h.iter().any(|(o, _)| o.txn != txn))
     }
 
-    /// Releases every lock of `txn` and wakes the waiters.
+    /// Releases every lock of `txn`, at every level, and wakes the waiters.
     pub fn release_all(&self, txn: TxnId) {
         let mut table = self.lock();
         table.waiting.remove(&txn);
         let anyone_waiting = !table.waiting.is_empty();
-        for page in table.held.remove(&txn).unwrap_or_default() {
-            if let Some(holders) = table.holders.get_mut(&page) {
-                holders.retain(|(t, _)| *t != txn);
-                if holders.is_empty() {
-                    table.holders.remove(&page);
-                }
-            }
-        }
+        table.drop_locks(txn, |_| true);
         drop(table);
         if anyone_waiting {
             self.changed.notify_all();
         }
+    }
+
+    /// Releases the locks `txn` holds at `level` (a subtransaction's, at its end).
+    pub fn release_level(&self, txn: TxnId, level: u8) {
+        let mut table = self.lock();
+        let anyone_waiting = !table.waiting.is_empty();
+        table.drop_locks(txn, |owner| owner.level == level);
+        drop(table);
+        if anyone_waiting {
+            self.changed.notify_all();
+        }
+    }
+
+    /// Passes the locks `txn` holds at `level` (> 0) to its parent level, each joined with
+    /// what the parent holds on the same resource.
+    pub fn pass_to_parent(&self, txn: TxnId, level: u8) {
+        assert!(level > 0, "level 0 is the transaction: it has no parent");
+        let mut table = self.lock();
+        let resources = table.held.get(&txn).cloned().unwrap_or_default();
+        let parent = Owner {
+            txn,
+            level: level - 1,
+        };
+        for resource in resources {
+            let Some(holders) = table.holders.get_mut(&resource) else {
+                continue;
+            };
+            let Some(at) = holders
+                .iter()
+                .position(|(o, _)| o.txn == txn && o.level == level)
+            else {
+                continue;
+            };
+            let (_, mode) = holders.remove(at);
+            match holders.iter_mut().find(|(o, _)| *o == parent) {
+                Some(entry) => entry.1 = self.modes.join(entry.1, mode),
+                None => holders.push((parent, mode)),
+            }
+        }
+    }
+
+    /// What `owner` holds, by resource (for tests and diagnostics).
+    pub fn held_by(&self, owner: Owner) -> Vec<(Resource, ModeId)> {
+        let table = self.lock();
+        let mut held: Vec<(Resource, ModeId)> = table
+            .holders
+            .iter()
+            .flat_map(|(r, h)| h.iter().filter(|(o, _)| *o == owner).map(|(_, m)| (*r, *m)))
+            .collect();
+        held.sort();
+        held
     }
 
     pub fn locked_pages(&self) -> usize {
@@ -381,6 +664,134 @@ mod tests {
         locks.release_all(b);
         first.join().unwrap().unwrap();
         assert_eq!(locks.waiting(), 0);
+    }
+
+    /// Shared, exclusive, and an escrow-style increment mode: increments commute, so two
+    /// transactions may hold one at once, but a reader or a writer must wait for them. Added by
+    /// data alone.
+    fn with_increment() -> ModeTable {
+        ModeTable {
+            names: vec!["shared", "exclusive", "increment"],
+            // requested:     S      X      I
+            compatible: vec![
+                vec![true, false, false],  // held S
+                vec![false, false, false], // held X
+                vec![false, false, true],  // held I
+            ],
+            covers: vec![
+                vec![true, false, false], // S
+                vec![true, true, true],   // X covers everything
+                vec![false, false, true], // I
+            ],
+        }
+    }
+
+    const S: ModeId = ModeId(0);
+    const X: ModeId = ModeId(1);
+    const I: ModeId = ModeId(2);
+
+    #[test]
+    fn a_mode_added_by_data_grants_waits_and_detects_deadlocks() {
+        let locks =
+            Arc::new(LockManager::with_modes(with_increment(), Duration::from_secs(5)).unwrap());
+        let (a, b, c) = (
+            Owner::top(TxnId(1)),
+            Owner::top(TxnId(2)),
+            Owner::top(TxnId(3)),
+        );
+        let (o1, o2) = (
+            Resource::Object(lodestore_core::Oid::new(0, PageId(4), 1)),
+            Resource::Object(lodestore_core::Oid::new(0, PageId(4), 2)),
+        );
+        // Increments commute: both granted at once.
+        locks.lock_resource(a, o1, I).unwrap();
+        locks.lock_resource(b, o1, I).unwrap();
+        // A reader waits for both.
+        let reader = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.lock_resource(c, o1, S))
+        };
+        until_waiting(&locks, 1);
+        assert!(!locks.holds_resource(c, o1, S));
+        locks.release_all(a.txn);
+        assert!(!locks.holds_resource(c, o1, S));
+        locks.release_all(b.txn);
+        reader.join().unwrap().unwrap();
+        locks.release_all(c.txn);
+
+        // Holding an increment and asking to read gets the least mode covering both: X.
+        locks.lock_resource(a, o1, I).unwrap();
+        locks.lock_resource(a, o1, S).unwrap();
+        assert_eq!(locks.held_by(a), vec![(o1, X)]);
+        locks.release_all(a.txn);
+
+        // A cycle through the new mode: a holds I on o1, b holds I on o2; a waits to read o2,
+        // and b asking to read o1 closes the cycle and is the victim.
+        locks.lock_resource(a, o1, I).unwrap();
+        locks.lock_resource(b, o2, I).unwrap();
+        let first = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.lock_resource(a, o2, S))
+        };
+        until_waiting(&locks, 1);
+        assert!(matches!(
+            locks.lock_resource(b, o1, S),
+            Err(Error::Deadlock { page }) if page == PageId(4)
+        ));
+        locks.release_all(b.txn);
+        first.join().unwrap().unwrap();
+        assert_eq!(locks.stats().deadlocks, 1);
+    }
+
+    #[test]
+    fn tables_that_break_the_rules_are_refused() {
+        let mut asymmetric = with_increment();
+        asymmetric.compatible[0][2] = true;
+        assert!(asymmetric.validate().unwrap_err().contains("symmetric"));
+        let mut no_join = with_increment();
+        no_join.covers[1][2] = false; // nothing covers both S and I any more
+        assert!(no_join.validate().unwrap_err().contains("covers both"));
+        // X covers S, yet would admit increments that S keeps out.
+        let mut stronger_admits = with_increment();
+        stronger_admits.compatible[1][2] = true;
+        stronger_admits.compatible[2][1] = true;
+        assert!(stronger_admits
+            .validate()
+            .unwrap_err()
+            .contains("keeps out"));
+        assert!(LockManager::with_modes(no_join, Duration::from_secs(1)).is_err());
+    }
+
+    /// A subtransaction's locks are its own: released at its end they let others in; passed
+    /// to the parent they stay until the transaction ends.
+    #[test]
+    fn subtransaction_locks_are_released_or_passed_to_the_parent() {
+        let locks = manager();
+        let top = Owner::top(TxnId(1));
+        let sub = Owner {
+            txn: TxnId(1),
+            level: 1,
+        };
+        let other = TxnId(2);
+        let (p, q) = (Resource::Page(PageId(7)), Resource::Page(PageId(8)));
+        locks.lock_resource(sub, p, X).unwrap();
+        // The transaction's other levels are not in conflict with it.
+        locks.lock_resource(top, p, S).unwrap();
+        assert!(!locks.try_acquire(other, PageId(7), LockMode::Shared));
+        locks.release_level(TxnId(1), 1);
+        assert_eq!(locks.held_by(sub), vec![]);
+        assert_eq!(locks.held_by(top), vec![(p, S)]);
+        assert!(locks.try_acquire(other, PageId(7), LockMode::Shared));
+        locks.release_all(other);
+
+        locks.lock_resource(sub, q, X).unwrap();
+        locks.pass_to_parent(TxnId(1), 1);
+        assert_eq!(locks.held_by(sub), vec![]);
+        assert_eq!(locks.held_by(top), vec![(p, S), (q, X)]);
+        assert!(!locks.try_acquire(other, PageId(8), LockMode::Shared));
+        locks.release_all(TxnId(1));
+        assert!(locks.try_acquire(other, PageId(8), LockMode::Shared));
+        assert_eq!(locks.locked_pages(), 1);
     }
 
     #[test]

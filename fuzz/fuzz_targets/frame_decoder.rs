@@ -7,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use lodestore_core::{Oid, PageId};
 use lodestore_net::frame::read_frame;
-use lodestore_net::message::{decode, Request, Response};
+use lodestore_net::message::{decode, Request, Response, WireRecords};
 use lodestore_server::{ObjectUpdates, PageUpdates};
 
 fuzz_target!(|data: &[u8]| {
@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
 /// Log records as the server rebuilds them from a request, every record read.
 fn batches(request: Request) {
     match request {
-        Request::ShipLogRecords { records, .. } => {
+        Request::ShipRecords {
+            records: WireRecords::Pages(records),
+            ..
+        } => {
             let parts = records.records.iter().map(|&(p, o, l)| (PageId(p), o, l));
             if let Ok(batch) = PageUpdates::from_parts(parts, records.bytes) {
                 for update in batch.iter() {
@@ -35,7 +38,10 @@ fn batches(request: Request) {
                 }
             }
         }
-        Request::ShipObjectUpdates { records, .. } => {
+        Request::ShipRecords {
+            records: WireRecords::Objects(records),
+            ..
+        } => {
             let parts = records.records.iter().map(|&(oid, o, l)| (Oid(oid), o, l));
             if let Ok(batch) = ObjectUpdates::from_parts(parts, records.bytes) {
                 assert_eq!(

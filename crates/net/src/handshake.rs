@@ -208,7 +208,14 @@ mod tests {
         let auth = ServerAuth::none().with(token("writer-token-0123456"), Access::ReadWrite);
         let mut server = ServerHandshake::default();
         assert!(matches!(
-            server.step(Request::Begin, &auth, Access::ReadWrite, nonce),
+            server.step(
+                Request::Begin {
+                    kind: crate::message::WireTxnKind::ReadWrite
+                },
+                &auth,
+                Access::ReadWrite,
+                nonce
+            ),
             ServerStep::Refuse(_)
         ));
         let mut server = ServerHandshake::default();

@@ -2,8 +2,9 @@
 //! postcard; identifiers travel as plain integers so the wire format does not depend on how
 //! the Rust types are declared.
 
-use lodestore_core::{Error, PageId};
+use lodestore_core::{Error, PageId, TxnId};
 use lodestore_server::{LockStats, RestartReport, ServerStats};
+use lodestore_server::{LockTarget, TxnKind};
 use lodestore_wal::LogStats;
 use serde::{Deserialize, Serialize};
 
@@ -16,10 +17,12 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         nonce: Vec<u8>,
     },
-    Begin,
-    LockPage {
+    Begin {
+        kind: WireTxnKind,
+    },
+    Lock {
         txn: u64,
-        page: u32,
+        target: WireLockTarget,
         exclusive: bool,
     },
     FetchPage {
@@ -39,9 +42,9 @@ pub enum Request {
         txn: u64,
         pages: Vec<u32>,
     },
-    ShipLogRecords {
+    ShipRecords {
         txn: u64,
-        records: WireUpdates,
+        records: WireRecords,
     },
     ShipDirtyPages {
         txn: u64,
@@ -61,10 +64,6 @@ pub enum Request {
     Stats,
     /// Take a checkpoint now.
     Checkpoint,
-    ShipObjectUpdates {
-        txn: u64,
-        records: WireObjectUpdates,
-    },
     /// The client's answer to a challenge: its proof that it holds a token.
     Prove {
         #[serde(with = "serde_bytes")]
@@ -78,20 +77,19 @@ impl Request {
         match self {
             Request::Hello { .. } => "hello",
             Request::Prove { .. } => "prove",
-            Request::Begin => "begin",
-            Request::LockPage { .. } => "lock-page",
+            Request::Begin { .. } => "begin",
+            Request::Lock { .. } => "lock",
             Request::FetchPage { .. } => "fetch-page",
             Request::FindSpace { .. } => "find-space",
             Request::AllocatePages { .. } => "allocate-pages",
             Request::FreePages { .. } => "free-pages",
-            Request::ShipLogRecords { .. } => "ship-log-records",
+            Request::ShipRecords { .. } => "ship-records",
             Request::ShipDirtyPages { .. } => "ship-dirty-pages",
             Request::Commit { .. } => "commit",
             Request::ShipAndCommit { .. } => "ship-and-commit",
             Request::Abort { .. } => "abort",
             Request::Stats => "stats",
             Request::Checkpoint => "checkpoint",
-            Request::ShipObjectUpdates { .. } => "ship-object-updates",
         }
     }
 }
@@ -100,24 +98,76 @@ impl Request {
     /// Would this request change the store (refused to a read-only client)?
     pub fn writes(&self) -> bool {
         match self {
-            Request::LockPage { exclusive, .. } => *exclusive,
+            Request::Lock { exclusive, .. } => *exclusive,
             Request::ShipAndCommit { pages, .. } => !pages.is_empty(),
             Request::FindSpace { .. }
             | Request::AllocatePages { .. }
             | Request::FreePages { .. }
-            | Request::ShipLogRecords { .. }
+            | Request::ShipRecords { .. }
             | Request::ShipDirtyPages { .. }
-            | Request::ShipObjectUpdates { .. }
             | Request::Checkpoint => true,
             Request::Hello { .. }
             | Request::Prove { .. }
-            | Request::Begin
+            | Request::Begin { .. }
             | Request::FetchPage { .. }
             | Request::Commit { .. }
             | Request::Abort { .. }
             | Request::Stats => false,
         }
     }
+}
+
+/// The kind of transaction a `Begin` asks for (`TxnKind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireTxnKind {
+    ReadWrite,
+    ReadOnlyAsOf { snapshot: u64 },
+    Sub { parent: u64 },
+}
+
+impl From<TxnKind> for WireTxnKind {
+    fn from(kind: TxnKind) -> Self {
+        match kind {
+            TxnKind::ReadWrite => WireTxnKind::ReadWrite,
+            TxnKind::ReadOnlyAsOf { snapshot } => WireTxnKind::ReadOnlyAsOf { snapshot },
+            TxnKind::Sub { parent } => WireTxnKind::Sub { parent: parent.0 },
+        }
+    }
+}
+
+impl From<WireTxnKind> for TxnKind {
+    fn from(kind: WireTxnKind) -> Self {
+        match kind {
+            WireTxnKind::ReadWrite => TxnKind::ReadWrite,
+            WireTxnKind::ReadOnlyAsOf { snapshot } => TxnKind::ReadOnlyAsOf { snapshot },
+            WireTxnKind::Sub { parent } => TxnKind::Sub {
+                parent: TxnId(parent),
+            },
+        }
+    }
+}
+
+/// What a `Lock` is on (`LockTarget`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireLockTarget {
+    Page(u32),
+    Object(u64),
+}
+
+impl From<LockTarget> for WireLockTarget {
+    fn from(target: LockTarget) -> Self {
+        match target {
+            LockTarget::Page(page) => WireLockTarget::Page(page.0),
+            LockTarget::Object(oid) => WireLockTarget::Object(oid.0),
+        }
+    }
+}
+
+/// A batch of shipped log records, in one of the shapes of `ShippedRecords`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireRecords {
+    Pages(WireUpdates),
+    Objects(WireObjectUpdates),
 }
 
 /// Log records shipped together, as `PageUpdates` keeps them: each record's page, offset and

@@ -4,12 +4,14 @@
 
 use crate::auth::{self, Access, Credentials, Token};
 use crate::frame::{read_frame, FrameError, Poller, MAX_FRAME_BODY};
-use crate::message::{decode, encode, Request, Response, WireObjectUpdates, WirePage, WireUpdates};
+use crate::message::{
+    decode, encode, Request, Response, WireObjectUpdates, WirePage, WireRecords, WireUpdates,
+};
 use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::{
-    validate_client_page, LockMode, LockStats, ObjectUpdates, PageServer, PageUpdates,
-    RestartReport, ServerStats, ShippedPage,
+    validate_client_page, LockMode, LockStats, LockTarget, PageServer, RestartReport, ServerStats,
+    ShippedPage, ShippedRecords, TxnKind,
 };
 use lodestore_storage::large::Extent;
 use lodestore_storage::page;
@@ -438,22 +440,22 @@ impl PageServer for RemotePageServer {
         self.welcome.root_directory
     }
 
-    fn begin(&self) -> Result<TxnId> {
-        match self.call(&Request::Begin)? {
+    fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId> {
+        match self.call(&Request::Begin { kind: kind.into() })? {
             Response::Txn(txn) => Ok(TxnId(txn)),
             other => Err(self.unexpected("begin", &other)),
         }
     }
 
-    fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
-        let request = Request::LockPage {
+    fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
+        let request = Request::Lock {
             txn: txn.0,
-            page: page.0,
+            target: target.into(),
             exclusive: mode == LockMode::Exclusive,
         };
         match self.call(&request)? {
             Response::Lsn(lsn) => Ok(Lsn(lsn)),
-            other => Err(self.unexpected("lock-page", &other)),
+            other => Err(self.unexpected("lock", &other)),
         }
     }
 
@@ -522,38 +524,41 @@ impl PageServer for RemotePageServer {
         self.expect_done("free-pages", &request)
     }
 
-    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
-        let parts: Vec<_> = records
-            .parts()
-            .map(|(page, offset, len)| (page.0, offset, len))
-            .collect();
-        self.ship_batch(
-            "ship-log-records",
-            &parts,
-            records.bytes(),
-            2,
-            |records, bytes| Request::ShipLogRecords {
-                txn: txn.0,
-                records: WireUpdates { records, bytes },
-            },
-        )
-    }
-
-    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
-        let parts: Vec<_> = records
-            .parts()
-            .map(|(oid, offset, len)| (oid.0, offset, len))
-            .collect();
-        self.ship_batch(
-            "ship-object-updates",
-            &parts,
-            records.bytes(),
-            1,
-            |records, bytes| Request::ShipObjectUpdates {
-                txn: txn.0,
-                records: WireObjectUpdates { records, bytes },
-            },
-        )
+    fn ship_records(&self, txn: TxnId, records: ShippedRecords<'_>) -> Result<()> {
+        match records {
+            ShippedRecords::Pages(records) => {
+                let parts: Vec<_> = records
+                    .parts()
+                    .map(|(page, offset, len)| (page.0, offset, len))
+                    .collect();
+                self.ship_batch(
+                    "ship-records",
+                    &parts,
+                    records.bytes(),
+                    2,
+                    |records, bytes| Request::ShipRecords {
+                        txn: txn.0,
+                        records: WireRecords::Pages(WireUpdates { records, bytes }),
+                    },
+                )
+            }
+            ShippedRecords::Objects(records) => {
+                let parts: Vec<_> = records
+                    .parts()
+                    .map(|(oid, offset, len)| (oid.0, offset, len))
+                    .collect();
+                self.ship_batch(
+                    "ship-records",
+                    &parts,
+                    records.bytes(),
+                    1,
+                    |records, bytes| Request::ShipRecords {
+                        txn: txn.0,
+                        records: WireRecords::Objects(WireObjectUpdates { records, bytes }),
+                    },
+                )
+            }
+        }
     }
 
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {

@@ -10,11 +10,14 @@ use crate::deadline::DeadlineStream;
 use crate::frame::{read_frame_admitted, FrameError, Poller};
 use crate::handshake::{ServerHandshake, ServerStep};
 use crate::limits::{ServeLimits, CLOSE_WAIT_MAX};
-use crate::message::{decode, encode, Request, Response, WireError};
+use crate::message::{decode, encode, Request, Response, WireError, WireLockTarget, WireRecords};
 use crate::registry::{Activity, Registry};
 use crate::tls::transport::{Channel, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
-use lodestore_server::{LockMode, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage};
+use lodestore_server::{
+    LockMode, LockTarget, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage,
+    ShippedRecords,
+};
 use rustc_hash::FxHashSet;
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -396,14 +399,14 @@ impl Connection {
                     request.name()
                 )))
             }
-            Request::Begin => {
-                let txn = server.begin()?;
+            Request::Begin { kind } => {
+                let txn = server.begin_transaction(kind.into())?;
                 self.txns.insert(txn.0);
                 Response::Txn(txn.0)
             }
-            Request::LockPage {
+            Request::Lock {
                 txn,
-                page,
+                target,
                 exclusive,
             } => {
                 let mode = if exclusive {
@@ -411,7 +414,11 @@ impl Connection {
                 } else {
                     LockMode::Shared
                 };
-                Response::Lsn(server.lock_page(self.own(txn)?, self.page(page)?, mode)?.0)
+                let target = match target {
+                    WireLockTarget::Page(page) => LockTarget::Page(self.page(page)?),
+                    WireLockTarget::Object(oid) => LockTarget::Object(Oid(oid)),
+                };
+                Response::Lsn(server.lock(self.own(txn)?, target, mode)?.0)
             }
             Request::FetchPage { txn, page } => {
                 let mut buf = vec![0u8; server.page_size()];
@@ -435,28 +442,35 @@ impl Connection {
                 server.free_pages(self.own(txn)?, &pages)?;
                 Response::Done
             }
-            Request::ShipLogRecords { txn, records } => {
-                let parts = records
-                    .records
-                    .into_iter()
-                    .map(|(page, offset, len)| Ok((self.page(page)?, offset, len)))
-                    .collect::<Result<Vec<_>>>()?;
-                let records = PageUpdates::from_parts(parts, records.bytes).map_err(|reason| {
-                    Error::InvalidArgument(format!("malformed log records: {reason}"))
-                })?;
-                server.ship_log_records(self.own(txn)?, &records)?;
-                Response::Done
-            }
-            Request::ShipObjectUpdates { txn, records } => {
-                let parts = records
-                    .records
-                    .into_iter()
-                    .map(|(oid, offset, len)| (Oid(oid), offset, len));
-                let records =
-                    ObjectUpdates::from_parts(parts, records.bytes).map_err(|reason| {
-                        Error::InvalidArgument(format!("malformed object redo records: {reason}"))
-                    })?;
-                server.ship_object_updates(self.own(txn)?, &records)?;
+            Request::ShipRecords { txn, records } => {
+                let txn = self.own(txn)?;
+                match records {
+                    WireRecords::Pages(records) => {
+                        let parts = records
+                            .records
+                            .into_iter()
+                            .map(|(page, offset, len)| Ok((self.page(page)?, offset, len)))
+                            .collect::<Result<Vec<_>>>()?;
+                        let records =
+                            PageUpdates::from_parts(parts, records.bytes).map_err(|reason| {
+                                Error::InvalidArgument(format!("malformed log records: {reason}"))
+                            })?;
+                        server.ship_records(txn, ShippedRecords::Pages(&records))?;
+                    }
+                    WireRecords::Objects(records) => {
+                        let parts = records
+                            .records
+                            .into_iter()
+                            .map(|(oid, offset, len)| (Oid(oid), offset, len));
+                        let records =
+                            ObjectUpdates::from_parts(parts, records.bytes).map_err(|reason| {
+                                Error::InvalidArgument(format!(
+                                    "malformed object redo records: {reason}"
+                                ))
+                            })?;
+                        server.ship_records(txn, ShippedRecords::Objects(&records))?;
+                    }
+                }
                 Response::Done
             }
             Request::ShipDirtyPages { txn, pages } => {

@@ -8,7 +8,7 @@ mod common;
 
 use common::{assert_closed, raw, start_server_with};
 use lodestore_net::frame::{header, read_frame, write_frame};
-use lodestore_net::message::{decode, encode, Request, Response};
+use lodestore_net::message::{decode, encode, Request, Response, WireLockTarget, WireTxnKind};
 use lodestore_net::{RemotePageServer, ServeLimits};
 use lodestore_server::{LockMode, PageServer};
 use std::io::Write;
@@ -97,7 +97,14 @@ fn an_idle_connection_is_closed_and_a_silent_transaction_rolled_back() {
     // A client takes the root directory's lock, then says nothing: after the bound the
     // connection is closed and the lock released for others.
     let mut silent = raw(&running.address, true);
-    write_frame(&mut silent, 2, &encode(&Request::Begin)).unwrap();
+    write_frame(
+        &mut silent,
+        2,
+        &encode(&Request::Begin {
+            kind: WireTxnKind::ReadWrite,
+        }),
+    )
+    .unwrap();
     let Response::Txn(txn) = decode::<Response>(&read_frame(&mut silent).unwrap().body).unwrap()
     else {
         panic!("no transaction");
@@ -107,9 +114,9 @@ fn an_idle_connection_is_closed_and_a_silent_transaction_rolled_back() {
     write_frame(
         &mut silent,
         3,
-        &encode(&Request::LockPage {
+        &encode(&Request::Lock {
             txn,
-            page,
+            target: WireLockTarget::Page(page),
             exclusive: true,
         }),
     )
@@ -124,7 +131,14 @@ fn an_idle_connection_is_closed_and_a_silent_transaction_rolled_back() {
 fn a_client_that_stops_reading_is_closed_and_its_locks_released() {
     let running = start_server_with(limits());
     let mut greedy = raw(&running.address, true);
-    write_frame(&mut greedy, 2, &encode(&Request::Begin)).unwrap();
+    write_frame(
+        &mut greedy,
+        2,
+        &encode(&Request::Begin {
+            kind: WireTxnKind::ReadWrite,
+        }),
+    )
+    .unwrap();
     let Response::Txn(txn) = decode::<Response>(&read_frame(&mut greedy).unwrap().body).unwrap()
     else {
         panic!("no transaction");
@@ -135,9 +149,9 @@ fn a_client_that_stops_reading_is_closed_and_its_locks_released() {
     write_frame(
         &mut greedy,
         3,
-        &encode(&Request::LockPage {
+        &encode(&Request::Lock {
             txn,
-            page,
+            target: WireLockTarget::Page(page),
             exclusive: true,
         }),
     )
@@ -193,7 +207,14 @@ fn connections_with_transactions_open_are_not_pushed_out() {
         ..limits()
     });
     let begin = |stream: &mut TcpStream| {
-        write_frame(stream, 2, &encode(&Request::Begin)).unwrap();
+        write_frame(
+            stream,
+            2,
+            &encode(&Request::Begin {
+                kind: WireTxnKind::ReadWrite,
+            }),
+        )
+        .unwrap();
         read_frame(stream).unwrap();
     };
     let mut first = raw(&running.address, true);

@@ -5,7 +5,8 @@
 use lodestore_core::{Error, PageId, TxnId, TypeId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
 use lodestore_net::message::{
-    decode, encode, Request, Response, WireError, WireObjectUpdates, WireUpdates,
+    decode, encode, Request, Response, WireError, WireLockTarget, WireObjectUpdates, WireRecords,
+    WireTxnKind, WireUpdates,
 };
 use lodestore_net::RemotePageServer;
 use lodestore_server::{LockMode, PageServer};
@@ -26,7 +27,14 @@ fn assert_refused_in_a_transaction(
     reason: &str,
 ) {
     let mut s = raw(address, true);
-    write_frame(&mut s, 2, &encode(&Request::Begin)).unwrap();
+    write_frame(
+        &mut s,
+        2,
+        &encode(&Request::Begin {
+            kind: WireTxnKind::ReadWrite,
+        }),
+    )
+    .unwrap();
     let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
         panic!("no transaction");
     };
@@ -86,16 +94,16 @@ fn byte_fields_travel_as_a_length_and_the_bytes() {
     expected.extend_from_slice(&page);
     assert_eq!(encode(&Response::Page(page.clone())), expected);
     assert_eq!(decode::<Response>(&expected).unwrap(), Response::Page(page));
-    // Request::ShipLogRecords is variant 7: txn 5, one record (page 2, offset 3, 2 bytes),
-    // then its before bytes [1, 2] and after bytes [3, 4] in one byte string.
-    let request = Request::ShipLogRecords {
+    // Request::ShipRecords is variant 7: txn 5, page records (variant 0), one record (page 2,
+    // offset 3, 2 bytes), then its before bytes [1, 2] and after bytes [3, 4] in one string.
+    let request = Request::ShipRecords {
         txn: 5,
-        records: WireUpdates {
+        records: WireRecords::Pages(WireUpdates {
             records: vec![(2, 3, 2)],
             bytes: vec![1, 2, 3, 4],
-        },
+        }),
     };
-    let expected = [7, 5, 1, 2, 3, 2, 4, 1, 2, 3, 4];
+    let expected = [7, 5, 0, 1, 2, 3, 2, 4, 1, 2, 3, 4];
     assert_eq!(encode(&request), expected);
     assert_eq!(decode::<Request>(&expected).unwrap(), request);
 }
@@ -116,9 +124,10 @@ proptest! {
     #[test]
     fn requests_round_trip(txn in any::<u64>(), page in any::<u32>(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         let requests = [
-            Request::LockPage { txn, page, exclusive: true },
+            Request::Lock { txn, target: WireLockTarget::Page(page), exclusive: true },
             Request::FindSpace { txn, bytes: bytes.len() as u64, skip: vec![page] },
-            Request::ShipLogRecords { txn, records: WireUpdates { records: vec![(page, 3, bytes.len() as u32)], bytes: [bytes.clone(), bytes.clone()].concat() } },
+            Request::ShipRecords { txn, records: WireRecords::Pages(WireUpdates { records: vec![(page, 3, bytes.len() as u32)], bytes: [bytes.clone(), bytes.clone()].concat() }) },
+            Request::Begin { kind: WireTxnKind::Sub { parent: txn } },
         ];
         for request in requests {
             prop_assert_eq!(decode::<Request>(&encode(&request)).unwrap(), request);
@@ -159,7 +168,14 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
 
     // Something other than hello first: answered with the reason, then closed.
     let mut s = raw(&address, false);
-    write_frame(&mut s, 1, &encode(&Request::Begin)).unwrap();
+    write_frame(
+        &mut s,
+        1,
+        &encode(&Request::Begin {
+            kind: WireTxnKind::ReadWrite,
+        }),
+    )
+    .unwrap();
     let frame = read_frame(&mut s).unwrap();
     match decode::<Response>(&frame.body).unwrap() {
         Response::Failed(WireError::PermissionDenied(m)) => assert!(m.contains("hello"), "{m}"),
@@ -171,12 +187,12 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
     let page = steady.root_directory().page().0;
     assert_refused_in_a_transaction(
         &address,
-        |txn| Request::ShipLogRecords {
+        |txn| Request::ShipRecords {
             txn,
-            records: WireUpdates {
+            records: WireRecords::Pages(WireUpdates {
                 records: vec![(page, 20, 4)],
                 bytes: vec![0; 7],
-            },
+            }),
         },
         "malformed log records",
     );
@@ -184,19 +200,21 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
     let oid = steady.root_directory().0;
     assert_refused_in_a_transaction(
         &address,
-        |txn| Request::ShipObjectUpdates {
+        |txn| Request::ShipRecords {
             txn,
-            records: WireObjectUpdates {
+            records: WireRecords::Objects(WireObjectUpdates {
                 records: vec![(oid, 0, 5)],
                 bytes: vec![0; 2],
-            },
+            }),
         },
         "malformed object redo records",
     );
 
     // Disconnecting in the middle of a frame.
     let mut s = raw(&address, true);
-    let body = encode(&Request::Begin);
+    let body = encode(&Request::Begin {
+        kind: WireTxnKind::ReadWrite,
+    });
     s.write_all(&header(2, &body)).unwrap();
     drop(s);
 
@@ -333,7 +351,9 @@ fn request_memory_is_bounded_across_connections() {
 
     // 200 KiB does not fit beside the 900 KiB held: refused after the wait.
     let mut second = raw(address, true);
-    let body = encode(&Request::Begin);
+    let body = encode(&Request::Begin {
+        kind: WireTxnKind::ReadWrite,
+    });
     let mut padded = body.clone();
     padded.resize(200 << 10, 0);
     let started = std::time::Instant::now();
@@ -351,9 +371,56 @@ fn request_memory_is_bounded_across_connections() {
     drop(slow);
     std::thread::sleep(Duration::from_millis(100));
     let mut third = raw(address, true);
-    write_frame(&mut third, 9, &encode(&Request::Begin)).unwrap();
+    write_frame(
+        &mut third,
+        9,
+        &encode(&Request::Begin {
+            kind: WireTxnKind::ReadWrite,
+        }),
+    )
+    .unwrap();
     assert!(matches!(
         decode::<Response>(&read_frame(&mut third).unwrap().body).unwrap(),
         Response::Txn(_)
     ));
+}
+
+/// Transaction kinds and lock targets that no server serves yet are refused with a clear
+/// error, in process and over the wire alike, and the connection goes on.
+#[test]
+fn unsupported_transaction_kinds_and_lock_targets_are_refused_clearly() {
+    use lodestore_server::{LockTarget, TxnKind};
+    let running = start_server();
+    let remote = RemotePageServer::connect(&running.address, "kinds").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let embedded = lodestore_server::Server::create(
+        std::sync::Arc::new(lodestore_storage::RealFileSystem),
+        &dir.path().join("s"),
+        8192,
+        lodestore_server::ServerOptions::default(),
+    )
+    .unwrap();
+    for server in [&remote as &dyn PageServer, &embedded] {
+        for kind in [
+            TxnKind::ReadOnlyAsOf { snapshot: 1 },
+            TxnKind::Sub { parent: TxnId(1) },
+        ] {
+            match server.begin_transaction(kind) {
+                Err(Error::Unsupported(reason)) => {
+                    assert!(reason.contains("snapshot") || reason.contains("subtransaction"))
+                }
+                other => panic!("{kind:?}: {other:?}"),
+            }
+        }
+        let txn = server.begin().unwrap();
+        let object = server.root_directory();
+        match server.lock(txn, LockTarget::Object(object), LockMode::Shared) {
+            Err(Error::Unsupported(reason)) => assert!(reason.contains("object"), "{reason}"),
+            other => panic!("object lock: {other:?}"),
+        }
+        server
+            .lock(txn, LockTarget::Page(object.page()), LockMode::Shared)
+            .unwrap();
+        server.commit(txn).unwrap();
+    }
 }

@@ -21,6 +21,49 @@ impl LockMode {
     }
 }
 
+/// What kind of transaction `begin_transaction` starts. Only read-write transactions are
+/// served today; the others are refused with `Error::Unsupported` until the families that
+/// need them (snapshots, multi-level transactions) implement them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnKind {
+    ReadWrite,
+    /// Reads only, of the store as it was at a snapshot.
+    ReadOnlyAsOf {
+        snapshot: u64,
+    },
+    /// A subtransaction of `parent`, whose locks end with it or pass to the parent.
+    Sub {
+        parent: TxnId,
+    },
+}
+
+/// What a lock is taken on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockTarget {
+    Page(PageId),
+    /// One object (semantic locks); not served yet.
+    Object(Oid),
+}
+
+/// A batch of log records a client ships, in one of the shapes a server takes.
+#[derive(Clone, Copy, Debug)]
+pub enum ShippedRecords<'a> {
+    /// Byte-range records of pages: before and after bytes.
+    Pages(&'a PageUpdates),
+    /// Redo records of objects: after bytes; the server finds the before bytes.
+    Objects(&'a ObjectUpdates),
+}
+
+impl ShippedRecords<'_> {
+    /// A short name for errors and logs.
+    pub fn shape(&self) -> &'static str {
+        match self {
+            ShippedRecords::Pages(_) => "page records",
+            ShippedRecords::Objects(_) => "object records",
+        }
+    }
+}
+
 /// A dirty page on its way to the server.
 #[derive(Clone, Copy, Debug)]
 pub struct ShippedPage<'a> {
@@ -45,12 +88,24 @@ pub trait PageServer: Send + Sync {
     /// The OID of the named-roots directory object.
     fn root_directory(&self) -> Oid;
 
-    /// Starts a transaction.
-    fn begin(&self) -> Result<TxnId>;
+    /// Starts a transaction of `kind`. A kind the server does not serve is refused with
+    /// `Error::Unsupported`.
+    fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId>;
 
-    /// Locks `page` for `txn` (strict two-phase: held until commit or abort) and returns the
-    /// LSN of its committed version, so a client can tell whether its cached copy is current.
-    fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn>;
+    /// Starts a read-write transaction.
+    fn begin(&self) -> Result<TxnId> {
+        self.begin_transaction(TxnKind::ReadWrite)
+    }
+
+    /// Locks `target` for `txn` (strict two-phase: held until commit or abort). For a page,
+    /// returns the LSN of its committed version, so a client can tell whether its cached copy
+    /// is current. A target the server does not serve is refused with `Error::Unsupported`.
+    fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn>;
+
+    /// Locks `page` (see `lock`).
+    fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
+        self.lock(txn, LockTarget::Page(page), mode)
+    }
 
     /// Copies the version of `page` that `txn` sees (the committed one, or the one `txn` itself
     /// shipped earlier) into `buf`. The caller holds a lock on the page.
@@ -73,15 +128,22 @@ pub trait PageServer: Send + Sync {
     /// Frees pages at commit of `txn` (the caller holds exclusive locks on them).
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()>;
 
-    /// Ships a batch of log records `txn` generated for pages it holds exclusively. Always
+    /// Ships a batch of log records `txn` generated for pages it holds exclusively, always
     /// before the pages they describe. The server logs them and applies them to its copy of
-    /// each page; a record whose before bytes differ from the server's copy is refused.
-    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()>;
+    /// each page. Page records: a record whose before bytes differ from the server's copy is
+    /// refused. Object records, in order: the server finds each object on its copy of the
+    /// page and takes the before bytes from there.
+    fn ship_records(&self, txn: TxnId, records: ShippedRecords<'_>) -> Result<()>;
 
-    /// Ships object redo records `txn` generated, in order, for objects on pages it holds
-    /// exclusively: the server finds each object on its copy of the page, takes the before
-    /// bytes from there, and logs and applies the change as it does a `PageUpdate`.
-    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()>;
+    /// Ships page records (see `ship_records`).
+    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
+        self.ship_records(txn, ShippedRecords::Pages(records))
+    }
+
+    /// Ships object redo records (see `ship_records`).
+    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
+        self.ship_records(txn, ShippedRecords::Objects(records))
+    }
 
     /// Ships dirty pages of `txn` (on eviction from the client cache, and at commit). Returns
     /// the new LSN of each page, which the client stamps on its cached copy.

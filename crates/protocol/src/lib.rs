@@ -6,4 +6,4 @@ pub mod batch;
 pub mod interface;
 
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
-pub use interface::{LockMode, PageServer, ShippedPage};
+pub use interface::{LockMode, LockTarget, PageServer, ShippedPage, ShippedRecords, TxnKind};

@@ -8,7 +8,8 @@
 
 use crate::buffer_pool::BufferPool;
 use crate::interface::{
-    LockMode, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates, ShippedPage,
+    LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates,
+    ShippedPage, ShippedRecords, TxnKind,
 };
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
@@ -600,6 +601,68 @@ fn log_options(options: &ServerOptions, page_size: usize) -> LogOptions {
     }
 }
 
+impl Server {
+    /// Page records of `txn` (see `PageServer::ship_records`).
+    fn ship_page_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
+        let records: Vec<PageUpdate<'_>> = records.iter().collect();
+
+        self.check_updates(txn, &records)?;
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        for same_page in records.chunk_by(|a, b| a.page == b.page) {
+            let page = same_page[0].page;
+            self.method
+                .log_client_updates(self, &mut state, txn, page, same_page)?;
+            state.stats.log_records_shipped += same_page.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Object redo records of `txn` (see `PageServer::ship_records`).
+    fn ship_object_records(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
+        let records: Vec<ObjectUpdate<'_>> = records.iter().collect();
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            return Err(inactive(txn));
+        }
+        // Each run of one page's records is resolved against the server's copy as the runs
+        // before it left it, then logged and applied, so a later run of the same page sees
+        // them.
+        for same_page in records.chunk_by(|a, b| a.oid.page() == b.oid.page()) {
+            let page = same_page[0].oid.page();
+            if let Some(foreign) = same_page
+                .iter()
+                .find(|r| r.oid.volume() != self.volume.volume_id())
+            {
+                return Err(Error::ObjectNotFound { oid: foreign.oid });
+            }
+            self.check_data_page(page)?;
+            self.check_exclusive(txn, page, "logged an object of")?;
+            self.cache_page(&mut state, page)?;
+            let mut image = state.pool.get(page).expect("page just cached").to_vec();
+            let mut resolved = PageUpdates::new();
+            for record in same_page {
+                let range = resolve_object_update(&image, record)?;
+                resolved.push(
+                    page,
+                    range.start as u32,
+                    &image[range.clone()],
+                    record.after,
+                );
+                image[range].copy_from_slice(record.after);
+            }
+            let resolved: Vec<PageUpdate<'_>> = resolved.iter().collect();
+            self.check_updates(txn, &resolved)?;
+            self.method
+                .log_client_updates(self, &mut state, txn, page, &resolved)?;
+            state.stats.log_records_shipped += resolved.len() as u64;
+        }
+        Ok(())
+    }
+}
+
 impl PageServer for Server {
     fn page_size(&self) -> usize {
         self.volume.page_size()
@@ -613,7 +676,21 @@ impl PageServer for Server {
         self.volume.superblock().root_directory
     }
 
-    fn begin(&self) -> Result<TxnId> {
+    fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId> {
+        match kind {
+            TxnKind::ReadWrite => {}
+            TxnKind::ReadOnlyAsOf { .. } => {
+                return Err(Error::Unsupported(
+                    "read-only transactions as of a snapshot: this server keeps no snapshots"
+                        .into(),
+                ))
+            }
+            TxnKind::Sub { .. } => {
+                return Err(Error::Unsupported(
+                    "subtransactions: this server runs flat transactions".into(),
+                ))
+            }
+        }
         let mut state = self.usable_state()?;
         let txn = TxnId(state.next_txn);
         state.next_txn += 1;
@@ -621,7 +698,15 @@ impl PageServer for Server {
         Ok(txn)
     }
 
-    fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
+    fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
+        let page = match target {
+            LockTarget::Page(page) => page,
+            LockTarget::Object(oid) => {
+                return Err(Error::Unsupported(format!(
+                    "a lock on object {oid}: this server locks pages"
+                )))
+            }
+        };
         self.check_data_page(page)?;
         self.locks.acquire(txn, page, mode)?;
         let mut state = self.usable_state()?;
@@ -749,61 +834,11 @@ impl PageServer for Server {
         Ok(())
     }
 
-    fn ship_log_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
-        let records: Vec<PageUpdate<'_>> = records.iter().collect();
-        self.check_updates(txn, &records)?;
-        let mut state = self.usable_state()?;
-        if !state.txns.contains_key(&txn) {
-            return Err(inactive(txn));
+    fn ship_records(&self, txn: TxnId, records: ShippedRecords<'_>) -> Result<()> {
+        match records {
+            ShippedRecords::Pages(records) => self.ship_page_records(txn, records),
+            ShippedRecords::Objects(records) => self.ship_object_records(txn, records),
         }
-        for same_page in records.chunk_by(|a, b| a.page == b.page) {
-            let page = same_page[0].page;
-            self.method
-                .log_client_updates(self, &mut state, txn, page, same_page)?;
-            state.stats.log_records_shipped += same_page.len() as u64;
-        }
-        Ok(())
-    }
-
-    fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
-        let records: Vec<ObjectUpdate<'_>> = records.iter().collect();
-        let mut state = self.usable_state()?;
-        if !state.txns.contains_key(&txn) {
-            return Err(inactive(txn));
-        }
-        // Each run of one page's records is resolved against the server's copy as the runs
-        // before it left it, then logged and applied, so a later run of the same page sees
-        // them.
-        for same_page in records.chunk_by(|a, b| a.oid.page() == b.oid.page()) {
-            let page = same_page[0].oid.page();
-            if let Some(foreign) = same_page
-                .iter()
-                .find(|r| r.oid.volume() != self.volume.volume_id())
-            {
-                return Err(Error::ObjectNotFound { oid: foreign.oid });
-            }
-            self.check_data_page(page)?;
-            self.check_exclusive(txn, page, "logged an object of")?;
-            self.cache_page(&mut state, page)?;
-            let mut image = state.pool.get(page).expect("page just cached").to_vec();
-            let mut resolved = PageUpdates::new();
-            for record in same_page {
-                let range = resolve_object_update(&image, record)?;
-                resolved.push(
-                    page,
-                    range.start as u32,
-                    &image[range.clone()],
-                    record.after,
-                );
-                image[range].copy_from_slice(record.after);
-            }
-            let resolved: Vec<PageUpdate<'_>> = resolved.iter().collect();
-            self.check_updates(txn, &resolved)?;
-            self.method
-                .log_client_updates(self, &mut state, txn, page, &resolved)?;
-            state.stats.log_records_shipped += resolved.len() as u64;
-        }
-        Ok(())
     }
 
     fn ship_dirty_pages(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<Vec<Lsn>> {

@@ -10,7 +10,7 @@
 //! 32  1 kind
 //! 33  1 record format version (RECORD_FORMAT_VERSION)
 //! 34  2 flags
-//! 36  4 reserved, 0
+//! 36  4 the engine's kinds: reserved, 0; a family's kinds: the body's length in bytes
 //! 40    body, by kind:
 //!   update         u32 page, u32 offset, u32 length, u32 0, before bytes (absent when flag
 //!                  BEFORE_ZERO: they were all zero), after bytes
@@ -101,6 +101,14 @@ pub enum RecordBody {
     Skip,
     /// Ends a flushed batch. Carries no meaning for recovery.
     FlushMark,
+    /// A record of a family outside the engine (see [`crate::kinds`]): the log keeps its
+    /// kind, flags and body and knows nothing of their meaning; the family reads the body.
+    /// Restart passes such records by; the family that wrote them replays them.
+    Family {
+        kind: u8,
+        flags: u16,
+        body: Vec<u8>,
+    },
 }
 
 impl RecordBody {
@@ -150,7 +158,52 @@ pub trait Body {
     fn write_body(&self, out: &mut [u8]) -> u16;
 }
 
-const KIND_UPDATE: u8 = 1;
+use crate::kinds::{self, UPDATE as KIND_UPDATE};
+
+/// A family's record as the log frames it: a kind of the family's range, its flags and its
+/// body's bytes. A family defines its records as types implementing [`Body`] (or builds one of
+/// these) and reads them back from [`RecordBody::Family`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyRef<'a> {
+    kind: u8,
+    flags: u16,
+    body: &'a [u8],
+}
+
+impl<'a> FamilyRef<'a> {
+    /// A record of `kind`, which must be in a family's registered range (not the engine's).
+    pub fn new(kind: u8, flags: u16, body: &'a [u8]) -> lodestore_core::Result<FamilyRef<'a>> {
+        match kinds::range_of(kind) {
+            Some(range) if range != kinds::ENGINE => Ok(FamilyRef { kind, flags, body }),
+            Some(_) => Err(lodestore_core::Error::InvalidArgument(format!(
+                "record kind {kind} is the engine's; a family's kinds are in its own range"
+            ))),
+            None => Err(lodestore_core::Error::InvalidArgument(format!(
+                "record kind {kind} is in no registered range (see lodestore_wal::kinds)"
+            ))),
+        }
+    }
+}
+
+impl Body for FamilyRef<'_> {
+    fn kind(&self) -> u8 {
+        assert!(
+            kinds::range_of(self.kind).is_some_and(|r| r != kinds::ENGINE),
+            "record kind {} is not in a family's registered range",
+            self.kind
+        );
+        self.kind
+    }
+
+    fn body_len(&self) -> usize {
+        self.body.len()
+    }
+
+    fn write_body(&self, out: &mut [u8]) -> u16 {
+        out[..self.body.len()].copy_from_slice(self.body);
+        self.flags
+    }
+}
 
 impl Body for UpdateRef<'_> {
     fn kind(&self) -> u8 {
@@ -184,16 +237,22 @@ impl Body for RecordBody {
     fn kind(&self) -> u8 {
         match self {
             RecordBody::Update { .. } => KIND_UPDATE,
-            RecordBody::Compensation { .. } => 2,
-            RecordBody::PageImage { .. } => 3,
-            RecordBody::Commit => 4,
-            RecordBody::Abort => 5,
-            RecordBody::End => 6,
-            RecordBody::CheckpointBegin { .. } => 7,
-            RecordBody::CheckpointEnd { .. } => 8,
-            RecordBody::Skip => 9,
-            RecordBody::FlushMark => 10,
-            RecordBody::WplTable { .. } => 11,
+            RecordBody::Compensation { .. } => kinds::COMPENSATION,
+            RecordBody::PageImage { .. } => kinds::PAGE_IMAGE,
+            RecordBody::Commit => kinds::COMMIT,
+            RecordBody::Abort => kinds::ABORT,
+            RecordBody::End => kinds::END,
+            RecordBody::CheckpointBegin { .. } => kinds::CHECKPOINT_BEGIN,
+            RecordBody::CheckpointEnd { .. } => kinds::CHECKPOINT_END,
+            RecordBody::Skip => kinds::SKIP,
+            RecordBody::FlushMark => kinds::FLUSH_MARK,
+            RecordBody::WplTable { .. } => kinds::WPL_TABLE,
+            RecordBody::Family { kind, flags, body } => FamilyRef {
+                kind: *kind,
+                flags: *flags,
+                body,
+            }
+            .kind(),
         }
     }
 
@@ -210,6 +269,7 @@ impl Body for RecordBody {
             RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
             RecordBody::CheckpointEnd { .. } => 8,
             RecordBody::WplTable { entries } => 8 + WPL_ENTRY_BYTES * entries.len(),
+            RecordBody::Family { body, .. } => body.len(),
             RecordBody::Commit
             | RecordBody::Abort
             | RecordBody::End
@@ -226,6 +286,14 @@ impl Body for RecordBody {
                 before,
                 after,
             } => return update_ref(*page, *offset, before, after).write_body(body_bytes),
+            RecordBody::Family { kind, flags, body } => {
+                return FamilyRef {
+                    kind: *kind,
+                    flags: *flags,
+                    body,
+                }
+                .write_body(body_bytes)
+            }
             RecordBody::Compensation {
                 page,
                 offset,
@@ -313,8 +381,13 @@ pub fn encode(
     rec[8..16].copy_from_slice(&lsn.0.to_le_bytes());
     rec[16..24].copy_from_slice(&prev.0.to_le_bytes());
     rec[24..32].copy_from_slice(&txn.map_or(0, |t| t.0).to_le_bytes());
-    rec[32] = body.kind();
+    let kind = body.kind();
+    rec[32] = kind;
     rec[33] = RECORD_FORMAT_VERSION;
+    if !kinds::ENGINE.contains(kind) {
+        // A family's body is opaque to the log: its exact length travels with it.
+        rec[36..40].copy_from_slice(&(body.body_len() as u32).to_le_bytes());
+    }
     let flags = body.write_body(&mut rec[RECORD_HEADER_BYTES..]);
     rec[34..36].copy_from_slice(&flags.to_le_bytes());
     let crc = crc32c(&rec[4..]);
@@ -387,23 +460,36 @@ pub fn decode(bytes: &[u8], lsn: Lsn, page_size_max: usize) -> Result<Record, In
     if version > RECORD_FORMAT_VERSION {
         return Err(Invalid::NewerVersion(version));
     }
-    if version != RECORD_FORMAT_VERSION || get_u32(bytes, 36) != 0 {
+    let kind = bytes[32];
+    let family = !kinds::ENGINE.contains(kind);
+    let reserved = get_u32(bytes, 36) as usize;
+    if version != RECORD_FORMAT_VERSION || (!family && reserved != 0) {
         return Err(Invalid::Damaged(format!(
             "bad version {version} or reserved bytes"
         )));
+    }
+    let mut body_bytes = &bytes[RECORD_HEADER_BYTES..];
+    if family {
+        // The family's exact body length, then zero padding to the alignment.
+        let padding = body_bytes.len().checked_sub(reserved);
+        if padding.is_none_or(|p| p >= RECORD_ALIGN)
+            || body_bytes[reserved.min(body_bytes.len())..]
+                .iter()
+                .any(|&b| b != 0)
+        {
+            return Err(Invalid::Damaged(format!(
+                "a record of kind {kind} claims a body of {reserved} bytes in {}",
+                body_bytes.len()
+            )));
+        }
+        body_bytes = &body_bytes[..reserved];
     }
     let flags = u16::from_le_bytes([bytes[34], bytes[35]]);
     let txn = match get_u64(bytes, 24) {
         0 => None,
         id => Some(TxnId(id)),
     };
-    let body = decode_body(
-        bytes[32],
-        flags,
-        &bytes[RECORD_HEADER_BYTES..],
-        page_size_max,
-    )
-    .map_err(Invalid::Damaged)?;
+    let body = decode_body(kind, flags, body_bytes, page_size_max).map_err(Invalid::Damaged)?;
     Ok(Record {
         lsn,
         prev: Lsn(get_u64(bytes, 16)),
@@ -448,7 +534,7 @@ fn decode_body(
                 after: body[after_at..after_at + len].to_vec(),
             }
         }
-        2 => {
+        kinds::COMPENSATION => {
             need(24)?;
             let len = get_u32(body, 8) as usize;
             need(24 + len)?;
@@ -465,7 +551,7 @@ fn decode_body(
                 after: body[24..24 + len].to_vec(),
             }
         }
-        3 => {
+        kinds::PAGE_IMAGE => {
             need(8)?;
             let stored = get_u32(body, 4) as usize;
             need(8 + stored)?;
@@ -477,10 +563,10 @@ fn decode_body(
                 image: body[8..8 + stored].to_vec(),
             }
         }
-        4 => RecordBody::Commit,
-        5 => RecordBody::Abort,
-        6 => RecordBody::End,
-        7 => {
+        kinds::COMMIT => RecordBody::Commit,
+        kinds::ABORT => RecordBody::Abort,
+        kinds::END => RecordBody::End,
+        kinds::CHECKPOINT_BEGIN => {
             need(8)?;
             let count = get_u32(body, 0) as usize;
             need(8 + 24 * count)?;
@@ -496,15 +582,15 @@ fn decode_body(
                 .collect();
             RecordBody::CheckpointBegin { active }
         }
-        8 => {
+        kinds::CHECKPOINT_END => {
             need(8)?;
             RecordBody::CheckpointEnd {
                 begin: Lsn(get_u64(body, 0)),
             }
         }
-        9 => RecordBody::Skip,
-        10 => RecordBody::FlushMark,
-        11 => {
+        kinds::SKIP => RecordBody::Skip,
+        kinds::FLUSH_MARK => RecordBody::FlushMark,
+        kinds::WPL_TABLE => {
             need(8)?;
             let count = get_u32(body, 0) as usize;
             need(8 + WPL_ENTRY_BYTES * count)?;
@@ -524,7 +610,14 @@ fn decode_body(
             }
             RecordBody::WplTable { entries }
         }
-        other => return Err(format!("unknown record kind {other}")),
+        other => match kinds::range_of(other) {
+            Some(range) if range != kinds::ENGINE => RecordBody::Family {
+                kind: other,
+                flags,
+                body: body.to_vec(),
+            },
+            _ => return Err(format!("unknown record kind {other}")),
+        },
     })
 }
 
@@ -553,6 +646,18 @@ mod tests {
 
     #[test]
     fn every_kind_round_trips() {
+        for len in [0, 1, 7, 8, 9, 100] {
+            round_trip(RecordBody::Family {
+                kind: kinds::EXTENSIONS.first + 1,
+                flags: 0x8001,
+                body: (0..len).map(|i| i as u8 + 1).collect(),
+            });
+        }
+        round_trip(RecordBody::Family {
+            kind: kinds::SNAPSHOTS.first,
+            flags: 0,
+            body: vec![0; 12],
+        });
         round_trip(RecordBody::Update {
             page: PageId(9),
             offset: 100,

@@ -56,6 +56,6 @@ pub use offline::{
     check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
     RecoveredView, Salvaged,
 };
-pub use options::Options;
+pub use options::{paired_method, Options};
 pub use store::{Session, Store};
 pub use transaction::Transaction;

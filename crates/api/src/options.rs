@@ -92,6 +92,19 @@ impl std::fmt::Debug for Options {
     }
 }
 
+/// The server's recovery method QuickStore pairs with a client scheme: whole-page logging at
+/// the client (section 3.4) goes with whole-page logging at the server, a client that ships log
+/// records only with redo at the server (section 3.5), and the rest with ESM.
+pub fn paired_method(scheme: Scheme) -> RecoveryMethodKind {
+    if scheme.logs_whole_pages() {
+        RecoveryMethodKind::Wpl
+    } else if !scheme.ships_logged_pages {
+        RecoveryMethodKind::Redo
+    } else {
+        RecoveryMethodKind::Esm
+    }
+}
+
 impl Options {
     pub fn new() -> Options {
         Options::default()
@@ -252,6 +265,24 @@ impl Options {
             checkpoint_log_bytes: self.checkpoint_log_bytes,
             lock_wait_timeout: self.lock_wait_timeout,
             method: self.recovery_method,
+        }
+    }
+}
+
+#[cfg(test)]
+mod pairing_tests {
+    use super::*;
+
+    /// QuickStore's pairing, derived from what each scheme does rather than its name.
+    #[test]
+    fn every_scheme_pairs_with_the_method_quickstore_gives_it() {
+        for scheme in Scheme::all() {
+            let expected = match scheme.name() {
+                "WPL" | "WPL-UFFD" => RecoveryMethodKind::Wpl,
+                "PD-REDO" => RecoveryMethodKind::Redo,
+                _ => RecoveryMethodKind::Esm,
+            };
+            assert_eq!(paired_method(scheme), expected, "{}", scheme.name());
         }
     }
 }

@@ -106,7 +106,7 @@ impl Store {
 
     fn serving(server: Server, path: PathBuf, options: Options) -> Result<Store> {
         let server = Arc::new(server);
-        let installer = if server.recovery_method_kind() == RecoveryMethodKind::Wpl
+        let installer = if server.recovery_method_kind().installs_in_background()
             && options.background_install
         {
             Some(
@@ -229,7 +229,11 @@ impl Store {
     pub fn session_with_scheme(&self, scheme: Scheme) -> Result<Session> {
         // A redo-at-server server takes log records only: the pages they describe stay home.
         let mut scheme = scheme;
-        if self.recovery_method() == RecoveryMethodKind::Redo.name() {
+        if !self
+            .recovery_method()
+            .parse::<RecoveryMethodKind>()?
+            .wants_logged_pages()
+        {
             scheme.ships_logged_pages = false;
         }
         let page_size = self.page_size();

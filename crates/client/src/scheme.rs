@@ -42,6 +42,11 @@ pub struct Scheme {
 }
 
 impl Scheme {
+    /// Does the client log whole pages (QuickStore's whole-page logging, section 3.4)?
+    pub fn logs_whole_pages(&self) -> bool {
+        self.generator == Generator::WholePage
+    }
+
     const fn new(name: &'static str, detector: Detector, generator: Generator) -> Scheme {
         Scheme {
             detector,

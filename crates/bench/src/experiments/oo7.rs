@@ -36,24 +36,10 @@ pub struct Oo7Config {
     /// With `remote`: over TLS, clients presenting certificates.
     pub tls: bool,
     /// The server's recovery method for every scheme; `None`: the one QuickStore pairs with
-    /// each scheme ([`paired_method`]).
+    /// each scheme ([`lodestore::paired_method`]).
     pub method: Option<RecoveryMethodKind>,
     pub out: PathBuf,
     pub quiet: bool,
-}
-
-/// The server's half of a QuickStore scheme: whole-page logging at the client (`WPL`, and
-/// `WPL-UFFD` with the kernel's written bits) goes with whole-page logging at the server
-/// (section 3.4), PD-REDO with redo-at-server (section 3.5),
-/// everything else with ESM's logging (section 3.1).
-pub fn paired_method(scheme: Scheme) -> RecoveryMethodKind {
-    if scheme == Scheme::WPL || scheme == Scheme::WPL_UFFD {
-        RecoveryMethodKind::Wpl
-    } else if scheme == Scheme::PD_REDO {
-        RecoveryMethodKind::Redo
-    } else {
-        RecoveryMethodKind::Esm
-    }
 }
 
 /// Runs every configuration and returns one record per measured transaction and client.
@@ -122,7 +108,9 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
             for &clients in &config.clients {
                 bar.set_message(format!("OO7 {} x{clients}", scheme.name()));
                 let path = workspace::fresh_copy(&template, &config.out)?;
-                let method = config.method.unwrap_or_else(|| paired_method(scheme));
+                let method = config
+                    .method
+                    .unwrap_or_else(|| lodestore::paired_method(scheme));
                 let options = Options::new()
                     .scheme(scheme)
                     .recovery_method(method)

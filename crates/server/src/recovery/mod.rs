@@ -54,6 +54,12 @@ impl RecoveryMethodKind {
         self != RecoveryMethodKind::Redo
     }
 
+    /// Does the method keep committed pages in the log for a background installer to write
+    /// home (whole-page logging)? The store starts the installer when it does.
+    pub fn installs_in_background(self) -> bool {
+        self == RecoveryMethodKind::Wpl
+    }
+
     /// The superblock's code for this method.
     pub fn code(self) -> u8 {
         match self {

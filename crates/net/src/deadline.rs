@@ -27,6 +27,11 @@ impl DeadlineStream {
         }
     }
 
+    /// Bounds every write from now on (the socket's own write timeout).
+    pub fn set_write_timeout(&self, timeout: Duration) -> io::Result<()> {
+        self.stream.set_write_timeout(Some(timeout))
+    }
+
     /// Reads from now on fail with `TimedOut` once `deadline` has passed.
     pub fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = Some(deadline);

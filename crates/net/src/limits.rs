@@ -18,6 +18,9 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 pub const SILENT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
 /// Time one reply may take to be written: a client that stops reading is closed after it.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time the goodbye of a closing connection (a TLS close_notify) may take to be written: a peer
+/// that stopped reading does not hold the connection's thread for another `WRITE_TIMEOUT`.
+pub const GOODBYE_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long `serve`, once told to stop, waits for its connections to end after it shut them
 /// down (each rolls back its open transactions and lets go of the server).
 pub const CLOSE_WAIT_MAX: Duration = Duration::from_secs(10);

@@ -421,7 +421,14 @@ impl Drop for RemotePageServer {
         // Closing the socket is the goodbye: the server aborts what this connection left open.
         if let Ok(mut guard) = self.conn.lock() {
             if let Some(mut conn) = guard.take() {
-                conn.channel.transport_mut().close();
+                // A server that stopped reading must not hold the client's drop.
+                let socket = conn.channel.transport_mut().socket_mut();
+                if socket
+                    .set_write_timeout(Some(crate::limits::GOODBYE_TIMEOUT))
+                    .is_ok()
+                {
+                    conn.channel.transport_mut().close();
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use crate::budget::Budget;
 use crate::deadline::DeadlineStream;
 use crate::frame::{read_frame_admitted, FrameError, Poller};
 use crate::handshake::{ServerHandshake, ServerStep};
-use crate::limits::{ServeLimits, CLOSE_WAIT_MAX};
+use crate::limits::{ServeLimits, CLOSE_WAIT_MAX, GOODBYE_TIMEOUT};
 use crate::message::{decode, encode, Request, Response, WireError, WireLockTarget, WireRecords};
 use crate::registry::{Activity, Registry};
 use crate::tls::transport::{Channel, Transport};
@@ -209,7 +209,10 @@ impl Connection {
         };
         let mut channel = Channel::new(transport);
         let reason = self.serve_frames(&mut channel, accepted);
-        channel.transport_mut().close();
+        let socket = channel.transport_mut().socket_mut();
+        if socket.set_write_timeout(GOODBYE_TIMEOUT).is_ok() {
+            channel.transport_mut().close();
+        }
         reason
     }
 

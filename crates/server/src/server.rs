@@ -15,7 +15,6 @@ use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
-use crate::wpl_table::WplTable;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
@@ -92,9 +91,9 @@ pub(crate) struct State {
     /// Log end when the last checkpoint finished.
     pub checkpoint_log_end: Lsn,
     pub stats: ServerStats,
-    /// Whole-page logging's page images in the log not yet at their home location (empty
-    /// under the other methods).
-    pub wpl: WplTable,
+    /// What the recovery method keeps beside the engine's state (whole-page logging: its table
+    /// of page images in the log); each method reads its own (`RecoveryMethod::fresh_state`).
+    pub method_state: Box<dyn std::any::Any + Send>,
     /// Set when a write failed half way: the in-memory state no longer matches the disk and
     /// the server refuses further work until it is reopened (and recovers).
     pub failed: Option<String>,
@@ -168,7 +167,7 @@ impl Server {
             recorded
         };
         let mut server = Server::assemble(volume, log, options, RestartReport::default())?;
-        server.method = restart_with.build();
+        server.use_method(restart_with);
         let report = {
             let mut state = server.lock_state();
             server
@@ -178,7 +177,7 @@ impl Server {
         tracing::info!(?report, method = restart_with.name(), "recovered");
         if restart_with != wanted {
             server.checkpoint_with(true)?;
-            server.method = wanted.build();
+            server.use_method(wanted);
         }
         if wanted != recorded {
             server.checkpoint_with(false)?;
@@ -192,6 +191,16 @@ impl Server {
         Ok(server)
     }
 
+    /// Makes `kind` the recovery method, with fresh state of its own.
+    fn use_method(&mut self, kind: RecoveryMethodKind) {
+        self.method = kind.build();
+        let fresh = self.method.fresh_state();
+        self.state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .method_state = fresh;
+    }
+
     fn assemble(
         volume: Volume,
         log: Log,
@@ -200,9 +209,11 @@ impl Server {
     ) -> Result<Server> {
         let pool_pages = pool_pages("server pool", options.pool_bytes, volume.page_size())?;
         let pool = BufferPool::new(volume.page_size(), pool_pages);
+        let method = options.method.unwrap_or_default().build();
+        let method_state = method.fresh_state();
         Ok(Server {
             locks: LockManager::new(options.lock_wait_timeout),
-            method: options.method.unwrap_or_default().build(),
+            method,
             state: Mutex::new(State {
                 pool,
                 space: SpaceManager::empty(volume.page_size()),
@@ -211,7 +222,7 @@ impl Server {
                 redo_lsn: volume.superblock().checkpoint_lsn,
                 checkpoint_log_end: log.end_lsn(),
                 stats: ServerStats::default(),
-                wpl: WplTable::default(),
+                method_state,
                 failed: None,
             }),
             volume,
@@ -251,9 +262,10 @@ impl Server {
         self.method.kind()
     }
 
-    /// Pages whole-page logging holds in the log but not yet at their home location.
-    pub fn wpl_table_pages(&self) -> usize {
-        self.lock_state().wpl.len()
+    /// Pages the recovery method holds in the log but not yet at their home location.
+    pub fn pages_awaiting_install(&self) -> usize {
+        let state = self.lock_state();
+        self.method.pages_awaiting_install(&state)
     }
 
     /// What the last restart found and did.
@@ -305,16 +317,16 @@ impl Server {
     // ---- the buffer pool ----------------------------------------------------------------
 
     /// Makes sure `page` is in the pool, reading it from the data file if needed, or from the
-    /// log when whole-page logging has a newer copy there.
+    /// log when the recovery method keeps a newer copy there.
     pub(crate) fn cache_page(&self, state: &mut State, page: PageId) -> Result<()> {
         if state.pool.contains(page) {
             state.stats.pool_hits += 1;
             return Ok(());
         }
         let mut buf = vec![0u8; self.volume.page_size()];
-        match state.wpl.newest(page) {
-            Some(copy) => {
-                self.read_logged_image(page, copy.lsn, &mut buf)?;
+        match self.method.newer_copy_in_log(state, page) {
+            Some(lsn) => {
+                self.read_logged_image(page, lsn, &mut buf)?;
                 state.stats.pages_reread_from_log += 1;
             }
             None => {
@@ -339,7 +351,7 @@ impl Server {
                 path: self.log_dir(),
                 offset: lsn.0,
                 reason: format!(
-                    "the WPL table places an image of page {page} here, but the record is {:?}",
+                    "the recovery method places an image of page {page} here, but the record is {:?}",
                     other
                         .page()
                         .map_or("not a page image".to_string(), |p| format!(
@@ -365,7 +377,8 @@ impl Server {
     }
 
     /// Writes a dirty page to the data file, after the log is durable up to its LSN (and, for
-    /// a whole-page-logged copy, up to its transaction's commit record).
+    /// a copy the recovery method keeps, up to what it asks: for whole-page logging, its
+    /// transaction's commit record).
     pub(crate) fn write_back(
         &self,
         state: &mut State,
@@ -373,15 +386,15 @@ impl Server {
         bytes: &mut [u8],
     ) -> Result<()> {
         let lsn = page::lsn(bytes);
-        let commit = state.wpl.committed_at(page, lsn).and_then(|c| c.commit_lsn);
-        self.log.flush(commit.map_or(lsn, |c| c.max(lsn)))?;
+        self.log
+            .flush(self.method.durable_before_home(state, page, lsn))?;
         let result = self.volume.write_page(page, bytes);
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
         }
         state.stats.pages_written += 1;
         result?;
-        state.wpl.written_home(page, lsn);
+        self.method.written_home(state, page, lsn);
         Ok(())
     }
 
@@ -433,15 +446,16 @@ impl Server {
         result
     }
 
-    /// Writes committed whole-page-logged pages to their home locations, at most `max_pages`,
-    /// oldest first, so their log space can be reused (the background installer of QuickStore
-    /// section 3.4.2). Returns how many were written; 0 under the other methods.
+    /// Writes committed pages that the recovery method keeps in the log to their home
+    /// locations, at most `max_pages`, oldest first, so their log space can be reused (the
+    /// background installer of QuickStore section 3.4.2). Returns how many were written; 0
+    /// under methods that keep none.
     pub fn install_committed(&self, max_pages: usize) -> Result<usize> {
         let mut state = self.usable_state()?;
-        let copies = state.wpl.committed_before(Lsn(u64::MAX));
+        let copies = self.method.installable(&state);
         let mut installed = 0;
-        for (page, copy) in copies.into_iter().take(max_pages) {
-            self.install_copy(&mut state, page, copy.lsn)?;
+        for (page, lsn) in copies.into_iter().take(max_pages) {
+            self.install_copy(&mut state, page, lsn)?;
             installed += 1;
         }
         Ok(installed)
@@ -450,7 +464,6 @@ impl Server {
     /// Writes the committed copy of `page` logged at `lsn` to its home location, from the pool
     /// when the pool holds that very copy, else from the log.
     pub(crate) fn install_copy(&self, state: &mut State, page: PageId, lsn: Lsn) -> Result<()> {
-        debug_assert!(state.wpl.committed_at(page, lsn).is_some());
         let pooled = state
             .pool
             .get(page)

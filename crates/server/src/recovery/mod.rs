@@ -191,6 +191,36 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// Undoes everything `txn` did.
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()>;
 
+    /// The state this method keeps beside the engine's (`State::method_state`), fresh.
+    fn fresh_state(&self) -> Box<dyn std::any::Any + Send> {
+        Box::new(())
+    }
+
+    /// Where `page` comes from when the pool misses it: the LSN of a copy in the log newer
+    /// than the one at home, if the method keeps one.
+    fn newer_copy_in_log(&self, _state: &State, _page: PageId) -> Option<Lsn> {
+        None
+    }
+
+    /// How far the log must be durable before `page`, as of `lsn`, is written home.
+    fn durable_before_home(&self, _state: &State, _page: PageId, lsn: Lsn) -> Lsn {
+        lsn
+    }
+
+    /// `page`, as of `lsn`, was written home.
+    fn written_home(&self, _state: &mut State, _page: PageId, _lsn: Lsn) {}
+
+    /// Committed copies in the log that may be written home now, oldest first: the work of
+    /// the method's background installer.
+    fn installable(&self, _state: &State) -> Vec<(PageId, Lsn)> {
+        Vec::new()
+    }
+
+    /// Pages the method holds in the log but not yet at home.
+    fn pages_awaiting_install(&self, _state: &State) -> usize {
+        0
+    }
+
     /// `txn`'s commit record was appended at `commit_lsn` (not necessarily durable yet).
     fn committed(&self, _state: &mut State, _txn: TxnId, _commit_lsn: Lsn) {}
 
@@ -335,7 +365,7 @@ pub(crate) fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Resu
     for p in recorded..server.volume.page_count() {
         let id = PageId(p);
         if state.pool.contains(id)
-            || state.wpl.newest(id).is_some()
+            || server.method.newer_copy_in_log(state, id).is_some()
             || server.volume.read_page(id, &mut buf).is_ok()
         {
             continue;

@@ -37,9 +37,58 @@ use std::time::Instant;
 
 pub struct Wpl;
 
+/// Whole-page logging's table, which it keeps in the engine's state.
+fn table(state: &State) -> &WplTable {
+    state
+        .method_state
+        .downcast_ref()
+        .expect("whole-page logging's state is its WPL table")
+}
+
+fn table_mut(state: &mut State) -> &mut WplTable {
+    state
+        .method_state
+        .downcast_mut()
+        .expect("whole-page logging's state is its WPL table")
+}
+
 impl RecoveryMethod for Wpl {
     fn kind(&self) -> RecoveryMethodKind {
         RecoveryMethodKind::Wpl
+    }
+
+    fn fresh_state(&self) -> Box<dyn std::any::Any + Send> {
+        Box::new(WplTable::default())
+    }
+
+    /// A page's newest logged copy is newer than its home one until it is installed.
+    fn newer_copy_in_log(&self, state: &State, page: PageId) -> Option<Lsn> {
+        table(state).newest(page).map(|copy| copy.lsn)
+    }
+
+    /// A logged copy goes home only once its transaction's commit record is durable: before
+    /// that, home must keep the committed version (no undo in this log).
+    fn durable_before_home(&self, state: &State, page: PageId, lsn: Lsn) -> Lsn {
+        let commit = table(state)
+            .committed_at(page, lsn)
+            .and_then(|copy| copy.commit_lsn);
+        commit.map_or(lsn, |c| c.max(lsn))
+    }
+
+    fn written_home(&self, state: &mut State, page: PageId, lsn: Lsn) {
+        table_mut(state).written_home(page, lsn);
+    }
+
+    fn installable(&self, state: &State) -> Vec<(PageId, Lsn)> {
+        table(state)
+            .committed_before(Lsn(u64::MAX))
+            .into_iter()
+            .map(|(page, copy)| (page, copy.lsn))
+            .collect()
+    }
+
+    fn pages_awaiting_install(&self, state: &State) -> usize {
+        table(state).len()
     }
 
     fn log_page_change(
@@ -83,7 +132,7 @@ impl RecoveryMethod for Wpl {
         own.last_lsn = abort;
         let touched: Vec<PageId> = own.touched.iter().copied().collect();
         for page in touched {
-            state.wpl.abort(page, txn);
+            table_mut(state).abort(page, txn);
             // The pool's copy is the transaction's: never dirty, so dropping it loses nothing.
             debug_assert!(!state.pool.is_dirty(page));
             state.pool.remove(page);
@@ -97,7 +146,7 @@ impl RecoveryMethod for Wpl {
         };
         let touched: Vec<PageId> = own.touched.iter().copied().collect();
         for page in touched {
-            let Some(copy) = state.wpl.commit(page, txn, commit_lsn) else {
+            let Some(copy) = table_mut(state).commit(page, txn, commit_lsn) else {
                 continue;
             };
             if state
@@ -118,14 +167,14 @@ impl RecoveryMethod for Wpl {
         install_all: bool,
     ) -> Result<Option<Lsn>> {
         let before = if install_all { Lsn(u64::MAX) } else { previous };
-        for (page, copy) in state.wpl.committed_before(before) {
+        for (page, copy) in table(state).committed_before(before) {
             server.install_copy(state, page, copy.lsn)?;
         }
-        let entries = state.wpl.entries();
+        let entries = table(state).entries();
         server
             .log
             .append(None, Lsn::ZERO, &RecordBody::WplTable { entries })?;
-        Ok(state.wpl.oldest_lsn())
+        Ok(table(state).oldest_lsn())
     }
 
     fn restart(
@@ -231,7 +280,7 @@ impl RecoveryMethod for Wpl {
         if let Some(last) = table.pages().last() {
             server.volume.extend_to(last.0 + 1)?;
         }
-        state.wpl = table;
+        *table_mut(state) = table;
         state.next_txn = max_txn + 1;
         state.redo_lsn = checkpoint;
         report.pages_repaired = repair_unrecorded_tail(server, state)?;
@@ -283,7 +332,7 @@ fn log_image(
     }
     own.last_lsn = lsn;
     own.touched.insert(page);
-    state.wpl.logged(page, txn, lsn);
+    table_mut(state).logged(page, txn, lsn);
     if !state.pool.contains(page) {
         server.install(state, page, &buf)?;
     }

@@ -58,4 +58,4 @@ pub use offline::{
 };
 pub use options::{paired_method, Options};
 pub use store::{Session, Store};
-pub use transaction::Transaction;
+pub use transaction::{PendingCommit, Transaction};

@@ -12,14 +12,21 @@ const OBJECT_ALIGN_MAX: usize = 8;
 /// them. References returned by `get` and `get_mut` live until the next call on the
 /// transaction.
 pub struct Transaction<'s> {
-    client: &'s mut ClientSession,
+    /// `None` only once `commit_deferred` has handed the session to its `PendingCommit`.
+    client: Option<&'s mut ClientSession>,
     finished: bool,
 }
 
 impl<'s> Transaction<'s> {
+    fn client(&mut self) -> &mut ClientSession {
+        self.client
+            .as_deref_mut()
+            .expect("a live transaction has its session")
+    }
+
     pub(crate) fn new(client: &'s mut ClientSession) -> Transaction<'s> {
         Transaction {
-            client,
+            client: Some(client),
             finished: false,
         }
     }
@@ -27,9 +34,9 @@ impl<'s> Transaction<'s> {
     /// Stores a copy of `value` as a new object.
     pub fn alloc<T: Persistent>(&mut self, value: &T) -> Result<Oid<T>> {
         let raw = self
-            .client
+            .client()
             .alloc(TypeId(T::TYPE_ID), size_of::<T>() as u64)?;
-        self.client
+        self.client()
             .object_bytes_mut(raw, None)?
             .copy_from_slice(bytemuck::bytes_of(value));
         Ok(Oid::from_raw(raw))
@@ -38,21 +45,21 @@ impl<'s> Transaction<'s> {
     /// Stores `bytes` as a new object of `type_id`; any length up to 1 GiB (objects larger
     /// than a page are stored as large objects).
     pub fn alloc_bytes(&mut self, type_id: u32, bytes: &[u8]) -> Result<RawOid> {
-        let raw = self.client.alloc(TypeId(type_id), bytes.len() as u64)?;
-        self.client.write_at(raw, 0, bytes)?;
+        let raw = self.client().alloc(TypeId(type_id), bytes.len() as u64)?;
+        self.client().write_at(raw, 0, bytes)?;
         Ok(raw)
     }
 
     /// A new zero-filled object of `len` bytes.
     pub fn alloc_zeroed(&mut self, type_id: u32, len: u64) -> Result<RawOid> {
-        self.client.alloc(TypeId(type_id), len)
+        self.client().alloc(TypeId(type_id), len)
     }
 
     /// The object `oid`, read in place.
     pub fn get<T: Persistent>(&mut self, oid: Oid<T>) -> Result<&T> {
         check_alignment::<T>(oid.raw())?;
         let bytes = self
-            .client
+            .client()
             .object_bytes(oid.raw(), Some((TypeId(T::TYPE_ID), size_of::<T>())))?;
         bytemuck::try_from_bytes(bytes).map_err(|_| Error::Misaligned {
             oid: oid.raw(),
@@ -64,7 +71,7 @@ impl<'s> Transaction<'s> {
     pub fn get_mut<T: Persistent>(&mut self, oid: Oid<T>) -> Result<&mut T> {
         check_alignment::<T>(oid.raw())?;
         let bytes = self
-            .client
+            .client()
             .object_bytes_mut(oid.raw(), Some((TypeId(T::TYPE_ID), size_of::<T>())))?;
         bytemuck::try_from_bytes_mut(bytes).map_err(|_| Error::Misaligned {
             oid: oid.raw(),
@@ -85,51 +92,51 @@ impl<'s> Transaction<'s> {
 
     /// Type, length and representation of any object.
     pub fn info(&mut self, oid: impl Into<RawOid>) -> Result<ObjectInfo> {
-        self.client.object_info(oid.into())
+        self.client().object_info(oid.into())
     }
 
     /// The bytes of a small object, in place.
     pub fn bytes(&mut self, oid: impl Into<RawOid>) -> Result<&[u8]> {
-        self.client.object_bytes(oid.into(), None)
+        self.client().object_bytes(oid.into(), None)
     }
 
     /// The bytes of a small object, for updating in place.
     pub fn bytes_mut(&mut self, oid: impl Into<RawOid>) -> Result<&mut [u8]> {
-        self.client.object_bytes_mut(oid.into(), None)
+        self.client().object_bytes_mut(oid.into(), None)
     }
 
     /// Copies bytes of any object, small or large, starting at `offset`.
     pub fn read_at(&mut self, oid: impl Into<RawOid>, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.client.read_at(oid.into(), offset, buf)
+        self.client().read_at(oid.into(), offset, buf)
     }
 
     /// All bytes of any object.
     pub fn read_all(&mut self, oid: impl Into<RawOid>) -> Result<Vec<u8>> {
         let oid = oid.into();
-        let len = self.client.object_info(oid)?.len;
+        let len = self.client().object_info(oid)?.len;
         let mut buf = vec![0u8; len as usize];
-        self.client.read_at(oid, 0, &mut buf)?;
+        self.client().read_at(oid, 0, &mut buf)?;
         Ok(buf)
     }
 
     /// Overwrites bytes of any object starting at `offset`; the length does not change.
     pub fn write_at(&mut self, oid: impl Into<RawOid>, offset: u64, data: &[u8]) -> Result<()> {
-        self.client.write_at(oid.into(), offset, data)
+        self.client().write_at(oid.into(), offset, data)
     }
 
     /// Changes the length of a small object; it must still fit on its page.
     pub fn resize(&mut self, oid: impl Into<RawOid>, len: u64) -> Result<()> {
-        self.client.resize(oid.into(), len)
+        self.client().resize(oid.into(), len)
     }
 
     /// Deletes an object.
     pub fn free(&mut self, oid: impl Into<RawOid>) -> Result<()> {
-        self.client.free(oid.into())
+        self.client().free(oid.into())
     }
 
     /// The object the root `name` names, if any.
     pub fn root(&mut self, name: &str) -> Result<Option<RawOid>> {
-        Ok(self.client.roots()?.get(name).copied())
+        Ok(self.client().roots()?.get(name).copied())
     }
 
     /// The root `name` as a typed reference; an error if it is missing.
@@ -143,41 +150,93 @@ impl<'s> Transaction<'s> {
 
     /// Names `oid` as root `name`, replacing an earlier root of that name.
     pub fn set_root(&mut self, name: &str, oid: impl Into<RawOid>) -> Result<()> {
-        self.client.set_root(name, Some(oid.into()))
+        self.client().set_root(name, Some(oid.into()))
     }
 
     /// Removes the root `name`; false if there was none.
     pub fn remove_root(&mut self, name: &str) -> Result<bool> {
-        let existed = self.client.roots()?.contains_key(name);
+        let existed = self.client().roots()?.contains_key(name);
         if existed {
-            self.client.set_root(name, None)?;
+            self.client().set_root(name, None)?;
         }
         Ok(existed)
     }
 
     /// Every named root.
     pub fn roots(&mut self) -> Result<BTreeMap<String, RawOid>> {
-        self.client.roots()
+        self.client().roots()
     }
 
     /// Makes the transaction's changes permanent.
     pub fn commit(mut self) -> Result<Lsn> {
         self.finished = true;
-        self.client.commit()
+        self.client().commit()
+    }
+
+    /// Appends the commit but returns before it is durable, so that the caller can go on
+    /// with other work (another session's transaction, computing the next batch) while the log
+    /// is flushed. The transaction keeps its locks until [`PendingCommit::wait`], so nobody
+    /// sees its changes before they are durable, and it is acknowledged only then: after a
+    /// crash before `wait` returns, it is there whole or not at all.
+    pub fn commit_deferred(mut self) -> Result<PendingCommit<'s>> {
+        self.finished = true;
+        let lsn = self.client().commit_deferred()?;
+        Ok(PendingCommit {
+            client: self
+                .client
+                .take()
+                .expect("a live transaction has its session"),
+            lsn,
+            waited: false,
+        })
     }
 
     /// Discards the transaction's changes.
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;
-        self.client.abort()
+        self.client().abort()
     }
 }
 
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
-        if !self.finished {
-            if let Err(e) = self.client.abort() {
+        if let (false, Some(client)) = (self.finished, self.client.as_deref_mut()) {
+            if let Err(e) = client.abort() {
                 tracing::warn!(error = %e, "abort of a dropped transaction failed");
+            }
+        }
+    }
+}
+
+/// A commit appended by [`Transaction::commit_deferred`], not yet known durable. Dropping it
+/// waits (and logs a failure, which `wait` would have returned).
+#[must_use = "a deferred commit is acknowledged only by `wait`"]
+pub struct PendingCommit<'s> {
+    client: &'s mut ClientSession,
+    lsn: Lsn,
+    waited: bool,
+}
+
+impl PendingCommit<'_> {
+    /// The commit record's LSN.
+    pub fn lsn(&self) -> Lsn {
+        self.lsn
+    }
+
+    /// Returns once the commit is durable, with its LSN. On an error the commit may or may
+    /// not have happened.
+    pub fn wait(mut self) -> Result<Lsn> {
+        self.waited = true;
+        self.client.wait_commit()?;
+        Ok(self.lsn)
+    }
+}
+
+impl Drop for PendingCommit<'_> {
+    fn drop(&mut self) {
+        if !self.waited {
+            if let Err(e) = self.client.wait_commit() {
+                tracing::warn!(error = %e, lsn = self.lsn.0, "a deferred commit failed");
             }
         }
     }

@@ -27,6 +27,9 @@ pub struct CampaignArgs {
     /// Seed of the first chunk; chunk i has seed SEED_BASE + i.
     #[arg(long, default_value_t = 1_000)]
     seed_base: u64,
+    /// Sessions at once in every chunk (see `lodestore torture --sessions`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=lodestore_torture::SESSIONS_MAX as i64))]
+    sessions: u8,
     /// Folder for each chunk's JSON report and summary.json.
     #[arg(long, default_value = "target/lodestore-campaign")]
     out: PathBuf,
@@ -38,6 +41,7 @@ struct Chunk {
     scheme: &'static str,
     seed: u64,
     crashes: u64,
+    sessions: u8,
 }
 
 impl Chunk {
@@ -52,6 +56,8 @@ impl Chunk {
             self.seed.to_string(),
             "--crashes".into(),
             self.crashes.to_string(),
+            "--sessions".into(),
+            self.sessions.to_string(),
         ]
     }
 
@@ -70,7 +76,7 @@ impl Chunk {
 }
 
 /// Every method with every scheme, `points` spread evenly, cut into chunks.
-fn plan(points: u64, chunk: u64, seed_base: u64) -> Vec<Chunk> {
+fn plan(points: u64, chunk: u64, seed_base: u64, sessions: u8) -> Vec<Chunk> {
     let schemes = Scheme::all();
     let pairs: Vec<(RecoveryMethodKind, &'static str)> = RecoveryMethodKind::ALL
         .into_iter()
@@ -87,6 +93,7 @@ fn plan(points: u64, chunk: u64, seed_base: u64) -> Vec<Chunk> {
                 scheme,
                 seed: seed_base + chunks.len() as u64,
                 crashes,
+                sessions,
             });
             left -= crashes;
         }
@@ -161,7 +168,7 @@ pub fn run(args: &CampaignArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, "create folder", e))?;
     let exe = std::env::current_exe().map_err(|e| Error::io("lodestore", "find itself", e))?;
-    let chunks = plan(args.points, args.chunk, args.seed_base);
+    let chunks = plan(args.points, args.chunk, args.seed_base, args.sessions);
     let total: u64 = chunks.iter().map(|c| c.crashes).sum();
     eprintln!(
         "{} crash points in {} processes of up to {} points, {jobs} at a time; reports in {}",
@@ -287,7 +294,7 @@ mod tests {
 
     #[test]
     fn the_plan_covers_every_method_and_scheme_with_distinct_seeds() {
-        let chunks = plan(1_000_000, 10_000, 5);
+        let chunks = plan(1_000_000, 10_000, 5, 1);
         let pairs = RecoveryMethodKind::ALL.len() * Scheme::all().len();
         let total: u64 = chunks.iter().map(|c| c.crashes).sum();
         assert!(total >= 1_000_000 && total < 1_000_000 + pairs as u64);

@@ -31,6 +31,11 @@ pub struct TortureArgs {
     /// Only crashes: no flipped bits or misdirected writes.
     #[arg(long)]
     no_media_faults: bool,
+    /// Sessions running at once (1 to 8). With more than one, their steps are interleaved
+    /// from the seed, commits are deferred so that several are in flight together, and lock
+    /// conflicts abort at once instead of waiting.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=lodestore_torture::SESSIONS_MAX as i64))]
+    sessions: u8,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -53,6 +58,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         crashes,
         every: args.every,
         media_faults: !args.no_media_faults,
+        sessions: usize::from(args.sessions),
         ..CampaignOptions::default()
     };
     let bar = ProgressBar::new(crashes);
@@ -76,9 +82,10 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         );
     } else {
         println!(
-            "method {}  scheme {}  seed {}  crash points {}  in {:.1} s",
+            "method {}  scheme {}  sessions {}  seed {}  crash points {}  in {:.1} s",
             report.method,
             report.scheme,
+            report.sessions,
             report.seed,
             report.crashes,
             report.elapsed_ms as f64 / 1000.0
@@ -98,6 +105,10 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         println!(
             "  commits in flight at a crash {:>8} ({} survived whole, the rest left no trace)",
             report.commits_in_flight, report.commits_in_flight_survived
+        );
+        println!(
+            "  crashes cutting several commits at once {:>8}",
+            report.crashes_with_commits_in_flight_together
         );
         println!(
             "  media faults: {} reported as errors, {} recovered intact",

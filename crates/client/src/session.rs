@@ -16,7 +16,7 @@ use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
-use lodestore_protocol::{LockMode, PageServer, ShippedPage};
+use lodestore_protocol::{AppendedCommit, LockMode, PageServer, ShippedPage};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
@@ -141,7 +141,17 @@ pub struct ClientSession {
     page_size: usize,
     volume: VolumeId,
     txn: Option<ActiveTxn>,
+    /// A commit appended but not yet known durable (see [`ClientSession::commit_deferred`]).
+    pending: Option<PendingCommit>,
     stats: ClientStats,
+}
+
+/// What waiting for a deferred commit needs: the server's handle, and the pages the
+/// transaction wrote, which the cache forgets if the commit's outcome becomes unknown.
+struct PendingCommit {
+    id: TxnId,
+    commit: AppendedCommit,
+    written: Vec<PageId>,
 }
 
 impl ClientSession {
@@ -172,6 +182,7 @@ impl ClientSession {
             cluster: Vec::new(),
             page_size,
             txn: None,
+            pending: None,
             stats: ClientStats::default(),
         })
     }
@@ -214,6 +225,7 @@ impl ClientSession {
 
     /// Starts a transaction. A session runs one at a time.
     pub fn begin(&mut self) -> Result<TxnId> {
+        self.wait_commit()?;
         if self.txn.is_some() {
             return Err(Error::InvalidArgument(
                 "a transaction is already active in this session".into(),
@@ -248,6 +260,45 @@ impl ClientSession {
 
     /// Ships every dirty page and commits. The cache keeps the pages, now current.
     pub fn commit(&mut self) -> Result<Lsn> {
+        let lsn = self.commit_deferred()?;
+        self.wait_commit()?;
+        Ok(lsn)
+    }
+
+    /// Returns once the commit [`Self::commit_deferred`] started is durable (at once if none
+    /// is pending). On an error the commit's outcome is unknown: the cache forgets the pages
+    /// the transaction wrote.
+    pub fn wait_commit(&mut self) -> Result<()> {
+        let Some(pending) = self.pending.take() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let waited = self.server.wait_durable(pending.id, pending.commit);
+        self.stats.phases.write += started.elapsed();
+        match waited {
+            Ok(()) => {
+                self.stats.commits += 1;
+                Ok(())
+            }
+            Err(e) => {
+                for page in pending.written {
+                    // The tracker was reset for every frame when the transaction ended.
+                    self.cache.drop_page(page);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Is a deferred commit waiting for [`Self::wait_commit`]?
+    pub fn has_pending_commit(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Ships every dirty page and appends the commit, but returns before it is durable; the
+    /// transaction's locks stay held until [`Self::wait_commit`] (which the next `begin` calls
+    /// when the caller did not). Returns the commit's LSN.
+    pub fn commit_deferred(&mut self) -> Result<Lsn> {
         let poisoned = self.txn.as_ref().and_then(|t| t.poisoned.clone());
         if let Some(reason) = poisoned {
             self.abort()?;
@@ -303,7 +354,13 @@ impl ClientSession {
         let committed = self.ship_and_commit(id, &dirty[last_batch..]);
         lap(&mut phases.write);
         match committed {
-            Ok(lsn) => {
+            Ok(commit) => {
+                let written = self.written_pages();
+                self.pending = Some(PendingCommit {
+                    id,
+                    commit,
+                    written,
+                });
                 for page in new.into_iter().chain(dirty) {
                     if let Some(frame) = self.cache.peek(page) {
                         self.cache.state_mut(frame).dirty = false;
@@ -314,12 +371,11 @@ impl ClientSession {
                     self.remember_cluster_pages(filled.unwrap_or_default());
                 }
                 self.tracker.end_transaction(&mut self.cache)?;
-                self.stats.commits += 1;
                 phases.other = entered
                     .elapsed()
                     .saturating_sub(phases.old_objects + phases.new_objects + phases.write);
                 self.stats.phases.add(&phases);
-                Ok(lsn)
+                Ok(commit.lsn)
             }
             Err(e) => {
                 // The server may still hold the transaction (a page was refused before its
@@ -332,14 +388,15 @@ impl ClientSession {
         }
     }
 
-    /// Ships `pages` with the commit request and stamps their cached copies.
-    fn ship_and_commit(&mut self, id: TxnId, pages: &[PageId]) -> Result<Lsn> {
+    /// Ships `pages` with the commit request and stamps their cached copies; the commit is
+    /// appended, not yet known durable.
+    fn ship_and_commit(&mut self, id: TxnId, pages: &[PageId]) -> Result<AppendedCommit> {
         let (frames, images) = self.images(pages)?;
         let imaged = images.iter().filter(|p| !p.image.is_empty()).count();
-        let (lsns, lsn) = self.server.ship_and_commit(id, &images)?;
+        let (lsns, commit) = self.server.ship_and_commit_deferred(id, &images)?;
         self.stamp(frames, lsns)?;
         self.stats.pages_shipped += imaged as u64;
-        Ok(lsn)
+        Ok(commit)
     }
 
     /// The frames of dirty `pages` and their images, for shipping.
@@ -486,18 +543,21 @@ impl ClientSession {
     }
 
     fn forget_transaction_pages(&mut self) {
-        if let Some(txn) = self.txn.as_ref() {
-            let written: Vec<PageId> = txn
-                .locks
+        for page in self.written_pages() {
+            // The tracker was reset for every frame when the transaction ended.
+            self.cache.drop_page(page);
+        }
+    }
+
+    /// The pages the active transaction holds exclusively: those it may have written.
+    fn written_pages(&self) -> Vec<PageId> {
+        self.txn.as_ref().map_or_else(Vec::new, |txn| {
+            txn.locks
                 .iter()
                 .filter(|(_, mode)| **mode == LockMode::Exclusive)
                 .map(|(page, _)| *page)
-                .collect();
-            for page in written {
-                // The tracker was reset for every frame when the transaction ended.
-                self.cache.drop_page(page);
-            }
-        }
+                .collect()
+        })
     }
 
     // ---- pages -------------------------------------------------------------------------
@@ -1124,6 +1184,9 @@ impl ClientSession {
 
 impl Drop for ClientSession {
     fn drop(&mut self) {
+        if let Err(e) = self.wait_commit() {
+            tracing::warn!(error = %e, "a deferred commit failed while its session closed");
+        }
         if self.txn.is_some() {
             if let Err(e) = self.abort() {
                 tracing::warn!(error = %e, "abort of an unfinished transaction failed");

@@ -64,6 +64,17 @@ impl ShippedRecords<'_> {
     }
 }
 
+/// A commit whose record is in the log but not yet known durable (see
+/// `PageServer::ship_and_commit_deferred`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendedCommit {
+    /// The commit record's LSN.
+    pub lsn: Lsn,
+    /// Nothing is left to wait for: the transaction wrote nothing, or the server made the
+    /// commit durable before answering.
+    pub durable: bool,
+}
+
 /// A dirty page on its way to the server.
 #[derive(Clone, Copy, Debug)]
 pub struct ShippedPage<'a> {
@@ -157,6 +168,31 @@ pub trait PageServer: Send + Sync {
     fn ship_and_commit(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<(Vec<Lsn>, Lsn)> {
         let lsns = self.ship_dirty_pages(txn, pages)?;
         Ok((lsns, self.commit(txn)?))
+    }
+
+    /// Ships the last dirty pages of `txn` and appends its commit record, but returns before
+    /// the record is durable: the caller may go on (with other sessions, say) and calls
+    /// `wait_durable` before it tells anyone the commit happened. `txn` keeps its locks until
+    /// then, so nobody sees its changes before they are durable. A server that cannot defer
+    /// commits makes this one durable at once.
+    fn ship_and_commit_deferred(
+        &self,
+        txn: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
+        let (lsns, lsn) = self.ship_and_commit(txn, pages)?;
+        Ok((lsns, AppendedCommit { lsn, durable: true }))
+    }
+
+    /// Returns once the commit `ship_and_commit_deferred` appended for `txn` is durable, and
+    /// releases the transaction's locks.
+    fn wait_durable(&self, txn: TxnId, commit: AppendedCommit) -> Result<()> {
+        let _ = txn;
+        debug_assert!(
+            commit.durable,
+            "a server that defers commits must wait for them"
+        );
+        Ok(())
     }
 
     /// Aborts `txn`, discarding everything it shipped and releasing its locks.

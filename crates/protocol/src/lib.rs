@@ -6,4 +6,6 @@ pub mod batch;
 pub mod interface;
 
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
-pub use interface::{LockMode, LockTarget, PageServer, ShippedPage, ShippedRecords, TxnKind};
+pub use interface::{
+    AppendedCommit, LockMode, LockTarget, PageServer, ShippedPage, ShippedRecords, TxnKind,
+};

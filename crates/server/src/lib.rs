@@ -19,8 +19,8 @@ pub mod wpl_table;
 pub use lock_table::LockStats;
 pub use lodestore_protocol::{batch, interface};
 pub use lodestore_protocol::{
-    LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates,
-    ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
+    PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{

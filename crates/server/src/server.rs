@@ -8,8 +8,8 @@
 
 use crate::buffer_pool::BufferPool;
 use crate::interface::{
-    LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate, PageUpdates,
-    ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
+    PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
@@ -865,6 +865,16 @@ impl PageServer for Server {
     }
 
     fn ship_and_commit(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<(Vec<Lsn>, Lsn)> {
+        let (lsns, commit) = self.ship_and_commit_deferred(txn, pages)?;
+        self.wait_durable(txn, commit)?;
+        Ok((lsns, commit.lsn))
+    }
+
+    fn ship_and_commit_deferred(
+        &self,
+        txn: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         self.check_shipped(txn, pages)?;
         let (lsns, commit_lsn) = {
             let mut state = self.usable_state()?;
@@ -883,7 +893,11 @@ impl PageServer for Server {
                 self.finish(&mut state, txn, true)?;
                 drop(state);
                 self.locks.release_all(txn);
-                return Ok((lsns, self.log.durable_lsn()));
+                let commit = AppendedCommit {
+                    lsn: self.log.durable_lsn(),
+                    durable: true,
+                };
+                return Ok((lsns, commit));
             }
             // A durable commit record ends the transaction for recovery: no end record follows.
             let lsn = self
@@ -896,11 +910,22 @@ impl PageServer for Server {
             }
             (lsns, lsn)
         };
+        let commit = AppendedCommit {
+            lsn: commit_lsn,
+            durable: false,
+        };
+        Ok((lsns, commit))
+    }
+
+    fn wait_durable(&self, txn: TxnId, commit: AppendedCommit) -> Result<()> {
+        if commit.durable {
+            return Ok(());
+        }
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).
-        let flushed = self.log.flush(commit_lsn);
+        let flushed = self.log.flush(commit.lsn);
         self.locks.release_all(txn);
-        flushed.map(|()| (lsns, commit_lsn))
+        flushed
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {

@@ -12,8 +12,11 @@
 //! read, but the failure must be a named error: wrong bytes returned as good are a violation.
 //! Iterations are deterministic for a seed, so a failing campaign replays with one command.
 
+mod interleaved;
 mod oracle;
 mod workload;
+
+pub use interleaved::SESSIONS_MAX;
 
 use lodestore::{Options, RawOid, RecoveryMethodKind, Scheme, Store};
 use lodestore_storage::{Fault, SimFileSystem};
@@ -27,6 +30,9 @@ use std::time::{Duration, Instant};
 
 /// The objects a store should hold: OID to bytes.
 pub type Model = BTreeMap<RawOid, Vec<u8>>;
+
+/// What one transaction changed: an object's new bytes, or `None` where it freed one.
+pub type Delta = BTreeMap<RawOid, Option<Vec<u8>>>;
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -44,6 +50,9 @@ pub struct CampaignOptions {
     /// Also inject media faults (flipped bits, misdirected writes) in about 1 of 20 crashes.
     pub media_faults: bool,
     pub page_size: usize,
+    /// Sessions running at once, their steps interleaved from the seed (1 to
+    /// [`SESSIONS_MAX`]).
+    pub sessions: usize,
 }
 
 impl Default for CampaignOptions {
@@ -57,6 +66,7 @@ impl Default for CampaignOptions {
             every: None,
             media_faults: true,
             page_size: 4096,
+            sessions: 1,
         }
     }
 }
@@ -78,6 +88,7 @@ pub struct Violation {
 pub struct CampaignReport {
     pub method: String,
     pub scheme: String,
+    pub sessions: usize,
     pub seed: u64,
     pub crashes: u64,
     pub crashes_by_fault: BTreeMap<String, u64>,
@@ -88,6 +99,8 @@ pub struct CampaignReport {
     /// Commits cut by the crash, and how many of those survived it.
     pub commits_in_flight: u64,
     pub commits_in_flight_survived: u64,
+    /// Crashes that cut two or more commits at once (several sessions).
+    pub crashes_with_commits_in_flight_together: u64,
     /// Media faults the store reported as errors, and those it recovered from intact.
     pub media_faults_detected: u64,
     pub media_faults_survived: u64,
@@ -106,7 +119,8 @@ struct Subject {
     fs: Arc<SimFileSystem>,
     path: PathBuf,
     committed: Model,
-    in_flight: Option<Model>,
+    /// Commits in flight at the crash, in the order they were appended.
+    in_flight: Vec<Delta>,
     last_fault: Option<Fault>,
     /// A media fault was injected and no verification has run since: damage it did may still
     /// surface, and is then not the store's fault.
@@ -136,13 +150,19 @@ pub(crate) fn store_options(
 }
 
 fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Options {
-    store_options(
+    let store = store_options(
         fs,
         options.page_size,
         options.scheme,
         options.method,
         options.recovery_buffer_bytes,
-    )
+    );
+    if options.sessions > 1 {
+        // One session runs at a time: one that waited for a lock would wait for nobody.
+        store.lock_wait_timeout(Duration::ZERO)
+    } else {
+        store
+    }
 }
 
 impl Subject {
@@ -154,7 +174,7 @@ impl Subject {
             fs,
             path,
             committed: Model::new(),
-            in_flight: None,
+            in_flight: Vec::new(),
             last_fault: None,
             media_outstanding: false,
         })
@@ -164,8 +184,14 @@ impl Subject {
 /// Runs a campaign; `progress` is called after every crash point with the number done.
 pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> CampaignReport {
     let started = Instant::now();
+    assert!(
+        (1..=SESSIONS_MAX).contains(&options.sessions),
+        "a campaign runs 1 to {SESSIONS_MAX} sessions, not {}",
+        options.sessions
+    );
     let mut report = CampaignReport {
         method: options.method.name().to_string(),
+        sessions: options.sessions,
         scheme: options.scheme.name().to_string(),
         seed: options.seed,
         ..CampaignReport::default()
@@ -218,6 +244,9 @@ fn violation(
     if !options.media_faults {
         reproduce.push_str(" --no-media-faults");
     }
+    if options.sessions > 1 {
+        reproduce.push_str(&format!(" --sessions {}", options.sessions));
+    }
     Violation {
         crash,
         fault: fault.map_or("none", |f| f.name()).to_string(),
@@ -256,16 +285,16 @@ fn iteration(
         Err(error) => return Err(format!("recovery failed: {error}")),
     };
     subject.fs.disarm();
-    let had_in_flight = subject.in_flight.is_some();
     match oracle::verify(subject) {
-        Ok(in_flight_survived) => {
+        Ok(in_flight) => {
             if media {
                 report.media_faults_survived += 1;
                 subject.media_outstanding = false;
             }
-            if had_in_flight {
-                report.commits_in_flight += 1;
-                report.commits_in_flight_survived += u64::from(in_flight_survived);
+            report.commits_in_flight += in_flight.cut;
+            report.commits_in_flight_survived += in_flight.survived;
+            if in_flight.cut > 1 {
+                report.crashes_with_commits_in_flight_together += 1;
             }
         }
         Err(oracle::Failure::Detected(_)) if media => {
@@ -280,7 +309,11 @@ fn iteration(
     }
     let crash_at = options.every.unwrap_or_else(|| rng.random_range(1..=120));
     subject.fs.arm(crash_at);
-    workload::run(&store, subject, rng, report)?;
+    if options.sessions > 1 {
+        interleaved::run(&store, subject, rng, report, options.sessions)?;
+    } else {
+        workload::run(&store, subject, rng, report)?;
+    }
     subject.fs.crash_now();
     drop(store);
     crash(options, subject, rng, report);

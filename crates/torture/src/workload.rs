@@ -7,13 +7,14 @@ use rand::rngs::StdRng;
 use rand::Rng;
 
 /// Objects the store keeps at most; past it the workload frees more than it allocates.
-const OBJECTS_MAX: usize = 120;
-const TRANSACTIONS_MAX: u32 = 8;
-const OPERATIONS_MAX: u32 = 12;
-const TYPE_ID: u32 = 77;
+pub(crate) const OBJECTS_MAX: usize = 120;
+/// Transactions of one session in one crash point's workload, at most.
+pub(crate) const TRANSACTIONS_MAX: u32 = 8;
+pub(crate) const OPERATIONS_MAX: u32 = 12;
+pub(crate) const TYPE_ID: u32 = 77;
 
 /// Why a transaction stopped early.
-enum Stop {
+pub(crate) enum Stop {
     /// The simulated machine died: the workload ends here.
     Crashed,
     /// A retryable error: the transaction is aborted.
@@ -67,7 +68,8 @@ pub fn run(
                 report.commits_acknowledged += 1;
             }
             Err(_) if subject.fs.has_crashed() => {
-                subject.in_flight = Some(working);
+                subject.in_flight =
+                    vec![crate::oracle::delta_between(&subject.committed, &working)];
                 return Ok(());
             }
             Err(e) => return Err(format!("commit failed without a crash: {e}")),

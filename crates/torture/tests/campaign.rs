@@ -3,12 +3,15 @@
 //! under each of the other schemes, a campaign crashing at a fixed I/O, and campaigns of the
 //! redo-at-server and whole-page-logging methods. The recovery buffer is two pages, so log
 //! records are generated early and pieces re-armed all the time.
-//! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N`.
+//! Four sessions at once, their steps interleaved from the seed and their commits deferred so
+//! that a crash cuts several, run under each recovery method.
+//! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N
+//! [--sessions 4]`.
 
 use lodestore::{RecoveryMethodKind, Scheme};
-use lodestore_torture::{run, CampaignOptions};
+use lodestore_torture::{run, CampaignOptions, CampaignReport};
 
-fn campaign(options: CampaignOptions) {
+fn campaign(options: CampaignOptions) -> CampaignReport {
     let report = run(&options, |_| {});
     for violation in &report.violations {
         eprintln!(
@@ -33,6 +36,7 @@ fn campaign(options: CampaignOptions) {
         report.crashes_by_fault.len(),
         if options.media_faults { 7 } else { 5 }
     );
+    report
 }
 
 fn seeded(seed: u64, scheme: Scheme, crashes: u64) {
@@ -112,4 +116,59 @@ fn crash_campaign_whole_page_logging_of_client_records() {
 #[test]
 fn crash_campaign_redo_at_server() {
     with_method(22, RecoveryMethodKind::Redo, Scheme::PD_ESM, 10_000);
+}
+
+fn with_sessions(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes: u64) {
+    let options = CampaignOptions {
+        seed,
+        method,
+        scheme,
+        crashes,
+        sessions: 4,
+        ..CampaignOptions::default()
+    };
+    let report = campaign(options);
+    // Several sessions' commits were cut by one crash, and the oracle checked them together.
+    assert!(
+        report.crashes_with_commits_in_flight_together > 0,
+        "{report:?}"
+    );
+}
+
+#[test]
+fn crash_campaign_four_sessions_esm() {
+    with_sessions(30, RecoveryMethodKind::Esm, Scheme::SD_ESM, 1_500);
+}
+
+#[test]
+fn crash_campaign_four_sessions_redo_at_server() {
+    with_sessions(31, RecoveryMethodKind::Redo, Scheme::PD_ESM, 1_500);
+}
+
+#[test]
+fn crash_campaign_four_sessions_whole_page_logging() {
+    with_sessions(32, RecoveryMethodKind::Wpl, Scheme::WPL, 1_500);
+}
+
+#[test]
+fn an_interleaving_replays_from_its_seed() {
+    let options = CampaignOptions {
+        seed: 33,
+        crashes: 200,
+        sessions: 4,
+        ..CampaignOptions::default()
+    };
+    let (first, second) = (run(&options, |_| {}), run(&options, |_| {}));
+    assert!(first.passed() && second.passed());
+    let outcome = |r: &CampaignReport| {
+        (
+            r.commits_acknowledged,
+            r.aborts,
+            r.commits_in_flight,
+            r.commits_in_flight_survived,
+            r.crashes_during_recovery,
+            r.crashes_by_fault.clone(),
+        )
+    };
+    assert_eq!(outcome(&first), outcome(&second));
 }

@@ -1,0 +1,374 @@
+//! The workload of one crash point with several sessions at once. Each session runs on a
+//! thread of its own, but only one runs at a time: a session gives the turn back after every
+//! step (begin, one operation, the commit's append, the wait for its durability) and the
+//! seeded scheduler picks who goes next, so a seed replays the same interleaving and the same
+//! I/O. Commits are deferred: a session appends its commit and gives up the turn, so others run
+//! and append theirs before anyone waits, and a crash cuts several commits at once.
+//!
+//! Locks are not waited for (a waiting session would hold the only turn): a conflict is a
+//! retryable error, and the transaction is aborted.
+
+use crate::oracle::{apply, IN_FLIGHT_MAX};
+use crate::workload::{Stop, OBJECTS_MAX, OPERATIONS_MAX, TRANSACTIONS_MAX, TYPE_ID};
+use crate::{CampaignReport, Delta, Model, Subject};
+use lodestore::{Error, RawOid, Store, Transaction};
+use lodestore_storage::SimFileSystem;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Sessions a campaign may run at once.
+pub const SESSIONS_MAX: usize = 8;
+const _: () = assert!(SESSIONS_MAX <= IN_FLIGHT_MAX);
+
+/// What the sessions share: the model and the commits in flight.
+struct Shared {
+    /// Acknowledged commits, applied in the order they were acknowledged.
+    committed: Model,
+    /// Commits appended but not acknowledged, by the order they were appended.
+    in_flight: Vec<(u64, Delta)>,
+    next_ticket: u64,
+    acknowledged: u64,
+    aborts: u64,
+    violation: Option<String>,
+}
+
+/// Whose turn it is.
+struct Turns {
+    state: Mutex<TurnState>,
+    changed: Condvar,
+}
+
+struct TurnState {
+    running: Option<usize>,
+    finished: Vec<bool>,
+}
+
+impl Turns {
+    fn lock(&self) -> MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The scheduler: lets session `i` take one step and waits until it gives the turn back.
+    fn run(&self, i: usize) {
+        let mut state = self.lock();
+        debug_assert!(state.running.is_none() && !state.finished[i]);
+        state.running = Some(i);
+        self.changed.notify_all();
+        while state.running.is_some() {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A session: waits for its turn.
+    fn wait_for(&self, i: usize) {
+        let mut state = self.lock();
+        while state.running != Some(i) {
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// A session: ends its step, and with `finished` its last one.
+    fn hand_back(&self, i: usize, finished: bool) {
+        let mut state = self.lock();
+        debug_assert_eq!(state.running, Some(i));
+        state.finished[i] |= finished;
+        state.running = None;
+        self.changed.notify_all();
+    }
+
+    fn unfinished(&self) -> Vec<usize> {
+        let state = self.lock();
+        (0..state.finished.len())
+            .filter(|&i| !state.finished[i])
+            .collect()
+    }
+}
+
+/// Hands the turn back for good when a session ends, even by a panic, so that the scheduler
+/// is never left waiting.
+struct LastTurn<'a> {
+    turns: &'a Turns,
+    session: usize,
+}
+
+impl Drop for LastTurn<'_> {
+    fn drop(&mut self) {
+        self.turns.hand_back(self.session, true);
+    }
+}
+
+/// What a session thread works with.
+struct Context<'a> {
+    store: &'a Store,
+    fs: &'a SimFileSystem,
+    shared: &'a Mutex<Shared>,
+    turns: &'a Turns,
+    session: usize,
+}
+
+impl Context<'_> {
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends this step: another session may run before the next one.
+    fn step(&self) {
+        self.turns.hand_back(self.session, false);
+        self.turns.wait_for(self.session);
+    }
+
+    fn classify(&self, error: Error) -> Result<Stop, String> {
+        if self.fs.has_crashed() {
+            Ok(Stop::Crashed)
+        } else if error.is_retryable() {
+            Ok(Stop::Retry)
+        } else {
+            Err(format!(
+                "session {}: operation failed without a crash: {error}",
+                self.session
+            ))
+        }
+    }
+}
+
+/// Runs `sessions` sessions, interleaved from `rng`, until the crash or their end.
+pub fn run(
+    store: &Store,
+    subject: &mut Subject,
+    rng: &mut StdRng,
+    report: &mut CampaignReport,
+    sessions: usize,
+) -> Result<(), String> {
+    assert!(
+        (1..=SESSIONS_MAX).contains(&sessions),
+        "{sessions} sessions"
+    );
+    let shared = Mutex::new(Shared {
+        committed: std::mem::take(&mut subject.committed),
+        in_flight: Vec::new(),
+        next_ticket: 0,
+        acknowledged: 0,
+        aborts: 0,
+        violation: None,
+    });
+    let turns = Turns {
+        state: Mutex::new(TurnState {
+            running: None,
+            finished: vec![false; sessions],
+        }),
+        changed: Condvar::new(),
+    };
+    let seeds: Vec<u64> = (0..sessions).map(|_| rng.random()).collect();
+    let fs: &SimFileSystem = subject.fs.as_ref();
+    std::thread::scope(|scope| {
+        for (session, seed) in seeds.into_iter().enumerate() {
+            let context = Context {
+                store,
+                fs,
+                shared: &shared,
+                turns: &turns,
+                session,
+            };
+            scope.spawn(move || {
+                context.turns.wait_for(session);
+                let _last = LastTurn {
+                    turns: context.turns,
+                    session,
+                };
+                let mut rng = StdRng::seed_from_u64(seed);
+                if let Err(message) = session_program(&context, &mut rng) {
+                    context.shared().violation.get_or_insert(message);
+                }
+            });
+        }
+        loop {
+            let unfinished = turns.unfinished();
+            if unfinished.is_empty() {
+                break;
+            }
+            turns.run(unfinished[rng.random_range(0..unfinished.len())]);
+        }
+    });
+    let shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    subject.committed = shared.committed;
+    subject.in_flight = shared.in_flight.into_iter().map(|(_, d)| d).collect();
+    report.commits_acknowledged += shared.acknowledged;
+    report.aborts += shared.aborts;
+    match shared.violation {
+        Some(message) => Err(message),
+        None => Ok(()),
+    }
+}
+
+/// One session's transactions. Returns early, without error, when the machine dies.
+fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String> {
+    let mut session = match context.store.session() {
+        Ok(session) => session,
+        Err(e) => return context.classify(e).map(|_| ()),
+    };
+    for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
+        context.step();
+        let mut txn = match session.begin() {
+            Ok(txn) => txn,
+            Err(e) => match context.classify(e)? {
+                Stop::Crashed => return Ok(()),
+                Stop::Retry => continue,
+            },
+        };
+        let mut delta = Delta::new();
+        let mut stopped = None;
+        for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
+            context.step();
+            if let Err(e) = operation(context, &mut txn, &mut delta, rng) {
+                stopped = Some(context.classify(e)?);
+                break;
+            }
+        }
+        match stopped {
+            Some(Stop::Crashed) => return Ok(()),
+            Some(Stop::Retry) => {
+                let _ = txn.abort();
+                context.shared().aborts += 1;
+                continue;
+            }
+            None => {}
+        }
+        context.step();
+        if rng.random_range(0..5) == 0 {
+            match txn.abort() {
+                Ok(()) => context.shared().aborts += 1,
+                Err(e) => {
+                    if let Stop::Crashed = context.classify(e)? {
+                        return Ok(());
+                    }
+                }
+            }
+            continue;
+        }
+        let ticket = {
+            let mut shared = context.shared();
+            shared.next_ticket += 1;
+            shared.next_ticket
+        };
+        let pending = match txn.commit_deferred() {
+            Ok(pending) => pending,
+            Err(_) if context.fs.has_crashed() => {
+                // Perhaps appended before the machine died: in flight.
+                context.shared().in_flight.push((ticket, delta));
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(format!(
+                    "session {}: commit failed without a crash: {e}",
+                    context.session
+                ))
+            }
+        };
+        context.shared().in_flight.push((ticket, delta));
+        // Others run (and append their commits) while this one waits to be flushed.
+        context.step();
+        match pending.wait() {
+            Ok(_) => {
+                let mut shared = context.shared();
+                let at = shared
+                    .in_flight
+                    .iter()
+                    .position(|(t, _)| *t == ticket)
+                    .expect("an appended commit is in flight until acknowledged");
+                let (_, delta) = shared.in_flight.remove(at);
+                apply(&mut shared.committed, &delta);
+                shared.acknowledged += 1;
+            }
+            Err(_) if context.fs.has_crashed() => return Ok(()),
+            Err(e) => {
+                return Err(format!(
+                    "session {}: waiting for a commit failed without a crash: {e}",
+                    context.session
+                ))
+            }
+        }
+    }
+    context.step();
+    drop(session);
+    Ok(())
+}
+
+/// The objects the transaction sees: acknowledged commits overlaid with its own changes.
+fn visible(committed: &Model, delta: &Delta) -> Vec<RawOid> {
+    let mut oids: Vec<RawOid> = committed
+        .keys()
+        .filter(|oid| !matches!(delta.get(oid), Some(None)))
+        .copied()
+        .collect();
+    oids.extend(
+        delta
+            .iter()
+            .filter(|(oid, bytes)| bytes.is_some() && !committed.contains_key(oid))
+            .map(|(oid, _)| *oid),
+    );
+    oids
+}
+
+fn current(committed: &Model, delta: &Delta, oid: RawOid) -> Vec<u8> {
+    match delta.get(&oid) {
+        Some(Some(bytes)) => bytes.clone(),
+        Some(None) => unreachable!("a freed object is not visible"),
+        None => committed[&oid].clone(),
+    }
+}
+
+/// One operation of the session's transaction: allocate, free, update or read an object.
+fn operation(
+    context: &Context<'_>,
+    txn: &mut Transaction<'_>,
+    delta: &mut Delta,
+    rng: &mut StdRng,
+) -> lodestore::Result<()> {
+    let shared = context.shared();
+    let oids = visible(&shared.committed, delta);
+    let picked = (!oids.is_empty()).then(|| oids[rng.random_range(0..oids.len())]);
+    let crowded = oids.len() >= OBJECTS_MAX;
+    match rng.random_range(0..100) {
+        0..40 if !crowded => {
+            let size = if rng.random_range(0..12) == 0 {
+                rng.random_range(5_000..30_000)
+            } else {
+                rng.random_range(1..400)
+            };
+            let bytes: Vec<u8> = (0..size).map(|_| rng.random()).collect();
+            let oid = txn.alloc_bytes(TYPE_ID, &bytes)?;
+            delta.insert(oid, Some(bytes));
+        }
+        0..55 => {
+            if let Some(oid) = picked {
+                txn.free(oid)?;
+                delta.insert(oid, None);
+            }
+        }
+        55..90 => {
+            if let Some(oid) = picked {
+                let mut bytes = current(&shared.committed, delta, oid);
+                let start = rng.random_range(0..bytes.len());
+                let end = rng.random_range(start..=bytes.len().min(start + 3000));
+                let patch: Vec<u8> = (start..end).map(|_| rng.random()).collect();
+                txn.write_at(oid, start as u64, &patch)?;
+                bytes[start..end].copy_from_slice(&patch);
+                delta.insert(oid, Some(bytes));
+            }
+        }
+        _ => {
+            if let Some(oid) = picked {
+                let stored = txn.read_all(oid)?;
+                if stored != current(&shared.committed, delta, oid) {
+                    return Err(Error::InvalidArgument(format!(
+                        "session {}: object {oid} reads back other bytes than committed and \
+                         written",
+                        context.session
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -87,7 +87,7 @@ pub(crate) struct State {
     pub next_txn: u64,
     /// Begin LSN of the newest checkpoint: a page whose LSN is older gets a full image logged
     /// before its next change.
-    pub redo_lsn: Lsn,
+    pub restart_lsn: Lsn,
     /// Log end when the last checkpoint finished.
     pub checkpoint_log_end: Lsn,
     pub stats: ServerStats,
@@ -170,9 +170,7 @@ impl Server {
         server.use_method(restart_with);
         let report = {
             let mut state = server.lock_state();
-            server
-                .method
-                .restart(&server, &mut state, sb.checkpoint_lsn, end)?
+            crate::recovery::restart::run(&server, &mut state, sb.checkpoint_lsn, end)?
         };
         tracing::info!(?report, method = restart_with.name(), "recovered");
         if restart_with != wanted {
@@ -219,7 +217,7 @@ impl Server {
                 space: SpaceManager::empty(volume.page_size()),
                 txns: BTreeMap::new(),
                 next_txn: 1,
-                redo_lsn: volume.superblock().checkpoint_lsn,
+                restart_lsn: volume.superblock().checkpoint_lsn,
                 checkpoint_log_end: log.end_lsn(),
                 stats: ServerStats::default(),
                 method_state,
@@ -506,7 +504,7 @@ impl Server {
         let begin = self
             .log
             .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
-        let previous = std::mem::replace(&mut state.redo_lsn, begin);
+        let previous = std::mem::replace(&mut state.restart_lsn, begin);
         let mut flushed = 0;
         for (page, _) in state.pool.dirty_pages() {
             let mut bytes = state.pool.get(page).expect("dirty page cached").to_vec();

@@ -11,9 +11,9 @@
 //! A crash during restart leaves compensation records that the next restart redoes and follows
 //! (their undo-next LSN), so restarting again gives the same result.
 
+use super::restart::{Replayed, RestartPass};
 use super::{
-    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, revert_client_updates,
-    RecoveryMethod, RecoveryMethodKind, RestartReport,
+    apply_client_updates, revert_client_updates, RecoveryMethod, RecoveryMethodKind, RestartReport,
 };
 use crate::interface::PageUpdate;
 use crate::server::{Server, State, TxnState};
@@ -21,9 +21,8 @@ use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::bytes::is_all_zero;
 use lodestore_storage::page;
-use lodestore_wal::{LogEnd, Record, RecordBody, UpdateRef};
+use lodestore_wal::{Record, RecordBody, UpdateRef};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
 
 /// Serves both `esm` and `redo`: they share the log and restart; what differs is whether
 /// clients ship the pages their records describe, which the clients learn from the kind.
@@ -50,7 +49,7 @@ impl RecoveryMethod for Esm {
         // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
         // log traffic; checksum and LSN are the server's to set.
         let ranges = page_ranges(old, image, UPDATE_RECORD_FIXED_BYTES);
-        let image_first = (page::lsn(old) < state.redo_lsn).then_some(old);
+        let image_first = (page::lsn(old) < state.restart_lsn).then_some(old);
         let changes = ranges
             .iter()
             .map(|range| (range.start, &old[range.clone()], &image[range.clone()]));
@@ -77,7 +76,7 @@ impl RecoveryMethod for Esm {
         let current = state.pool.get_mut(page).expect("page just cached");
         // The page as it was goes first when it is the first change since the checkpoint
         // began: once per page and checkpoint, so a copy is fine.
-        let image_first = (page::lsn(current) < state.redo_lsn).then(|| current.to_vec());
+        let image_first = (page::lsn(current) < state.restart_lsn).then(|| current.to_vec());
         // Applied in place, so the before bytes are checked in order: a record's may be what
         // an earlier one wrote.
         apply_client_updates(txn, page, current, updates)?;
@@ -113,33 +112,33 @@ impl RecoveryMethod for Esm {
         Ok(())
     }
 
-    fn restart(
-        &self,
+    fn restart_pass(&self) -> Box<dyn RestartPass> {
+        Box::new(EsmRestart::default())
+    }
+}
+
+/// ESM's restart: the records from the checkpoint on, kept for analysis, redo and undo.
+#[derive(Default)]
+struct EsmRestart {
+    records: Vec<Record>,
+}
+
+impl RestartPass for EsmRestart {
+    fn scanned(&mut self, record: Record) {
+        self.records.push(record);
+    }
+
+    fn replay(
+        self: Box<Self>,
         server: &Server,
         state: &mut State,
-        checkpoint: Lsn,
-        end: LogEnd,
-    ) -> Result<RestartReport> {
-        let started = Instant::now();
-        let mut report = RestartReport {
-            checkpoint_lsn: checkpoint.0,
-            log_end: end.end.0,
-            discarded_bytes: end.discarded_bytes,
-            ..RestartReport::default()
-        };
-        let mut records = Vec::new();
-        server.log.scan(checkpoint, |record| {
-            records.push(record);
-            Ok(())
-        })?;
-        report.records_scanned = records.len() as u64;
-        let (losers, max_txn) = analysis(server, checkpoint, &records)?;
-        state.next_txn = max_txn + 1;
-        state.redo_lsn = checkpoint;
-
+        report: &mut RestartReport,
+    ) -> Result<Replayed> {
+        let records = self.records;
+        let losers = analysis(&records);
         let mut touched = BTreeSet::new();
         for record in &records {
-            redo(server, state, record, &mut report, &mut touched)?;
+            redo(server, state, record, report, &mut touched)?;
         }
         for (txn, (first, last)) in losers {
             state.txns.insert(
@@ -160,13 +159,10 @@ impl RecoveryMethod for Esm {
             touched.extend(own.touched);
             report.losers += 1;
         }
-        report.pages_repaired = repair_unrecorded_tail(server, state)?;
-        // Hints next: a torn map page is rebuilt here, and the checkpoint below writes it.
-        state.space = crate::space::SpaceManager::load(&server.volume)?;
-        server.refresh_hints(state, touched)?;
-        server.checkpoint_locked(state)?;
-        report.elapsed_us = started.elapsed().as_micros() as u64;
-        Ok(report)
+        Ok(Replayed {
+            touched,
+            ..Replayed::default()
+        })
     }
 }
 
@@ -244,11 +240,11 @@ fn changes_logged(
 /// Transactions to undo, each with its first and last LSN.
 type Losers = BTreeMap<TxnId, (Lsn, Lsn)>;
 
-/// Which transactions must be undone, and the largest transaction id seen.
-fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Losers, u64)> {
+/// Which transactions must be undone: those active at the checkpoint or after it that
+/// neither committed nor ended.
+fn analysis(records: &[Record]) -> Losers {
     let mut active: Losers = BTreeMap::new();
     let mut committed: BTreeSet<TxnId> = BTreeSet::new();
-    check_checkpoint_record(server, checkpoint, records.first())?;
     if let Some(Record {
         body: RecordBody::CheckpointBegin { active: at_begin },
         ..
@@ -258,10 +254,8 @@ fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Los
             active.insert(a.txn, (a.first_lsn, a.last_lsn));
         }
     }
-    let mut max_txn = active.keys().map(|t| t.0).max().unwrap_or(0);
     for record in records {
         let Some(txn) = record.txn else { continue };
-        max_txn = max_txn.max(txn.0);
         let entry = active.entry(txn).or_insert((record.lsn, record.lsn));
         entry.1 = record.lsn;
         match record.body {
@@ -277,7 +271,7 @@ fn analysis(server: &Server, checkpoint: Lsn, records: &[Record]) -> Result<(Los
         }
     }
     active.retain(|txn, _| !committed.contains(txn));
-    Ok((active, max_txn))
+    active
 }
 
 /// Repeats the change of `record` if its page does not show it yet.
@@ -418,7 +412,7 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                 let mut prev = last_lsn(state, txn);
                 let current = state.pool.get(page).expect("page cached");
                 // Like any change, the first one after a checkpoint began logs the full page.
-                if page::lsn(current) < state.redo_lsn {
+                if page::lsn(current) < state.restart_lsn {
                     let image = RecordBody::PageImage {
                         page,
                         image: current.to_vec(),

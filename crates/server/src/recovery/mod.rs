@@ -12,6 +12,7 @@
 //!   pass that rebuilds the WPL table.
 
 mod esm;
+pub(crate) mod restart;
 mod wpl;
 
 use crate::interface::PageUpdate;
@@ -21,7 +22,6 @@ use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::superblock::{
     RECOVERY_METHOD_ESM, RECOVERY_METHOD_REDO, RECOVERY_METHOD_WPL,
 };
-use lodestore_wal::LogEnd;
 use serde::Serialize;
 
 /// The recovery methods there are.
@@ -238,15 +238,8 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         Ok(None)
     }
 
-    /// Brings the store back to a state with every committed transaction and nothing else,
-    /// starting from the checkpoint at `checkpoint`; `end` is where the log ends.
-    fn restart(
-        &self,
-        server: &Server,
-        state: &mut State,
-        checkpoint: Lsn,
-        end: LogEnd,
-    ) -> Result<RestartReport>;
+    /// The method's part of a restart (see [`restart::run`], which does the rest).
+    fn restart_pass(&self) -> Box<dyn restart::RestartPass>;
 }
 
 /// Applies client log records of `page` to `current` in order, checking each record's before

@@ -22,18 +22,15 @@
 //! copies committed before it or by a transaction on the list. Nothing is redone or undone;
 //! the restart's checkpoint writes every copy in the table home.
 
-use super::{
-    apply_client_updates, check_checkpoint_record, repair_unrecorded_tail, RecoveryMethod,
-    RecoveryMethodKind, RestartReport,
-};
+use super::restart::{Replayed, RestartPass};
+use super::{apply_client_updates, RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::interface::PageUpdate;
 use crate::server::{Server, State};
 use crate::wpl_table::WplTable;
 use lodestore_core::{Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
-use lodestore_wal::{LogEnd, RecordBody, WplTableEntry};
+use lodestore_wal::{Record, RecordBody, WplTableEntry};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Instant;
 
 pub struct Wpl;
 
@@ -177,66 +174,53 @@ impl RecoveryMethod for Wpl {
         Ok(table(state).oldest_lsn())
     }
 
-    fn restart(
-        &self,
+    fn restart_pass(&self) -> Box<dyn RestartPass> {
+        Box::new(WplRestart::default())
+    }
+}
+
+/// Whole-page logging's restart. Our log links records forward only, so the scan lists them
+/// (without their images); the paper's backward pass then runs over the list.
+#[derive(Default)]
+struct WplRestart {
+    seen: Vec<Seen>,
+    /// The table the checkpoint logged.
+    at_checkpoint: Option<Vec<WplTableEntry>>,
+}
+
+impl RestartPass for WplRestart {
+    fn scanned(&mut self, record: Record) {
+        match (record.body, record.txn) {
+            (RecordBody::PageImage { page, .. }, Some(txn)) => self.seen.push(Seen {
+                lsn: record.lsn,
+                txn,
+                page: Some(page),
+            }),
+            (RecordBody::Commit, Some(txn)) => self.seen.push(Seen {
+                lsn: record.lsn,
+                txn,
+                page: None,
+            }),
+            (RecordBody::WplTable { entries }, _) if self.at_checkpoint.is_none() => {
+                self.at_checkpoint = Some(entries);
+            }
+            _ => {}
+        }
+    }
+
+    fn replay(
+        self: Box<Self>,
         server: &Server,
         state: &mut State,
-        checkpoint: Lsn,
-        end: LogEnd,
-    ) -> Result<RestartReport> {
-        let started = Instant::now();
-        let mut report = RestartReport {
-            checkpoint_lsn: checkpoint.0,
-            log_end: end.end.0,
-            discarded_bytes: end.discarded_bytes,
-            ..RestartReport::default()
-        };
-        // Our log links records forward only, so one forward read lists them (without their
-        // images); the paper's backward pass then runs over the list.
-        let mut seen: Vec<Seen> = Vec::new();
-        let mut first = None;
-        let mut at_checkpoint: Option<Vec<WplTableEntry>> = None;
-        let mut max_txn = 0;
-        server.log.scan(checkpoint, |record| {
-            report.records_scanned += 1;
-            if first.is_none() {
-                first = Some(record.clone());
-            }
-            if let Some(txn) = record.txn {
-                max_txn = max_txn.max(txn.0);
-            }
-            match (&record.body, record.txn) {
-                (RecordBody::PageImage { page, .. }, Some(txn)) => seen.push(Seen {
-                    lsn: record.lsn,
-                    txn,
-                    page: Some(*page),
-                }),
-                (RecordBody::Commit, Some(txn)) => seen.push(Seen {
-                    lsn: record.lsn,
-                    txn,
-                    page: None,
-                }),
-                (RecordBody::WplTable { entries }, _) if at_checkpoint.is_none() => {
-                    at_checkpoint = Some(entries.clone());
-                }
-                (RecordBody::CheckpointBegin { active }, _) => {
-                    for a in active {
-                        max_txn = max_txn.max(a.txn.0);
-                    }
-                }
-                _ => {}
-            }
-            Ok(())
-        })?;
-        check_checkpoint_record(server, checkpoint, first.as_ref())?;
-
+        report: &mut RestartReport,
+    ) -> Result<Replayed> {
         // The backward pass: the committed transactions list, and each page's newest image by
         // a transaction on it.
         let mut committed: BTreeMap<TxnId, Lsn> = BTreeMap::new();
         let mut table = WplTable::default();
         let mut touched = BTreeSet::new();
         let mut losers = BTreeSet::new();
-        for s in seen.iter().rev() {
+        for s in self.seen.iter().rev() {
             match s.page {
                 None => {
                     committed.insert(s.txn, s.lsn);
@@ -256,10 +240,11 @@ impl RecoveryMethod for Wpl {
         }
         // Then the checkpoint's table, newest copy first, for pages the log after it did not
         // settle.
-        let mut entries = at_checkpoint.unwrap_or_default();
+        let mut entries = self.at_checkpoint.unwrap_or_default();
         entries.sort_unstable_by_key(|e| std::cmp::Reverse(e.lsn));
+        let mut txn_max = 0;
         for e in entries {
-            max_txn = max_txn.max(e.txn.0);
+            txn_max = txn_max.max(e.txn.0);
             let commit_lsn = if e.committed {
                 Some(e.lsn)
             } else {
@@ -281,19 +266,14 @@ impl RecoveryMethod for Wpl {
             server.volume.extend_to(last.0 + 1)?;
         }
         *table_mut(state) = table;
-        state.next_txn = max_txn + 1;
-        state.redo_lsn = checkpoint;
-        report.pages_repaired = repair_unrecorded_tail(server, state)?;
-        state.space = crate::space::SpaceManager::load(&server.volume)?;
-        // A loser may have used pages of a file extension the crash took back: they are gone.
-        let page_count = server.volume.page_count();
-        touched.retain(|page| page.0 < page_count);
-        server.refresh_hints(state, touched)?;
-        // Installing everything the table holds leaves the data file alone the store again, as
-        // after an ESM restart, so offline tools and `check` read what recovery found.
-        server.checkpoint_locked_with(state, true)?;
-        report.elapsed_us = started.elapsed().as_micros() as u64;
-        Ok(report)
+        Ok(Replayed {
+            touched,
+            txn_max,
+            // Installing everything the table holds leaves the data file alone the store
+            // again, as after an ESM restart, so offline tools and `check` read what recovery
+            // found.
+            install_all: true,
+        })
     }
 }
 

@@ -1,0 +1,89 @@
+//! The restart driver: what every recovery method's restart shares. It scans the log from the
+//! last checkpoint once, handing each record to the method's pass, checks that the scan began
+//! at a checkpoint, lets the method replay (redo and undo, or rebuild its table), then closes
+//! the same way for all: torn pages past the recorded end of the file formatted again, the
+//! free-space map reloaded and its hints refreshed for the pages recovery touched, and a
+//! checkpoint so that the next restart starts from here.
+
+use super::{check_checkpoint_record, repair_unrecorded_tail, RestartReport};
+use crate::server::{Server, State};
+use lodestore_core::{Lsn, PageId, Result};
+use lodestore_wal::{LogEnd, Record, RecordBody};
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+/// A recovery method's part of a restart.
+pub(crate) trait RestartPass {
+    /// The next record of the log from the checkpoint on, in log order.
+    fn scanned(&mut self, record: Record);
+
+    /// Brings the pages (and the method's state) back to every committed transaction and
+    /// nothing else, once the scan has ended.
+    fn replay(
+        self: Box<Self>,
+        server: &Server,
+        state: &mut State,
+        report: &mut RestartReport,
+    ) -> Result<Replayed>;
+}
+
+/// What a method's replay leaves for the driver's closing steps.
+#[derive(Default)]
+pub(crate) struct Replayed {
+    /// Pages whose free-space hints may be stale.
+    pub touched: BTreeSet<PageId>,
+    /// The largest transaction id the method found beyond the records' own (in a table it
+    /// logged, say).
+    pub txn_max: u64,
+    /// The closing checkpoint writes everything committed home (the method keeps committed
+    /// pages in the log, and the data file alone should be the store again).
+    pub install_all: bool,
+}
+
+/// Restarts `server` from the checkpoint at `checkpoint`; `end` is where the log ends.
+pub(crate) fn run(
+    server: &Server,
+    state: &mut State,
+    checkpoint: Lsn,
+    end: LogEnd,
+) -> Result<RestartReport> {
+    let started = Instant::now();
+    let mut report = RestartReport {
+        checkpoint_lsn: checkpoint.0,
+        log_end: end.end.0,
+        discarded_bytes: end.discarded_bytes,
+        ..RestartReport::default()
+    };
+    let mut pass = server.method.restart_pass();
+    let mut first: Option<Record> = None;
+    let mut txn_max = 0;
+    server.log.scan(checkpoint, |record| {
+        report.records_scanned += 1;
+        txn_max = txn_max.max(record.txn.map_or(0, |t| t.0));
+        if let RecordBody::CheckpointBegin { active } = &record.body {
+            txn_max = active.iter().map(|a| a.txn.0).fold(txn_max, u64::max);
+        }
+        if first.is_none() {
+            first = Some(record.clone());
+        }
+        pass.scanned(record);
+        Ok(())
+    })?;
+    check_checkpoint_record(server, checkpoint, first.as_ref())?;
+    state.next_txn = txn_max + 1;
+    state.restart_lsn = checkpoint;
+
+    let mut replayed = pass.replay(server, state, &mut report)?;
+    state.next_txn = state.next_txn.max(replayed.txn_max + 1);
+
+    report.pages_repaired = repair_unrecorded_tail(server, state)?;
+    // Hints next: a torn map page is rebuilt here, and the checkpoint below writes it.
+    state.space = crate::space::SpaceManager::load(&server.volume)?;
+    // A loser may have used pages of a file extension the crash took back: they are gone.
+    let page_count = server.volume.page_count();
+    replayed.touched.retain(|page| page.0 < page_count);
+    server.refresh_hints(state, replayed.touched)?;
+    server.checkpoint_locked_with(state, replayed.install_all)?;
+    report.elapsed_us = started.elapsed().as_micros() as u64;
+    Ok(report)
+}

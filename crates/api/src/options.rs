@@ -167,9 +167,10 @@ impl Options {
         self
     }
 
-    /// Under whole-page logging, whether a background thread writes committed pages from the
-    /// log to their home locations between checkpoints (default on). Off, checkpoints do it;
-    /// crash campaigns turn it off so every run does the same I/O in the same order.
+    /// Whether the recovery method's background workers run (default on): under whole-page
+    /// logging, the installer that writes committed pages from the log to their home
+    /// locations between checkpoints. Off, checkpoints do it; crash campaigns turn it off so
+    /// every run does the same I/O in the same order.
     pub fn background_install(mut self, on: bool) -> Options {
         self.background_install = on;
         self
@@ -265,6 +266,8 @@ impl Options {
             checkpoint_log_bytes: self.checkpoint_log_bytes,
             lock_wait_timeout: self.lock_wait_timeout,
             method: self.recovery_method,
+            // The snapshot family will give the store its versions component.
+            versions: None,
         }
     }
 }

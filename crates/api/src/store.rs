@@ -8,7 +8,7 @@ use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
-use lodestore_server::installer::BackgroundInstaller;
+use lodestore_server::workers::BackgroundWorkers;
 use lodestore_server::{
     pool_pages, PageServer, RecoveryMethodKind, RestartReport, Server, ServerStats,
 };
@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 /// each thread working through its own `Session`.
 pub struct Store {
     /// Dropped first: it stops before the server closes.
-    _installer: Option<BackgroundInstaller>,
+    _workers: Option<BackgroundWorkers>,
     backend: Backend,
     /// Counters of the sessions that ended, by scheme; added to the store's counters file
     /// when an embedded store closes.
@@ -106,18 +106,16 @@ impl Store {
 
     fn serving(server: Server, path: PathBuf, options: Options) -> Result<Store> {
         let server = Arc::new(server);
-        let installer = if server.recovery_method_kind().installs_in_background()
-            && options.background_install
-        {
-            Some(
-                BackgroundInstaller::start(&server)
-                    .map_err(|e| lodestore_core::Error::io(&path, "start the installer", e))?,
-            )
-        } else {
-            None
-        };
+        let workers =
+            if options.background_install {
+                Some(BackgroundWorkers::start(&server).map_err(|e| {
+                    lodestore_core::Error::io(&path, "start the background workers", e)
+                })?)
+            } else {
+                None
+            };
         Ok(Store {
-            _installer: installer,
+            _workers: workers,
             session_counters: Arc::default(),
             backend: Backend::Embedded(server),
             path,
@@ -138,7 +136,7 @@ impl Store {
             control.welcome().page_size,
         )?;
         Ok(Store {
-            _installer: None,
+            _workers: None,
             session_counters: Arc::default(),
             backend: Backend::Remote {
                 address: address.to_string(),
@@ -391,13 +389,13 @@ impl Session {
 }
 
 impl Store {
-    /// Closes the store and reports what failed. Embedded: stops the background installer,
+    /// Closes the store and reports what failed. Embedded: stops the background workers,
     /// keeps the sessions' counters, rolls back what is still active and checkpoints, so the
     /// next open has nothing to recover (`Server::close`); every session must have been
     /// dropped. Remote: closes the control connection. Dropping a store does the same and can
     /// only log what failed.
     pub fn close(mut self) -> Result<()> {
-        drop(self._installer.take());
+        drop(self._workers.take());
         let counters = self.save_counters();
         let closed = match &self.backend {
             Backend::Embedded(server) => {

@@ -129,7 +129,7 @@ pub struct StoreInfo {
     pub path: String,
     pub format_version: u32,
     pub page_size: usize,
-    /// The server's recovery method: esm, redo or wpl.
+    /// The server's recovery method, by its name in the registry of methods.
     pub recovery_method: &'static str,
     pub pages: u64,
     pub pages_by_kind: BTreeMap<&'static str, u64>,

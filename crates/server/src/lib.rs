@@ -6,14 +6,14 @@
 pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
-pub mod installer;
 pub mod lock_table;
 pub mod recovery;
 pub mod salvage;
 pub mod server;
 pub mod space;
 pub mod stats;
-pub mod wpl_table;
+pub mod versions;
+pub mod workers;
 
 // The client/server boundary lives in its own crate; the server's paths to it stay.
 pub use lock_table::LockStats;

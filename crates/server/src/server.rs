@@ -15,6 +15,7 @@ use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
+use crate::versions::Versions;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
@@ -38,7 +39,7 @@ pub const POOL_PAGES_MIN: usize = 4;
 pub const LOG_DIR_NAME: &str = "log";
 
 /// Server settings.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ServerOptions {
     /// Memory of the server buffer pool, in bytes (whole pages of it are used).
     pub pool_bytes: usize,
@@ -48,9 +49,25 @@ pub struct ServerOptions {
     pub checkpoint_log_bytes: u64,
     /// How long a lock request waits before it fails with `LockTimeout`.
     pub lock_wait_timeout: Duration,
-    /// How the server logs and recovers; `None`: as the store did before (`esm` for a new
-    /// store).
+    /// How the server logs and recovers; `None`: as the store did before (the registry's
+    /// default for a new store).
     pub method: Option<RecoveryMethodKind>,
+    /// A component that keeps old versions of pages, beside the recovery method (see
+    /// [`crate::versions`]).
+    pub versions: Versions,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerOptions")
+            .field("pool_bytes", &self.pool_bytes)
+            .field("log", &self.log)
+            .field("checkpoint_log_bytes", &self.checkpoint_log_bytes)
+            .field("lock_wait_timeout", &self.lock_wait_timeout)
+            .field("method", &self.method)
+            .field("versions", &self.versions.is_some())
+            .finish()
+    }
 }
 
 impl Default for ServerOptions {
@@ -61,6 +78,7 @@ impl Default for ServerOptions {
             checkpoint_log_bytes: 64 << 20,
             lock_wait_timeout: Duration::from_secs(10),
             method: None,
+            versions: None,
         }
     }
 }
@@ -260,6 +278,22 @@ impl Server {
         self.method.kind()
     }
 
+    /// Copies `page` as it was at `at` into `buf`, from the versions component; `false` when
+    /// it keeps no older version covering `at`. Refused when the server has no such component.
+    pub fn page_as_of(&self, page: PageId, at: Lsn, buf: &mut [u8]) -> Result<bool> {
+        match &self.options.versions {
+            Some(versions) => versions.page_as_of(page, at, buf),
+            None => Err(Error::Unsupported(
+                "reading a page as of a past point needs a versions component".into(),
+            )),
+        }
+    }
+
+    /// The workers the recovery method runs in the background.
+    pub fn background_workers(&self) -> Vec<crate::workers::BackgroundWorker> {
+        self.method.background_workers()
+    }
+
     /// Pages the recovery method holds in the log but not yet at their home location.
     pub fn pages_awaiting_install(&self) -> usize {
         let state = self.lock_state();
@@ -386,6 +420,19 @@ impl Server {
         let lsn = page::lsn(bytes);
         self.log
             .flush(self.method.durable_before_home(state, page, lsn))?;
+        if let Some(versions) = &self.options.versions {
+            let volume = &self.volume;
+            let mut home = |buf: &mut [u8]| {
+                if page.0 >= volume.page_count() {
+                    return Ok(false);
+                }
+                volume.read_page(page, buf).map(|_| true)
+            };
+            if let Err(e) = versions.before_home_write(page, lsn, &mut home) {
+                state.failed = Some(e.to_string());
+                return Err(e);
+            }
+        }
         let result = self.volume.write_page(page, bytes);
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
@@ -631,7 +678,7 @@ impl Server {
         Ok(())
     }
 
-    /// Object redo records of `txn` (see `PageServer::ship_records`).
+    /// Object update records of `txn` (see `PageServer::ship_records`).
     fn ship_object_records(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
         let records: Vec<ObjectUpdate<'_>> = records.iter().collect();
         let mut state = self.usable_state()?;
@@ -954,7 +1001,7 @@ impl Server {
             let (id, image) = (shipped.page, shipped.image);
             self.check_data_page(id)?;
             if shipped.logged && image.is_empty() {
-                // Redo-at-server: the records already shipped stand for the page.
+                // Logged, without an image: the records already shipped stand for the page.
                 self.check_exclusive(txn, id, "shipped")?;
                 continue;
             }
@@ -1084,7 +1131,7 @@ fn inactive(txn: TxnId) -> Error {
 }
 
 /// The bytes of `image` (the server's copy of the object's page with the batch's earlier
-/// records applied) an object redo record changes.
+/// records applied) an object update record changes.
 fn resolve_object_update(image: &[u8], record: &ObjectUpdate<'_>) -> Result<Range<usize>> {
     let oid = record.oid;
     let found = if page::kind(image) == Some(PageKind::Slotted) {
@@ -1100,7 +1147,7 @@ fn resolve_object_update(image: &[u8], record: &ObjectUpdate<'_>) -> Result<Rang
     let end = start.saturating_add(record.after.len());
     if record.after.is_empty() || end > payload.end {
         return Err(Error::InvalidArgument(format!(
-            "object redo record for bytes {}..{} of object {oid} ({} bytes) is empty or out of \
+            "object update record for bytes {}..{} of object {oid} ({} bytes) is empty or out of \
              bounds",
             record.offset,
             record.offset as usize + record.after.len(),

@@ -138,7 +138,7 @@ fn is_framing(body: &RecordBody) -> bool {
 
 #[test]
 fn kinds_outside_a_familys_range_are_refused() {
-    for kind in [0u8, kinds::UPDATE, kinds::WPL_TABLE, 200] {
+    for kind in [0u8, kinds::UPDATE, kinds::LOGGED_PAGES, 200] {
         match FamilyRef::new(kind, 0, b"x") {
             Err(Error::InvalidArgument(reason)) => assert!(reason.contains("kind"), "{reason}"),
             other => panic!("kind {kind}: {other:?}"),

@@ -15,8 +15,8 @@
 //!     82    4 page count          pages of the data file at the last checkpoint
 //!     86    8 checkpoint LSN      where the last complete checkpoint begins: the log anchor
 //!     94    8 log segment bytes   LSN span of one log segment
-//!    102    1 recovery method     the one that wrote the log: 0 esm, 1 wpl (whole-page
-//!                                 logging), 2 redo (esm's log, clients ship records only)
+//!    102    1 recovery method     code of the method that wrote the log, from the server's
+//!                                 registry of recovery methods (0 ..= RECOVERY_METHOD_CODE_MAX)
 //!    103      zeros to the end of the page
 //! ```
 //!
@@ -42,10 +42,11 @@ const CHECKPOINT_LSN_AT: usize = 86;
 const LOG_SEGMENT_BYTES_AT: usize = 94;
 const RECOVERY_METHOD_AT: usize = 102;
 const UNUSED_AT: usize = 103;
-/// Recovery method codes this build knows (the server crate names them).
-pub const RECOVERY_METHOD_ESM: u8 = 0;
-pub const RECOVERY_METHOD_WPL: u8 = 1;
-pub const RECOVERY_METHOD_REDO: u8 = 2;
+/// Recovery method codes this build knows are 0 ..= this; the server's registry of recovery
+/// methods names them.
+pub const RECOVERY_METHOD_CODE_MAX: u8 = 2;
+/// The code a new store starts with (the registry's default method).
+pub const RECOVERY_METHOD_CODE_DEFAULT: u8 = 0;
 
 /// Pages 0 and 1.
 // The fields follow the page header without overlapping, in order, and the whole superblock
@@ -168,7 +169,7 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
         )));
     }
     let recovery_method = page[RECOVERY_METHOD_AT];
-    if recovery_method > RECOVERY_METHOD_REDO {
+    if recovery_method > RECOVERY_METHOD_CODE_MAX {
         return Err(CopyProblem::Invalid(format!(
             "recovery method code {recovery_method} is not one this build knows"
         )));
@@ -203,7 +204,7 @@ mod tests {
             created_unix_seconds: 1_700_000_000,
             volume_id: 0,
             page_count: 4,
-            recovery_method: RECOVERY_METHOD_WPL,
+            recovery_method: 1,
             checkpoint_lsn: Lsn(1 << 20),
             log_segment_bytes: 1 << 20,
         }

@@ -111,7 +111,7 @@ impl Volume {
             page_count: INITIAL_PAGE_COUNT,
             checkpoint_lsn: Lsn::ZERO,
             log_segment_bytes: 0,
-            recovery_method: crate::superblock::RECOVERY_METHOD_ESM,
+            recovery_method: crate::superblock::RECOVERY_METHOD_CODE_DEFAULT,
         };
         write_superblock_copies(storage.as_ref(), &sb)?;
         let current = sb;
@@ -328,7 +328,7 @@ impl Volume {
         Ok(self.storage.len()?.saturating_sub(recorded))
     }
 
-    /// Makes the file at least `pages` pages long (redo of a change to a page the file lost).
+    /// Makes the file at least `pages` pages long (recovery of a change to a page the file lost).
     pub fn extend_to(&self, pages: u32) -> Result<()> {
         while self.page_count() < pages {
             let missing = (pages - self.page_count()).min(EXTEND_PAGES_MAX);

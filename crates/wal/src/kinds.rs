@@ -5,7 +5,7 @@
 //! outside every range is damage, not a record.
 //!
 //! Numbers never change once written: a store's log holds them. The first families' kinds
-//! keep the numbers they were given before the registry (whole-page logging's table is 11).
+//! keep the numbers they were given before the registry.
 
 /// A family's range of kind numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,9 +22,9 @@ impl KindRange {
 }
 
 /// The engine's own kinds, decoded by the log crate: changes, compensations, page images,
-/// transaction ends, checkpoints, padding, and whole-page logging's checkpoint table.
+/// transaction ends, checkpoints, padding, and the checkpoint's list of pages kept in the log.
 pub const ENGINE: KindRange = KindRange {
-    family: "engine (ESM, redo at server, whole-page logging)",
+    family: "engine (every page-level recovery method)",
     first: 1,
     last: 31,
 };
@@ -67,7 +67,7 @@ pub const CHECKPOINT_BEGIN: u8 = 7;
 pub const CHECKPOINT_END: u8 = 8;
 pub const SKIP: u8 = 9;
 pub const FLUSH_MARK: u8 = 10;
-pub const WPL_TABLE: u8 = 11;
+pub const LOGGED_PAGES: u8 = 11;
 
 /// The range `kind` belongs to, if any.
 pub fn range_of(kind: u8) -> Option<KindRange> {
@@ -82,7 +82,7 @@ const _: () = {
         assert!(RANGES[i - 1].last < RANGES[i].first);
         i += 1;
     }
-    assert!(ENGINE.first == UPDATE && WPL_TABLE <= ENGINE.last);
+    assert!(ENGINE.first == UPDATE && LOGGED_PAGES <= ENGINE.last);
     assert!(
         RANGES[0].first > 0,
         "kind 0 is never a record (zeroed bytes)"
@@ -97,7 +97,7 @@ mod tests {
     fn every_kind_has_one_range() {
         assert_eq!(range_of(0), None);
         assert_eq!(range_of(UPDATE), Some(ENGINE));
-        assert_eq!(range_of(WPL_TABLE), Some(ENGINE));
+        assert_eq!(range_of(LOGGED_PAGES), Some(ENGINE));
         assert_eq!(range_of(40), Some(DIFFERENTIAL));
         assert_eq!(range_of(200), None);
         assert_eq!(range_of(255), Some(EXTENSIONS));

@@ -19,5 +19,5 @@ pub mod segment;
 pub use log::{Log, LogOptions, LogStats};
 pub use reader::LogEnd;
 pub use record::{
-    ActiveTxn, Body, FamilyRef, Record, RecordBody, UpdateRef, WplTableEntry, RECORD_HEADER_BYTES,
+    ActiveTxn, Body, FamilyRef, LoggedPage, Record, RecordBody, UpdateRef, RECORD_HEADER_BYTES,
 };

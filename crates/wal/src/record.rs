@@ -20,8 +20,9 @@
 //!   checkpoint     u32 count, u32 0, per active transaction: u64 id, u64 first LSN,
 //!   begin          u64 last LSN
 //!   checkpoint end u64 LSN of its checkpoint begin
-//!   WPL table      u32 count, u32 0, per entry: u32 page, u32 flags (1: committed), u64 LSN
-//!                  of the page's image, u64 transaction id (whole-page logging's checkpoint)
+//!   logged pages   u32 count, u32 0, per entry: u32 page, u32 flags (1: committed), u64 LSN
+//!                  of the page's image, u64 transaction id (a checkpoint's list of the page
+//!                  images in the log that a method keeps as the pages' current copies)
 //!   commit, abort, end, skip, flush mark: no body (skip pads a segment's tail; a flush mark
 //!                  ends every flushed batch, so that damage to the batch's last real record is
 //!                  followed by a valid record and is told apart from a torn tail)
@@ -45,9 +46,10 @@ pub struct ActiveTxn {
     pub last_lsn: Lsn,
 }
 
-/// A page image in the log that whole-page logging still needs, as a checkpoint records it.
+/// A page image in the log that a recovery method keeps as the page's current copy, as a
+/// checkpoint records it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WplTableEntry {
+pub struct LoggedPage {
     pub page: PageId,
     pub lsn: Lsn,
     pub txn: TxnId,
@@ -55,8 +57,8 @@ pub struct WplTableEntry {
     pub committed: bool,
 }
 
-const WPL_ENTRY_BYTES: usize = 24;
-const WPL_ENTRY_COMMITTED: u32 = 1;
+const LOGGED_PAGE_BYTES: usize = 24;
+const LOGGED_PAGE_COMMITTED: u32 = 1;
 
 /// What a record says.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,16 +71,17 @@ pub enum RecordBody {
         before: Option<Vec<u8>>,
         after: Vec<u8>,
     },
-    /// Undo of an update, redo-only: write `after` at `offset`; undo continues at `undo_next`.
+    /// Undo of an update, never undone itself: write `after` at `offset`; undo continues at
+    /// `undo_next`.
     Compensation {
         page: PageId,
         offset: u32,
         after: Vec<u8>,
         undo_next: Lsn,
     },
-    /// The whole page as of this record's LSN. The ESM method logs one before the first change
-    /// of a page after a checkpoint began, so redo can rebuild a torn page; whole-page logging
-    /// logs the page a transaction shipped (its after-image). Trailing zeros are not stored.
+    /// The whole page as of this record's LSN: a base for later changes (so recovery can
+    /// rebuild a torn page), or the page a transaction shipped (its after-image), as the
+    /// recovery method chooses. Trailing zeros are not stored.
     PageImage {
         page: PageId,
         image: Vec<u8>,
@@ -92,10 +95,10 @@ pub enum RecordBody {
     CheckpointEnd {
         begin: Lsn,
     },
-    /// Whole-page logging's table at a checkpoint: page images in the log that recovery may
-    /// still need (QuickStore section 3.4.3).
-    WplTable {
-        entries: Vec<WplTableEntry>,
+    /// A checkpoint's list of the page images in the log that a method keeps as the pages'
+    /// current copies, and that recovery may still need.
+    LoggedPages {
+        entries: Vec<LoggedPage>,
     },
     /// Padding to the end of a segment.
     Skip,
@@ -246,7 +249,7 @@ impl Body for RecordBody {
             RecordBody::CheckpointEnd { .. } => kinds::CHECKPOINT_END,
             RecordBody::Skip => kinds::SKIP,
             RecordBody::FlushMark => kinds::FLUSH_MARK,
-            RecordBody::WplTable { .. } => kinds::WPL_TABLE,
+            RecordBody::LoggedPages { .. } => kinds::LOGGED_PAGES,
             RecordBody::Family { kind, flags, body } => FamilyRef {
                 kind: *kind,
                 flags: *flags,
@@ -268,7 +271,7 @@ impl Body for RecordBody {
             RecordBody::PageImage { image, .. } => 8 + stored_image_len(image),
             RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
             RecordBody::CheckpointEnd { .. } => 8,
-            RecordBody::WplTable { entries } => 8 + WPL_ENTRY_BYTES * entries.len(),
+            RecordBody::LoggedPages { entries } => 8 + LOGGED_PAGE_BYTES * entries.len(),
             RecordBody::Family { body, .. } => body.len(),
             RecordBody::Commit
             | RecordBody::Abort
@@ -324,12 +327,16 @@ impl Body for RecordBody {
             RecordBody::CheckpointEnd { begin } => {
                 body_bytes[0..8].copy_from_slice(&begin.0.to_le_bytes());
             }
-            RecordBody::WplTable { entries } => {
+            RecordBody::LoggedPages { entries } => {
                 put_u32(body_bytes, 0, entries.len() as u32);
                 for (i, e) in entries.iter().enumerate() {
-                    let at = 8 + WPL_ENTRY_BYTES * i;
+                    let at = 8 + LOGGED_PAGE_BYTES * i;
                     put_u32(body_bytes, at, e.page.0);
-                    let flags = if e.committed { WPL_ENTRY_COMMITTED } else { 0 };
+                    let flags = if e.committed {
+                        LOGGED_PAGE_COMMITTED
+                    } else {
+                        0
+                    };
                     put_u32(body_bytes, at + 4, flags);
                     body_bytes[at + 8..at + 16].copy_from_slice(&e.lsn.0.to_le_bytes());
                     body_bytes[at + 16..at + 24].copy_from_slice(&e.txn.0.to_le_bytes());
@@ -590,25 +597,27 @@ fn decode_body(
         }
         kinds::SKIP => RecordBody::Skip,
         kinds::FLUSH_MARK => RecordBody::FlushMark,
-        kinds::WPL_TABLE => {
+        kinds::LOGGED_PAGES => {
             need(8)?;
             let count = get_u32(body, 0) as usize;
-            need(8 + WPL_ENTRY_BYTES * count)?;
+            need(8 + LOGGED_PAGE_BYTES * count)?;
             let mut entries = Vec::with_capacity(count);
             for i in 0..count {
-                let at = 8 + WPL_ENTRY_BYTES * i;
+                let at = 8 + LOGGED_PAGE_BYTES * i;
                 let flags = get_u32(body, at + 4);
-                if flags & !WPL_ENTRY_COMMITTED != 0 {
-                    return Err(format!("WPL table entry {i} has unknown flags {flags:#x}"));
+                if flags & !LOGGED_PAGE_COMMITTED != 0 {
+                    return Err(format!(
+                        "logged page entry {i} has unknown flags {flags:#x}"
+                    ));
                 }
-                entries.push(WplTableEntry {
+                entries.push(LoggedPage {
                     page: PageId(get_u32(body, at)),
-                    committed: flags & WPL_ENTRY_COMMITTED != 0,
+                    committed: flags & LOGGED_PAGE_COMMITTED != 0,
                     lsn: Lsn(get_u64(body, at + 8)),
                     txn: TxnId(get_u64(body, at + 16)),
                 });
             }
-            RecordBody::WplTable { entries }
+            RecordBody::LoggedPages { entries }
         }
         other => match kinds::range_of(other) {
             Some(range) if range != kinds::ENGINE => RecordBody::Family {
@@ -699,16 +708,16 @@ mod tests {
             }],
         });
         round_trip(RecordBody::CheckpointEnd { begin: Lsn(8) });
-        round_trip(RecordBody::WplTable { entries: vec![] });
-        round_trip(RecordBody::WplTable {
+        round_trip(RecordBody::LoggedPages { entries: vec![] });
+        round_trip(RecordBody::LoggedPages {
             entries: vec![
-                WplTableEntry {
+                LoggedPage {
                     page: PageId(9),
                     lsn: Lsn(4096),
                     txn: TxnId(4),
                     committed: true,
                 },
-                WplTableEntry {
+                LoggedPage {
                     page: PageId(9),
                     lsn: Lsn(8192),
                     txn: TxnId(6),

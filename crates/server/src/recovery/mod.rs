@@ -19,9 +19,16 @@ use crate::interface::PageUpdate;
 use crate::server::{Server, State};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page::{self, PageKind};
-use lodestore_storage::superblock::{
-    RECOVERY_METHOD_ESM, RECOVERY_METHOD_REDO, RECOVERY_METHOD_WPL,
-};
+use lodestore_storage::superblock::{RECOVERY_METHOD_CODE_DEFAULT, RECOVERY_METHOD_CODE_MAX};
+
+/// Superblock codes of the methods; numbers never change once written.
+const RECOVERY_METHOD_ESM: u8 = 0;
+const RECOVERY_METHOD_WPL: u8 = 1;
+const RECOVERY_METHOD_REDO: u8 = 2;
+const _: () = assert!(
+    RECOVERY_METHOD_REDO == RECOVERY_METHOD_CODE_MAX
+        && RECOVERY_METHOD_ESM == RECOVERY_METHOD_CODE_DEFAULT
+);
 use serde::Serialize;
 
 /// The recovery methods there are.
@@ -52,12 +59,6 @@ impl RecoveryMethodKind {
     /// the records are all it takes.
     pub fn wants_logged_pages(self) -> bool {
         self != RecoveryMethodKind::Redo
-    }
-
-    /// Does the method keep committed pages in the log for a background installer to write
-    /// home (whole-page logging)? The store starts the installer when it does.
-    pub fn installs_in_background(self) -> bool {
-        self == RecoveryMethodKind::Wpl
     }
 
     /// The superblock's code for this method.
@@ -213,6 +214,11 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// Committed copies in the log that may be written home now, oldest first: the work of
     /// the method's background installer.
     fn installable(&self, _state: &State) -> Vec<(PageId, Lsn)> {
+        Vec::new()
+    }
+
+    /// The workers the method runs in the background (see [`crate::workers`]).
+    fn background_workers(&self) -> Vec<crate::workers::BackgroundWorker> {
         Vec::new()
     }
 

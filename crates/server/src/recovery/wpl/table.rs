@@ -5,11 +5,11 @@
 //! transaction holding the page's exclusive lock; while that transaction runs, the committed
 //! copy before it stays too (the paper's link to an older copy still needed), because an abort
 //! falls back to it and a crash recovers it. A commit drops the older copy; writing a committed
-//! copy to the home location drops that copy. Under the other recovery methods the table stays
-//! empty.
+//! copy to the home location drops that copy. The table is the method's own state: other
+//! methods have none.
 
 use lodestore_core::{Lsn, PageId, TxnId};
-use lodestore_wal::WplTableEntry;
+use lodestore_wal::LoggedPage;
 use std::collections::BTreeMap;
 
 /// A page image in the log.
@@ -42,6 +42,7 @@ pub struct WplTable {
 }
 
 impl WplTable {
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.pages.is_empty()
     }
@@ -164,12 +165,12 @@ impl WplTable {
     }
 
     /// The table as a checkpoint writes it.
-    pub fn entries(&self) -> Vec<WplTableEntry> {
+    pub fn entries(&self) -> Vec<LoggedPage> {
         self.pages
             .iter()
             .flat_map(|(page, c)| [c.older, Some(c.newest)].map(|copy| copy.map(|c| (*page, c))))
             .flatten()
-            .map(|(page, c)| WplTableEntry {
+            .map(|(page, c)| LoggedPage {
                 page,
                 lsn: c.lsn,
                 txn: c.txn,

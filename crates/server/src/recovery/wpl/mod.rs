@@ -26,13 +26,19 @@ use super::restart::{Replayed, RestartPass};
 use super::{apply_client_updates, RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::interface::PageUpdate;
 use crate::server::{Server, State};
-use crate::wpl_table::WplTable;
+use crate::workers::BackgroundWorker;
+mod table;
+
 use lodestore_core::{Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
-use lodestore_wal::{Record, RecordBody, WplTableEntry};
+use lodestore_wal::{LoggedPage, Record, RecordBody};
 use std::collections::{BTreeMap, BTreeSet};
+use table::WplTable;
 
 pub struct Wpl;
+
+/// Pages the background installer writes home per turn (a turn holds the server's state).
+const INSTALL_BATCH_PAGES: usize = 32;
 
 /// Whole-page logging's table, which it keeps in the engine's state.
 fn table(state: &State) -> &WplTable {
@@ -74,6 +80,13 @@ impl RecoveryMethod for Wpl {
 
     fn written_home(&self, state: &mut State, page: PageId, lsn: Lsn) {
         table_mut(state).written_home(page, lsn);
+    }
+
+    fn background_workers(&self) -> Vec<BackgroundWorker> {
+        vec![BackgroundWorker {
+            name: "installer",
+            turn: |server| Ok(server.install_committed(INSTALL_BATCH_PAGES)? == INSTALL_BATCH_PAGES),
+        }]
     }
 
     fn installable(&self, state: &State) -> Vec<(PageId, Lsn)> {
@@ -170,7 +183,7 @@ impl RecoveryMethod for Wpl {
         let entries = table(state).entries();
         server
             .log
-            .append(None, Lsn::ZERO, &RecordBody::WplTable { entries })?;
+            .append(None, Lsn::ZERO, &RecordBody::LoggedPages { entries })?;
         Ok(table(state).oldest_lsn())
     }
 
@@ -185,7 +198,7 @@ impl RecoveryMethod for Wpl {
 struct WplRestart {
     seen: Vec<Seen>,
     /// The table the checkpoint logged.
-    at_checkpoint: Option<Vec<WplTableEntry>>,
+    at_checkpoint: Option<Vec<LoggedPage>>,
 }
 
 impl RestartPass for WplRestart {
@@ -201,7 +214,7 @@ impl RestartPass for WplRestart {
                 txn,
                 page: None,
             }),
-            (RecordBody::WplTable { entries }, _) if self.at_checkpoint.is_none() => {
+            (RecordBody::LoggedPages { entries }, _) if self.at_checkpoint.is_none() => {
                 self.at_checkpoint = Some(entries);
             }
             _ => {}

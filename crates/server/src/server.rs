@@ -349,8 +349,23 @@ impl Server {
     // ---- the buffer pool ----------------------------------------------------------------
 
     /// Makes sure `page` is in the pool, reading it from the data file if needed, or from the
-    /// log when the recovery method keeps a newer copy there.
+    /// log when the recovery method keeps a newer copy there. A page read from the data file
+    /// is checked whole: its checksum, header and structure.
     pub(crate) fn cache_page(&self, state: &mut State, page: PageId) -> Result<()> {
+        self.cache_page_checked(state, page, true)
+    }
+
+    /// [`Self::cache_page`] for a page in the middle of a change: one the caller's
+    /// transaction holds exclusively, or one recovery redoes or undoes. Log records of one
+    /// change may reach the server apart (a client logs a page's blocks as its recovery
+    /// buffer lets them go), and a steal may write the page home between them; its slotted
+    /// structure is whole again only once the change is complete, so only the checksum and
+    /// header are checked here.
+    pub(crate) fn cache_page_in_change(&self, state: &mut State, page: PageId) -> Result<()> {
+        self.cache_page_checked(state, page, false)
+    }
+
+    fn cache_page_checked(&self, state: &mut State, page: PageId, whole: bool) -> Result<()> {
         if state.pool.contains(page) {
             state.stats.pool_hits += 1;
             return Ok(());
@@ -362,7 +377,11 @@ impl Server {
                 state.stats.pages_reread_from_log += 1;
             }
             None => {
-                self.volume.read_page(page, &mut buf)?;
+                if whole {
+                    self.volume.read_page(page, &mut buf)?;
+                } else {
+                    self.volume.read_page_sealed(page, &mut buf)?;
+                }
                 state.stats.pages_read += 1;
             }
         }
@@ -698,7 +717,7 @@ impl Server {
             }
             self.check_data_page(page)?;
             self.check_exclusive(txn, page, "logged an object of")?;
-            self.cache_page(&mut state, page)?;
+            self.cache_page_in_change(&mut state, page)?;
             let mut image = state.pool.get(page).expect("page just cached").to_vec();
             let mut resolved = PageUpdates::new();
             for record in same_page {
@@ -774,7 +793,11 @@ impl PageServer for Server {
             self.locks.release_all(txn);
             return Err(inactive(txn));
         }
-        self.cache_page(&mut state, page)?;
+        if self.locks.holds(txn, page, LockMode::Exclusive) {
+            self.cache_page_in_change(&mut state, page)?;
+        } else {
+            self.cache_page(&mut state, page)?;
+        }
         Ok(page::lsn(state.pool.get(page).expect("page just cached")))
     }
 
@@ -785,8 +808,13 @@ impl PageServer for Server {
                 "transaction {txn} fetched page {page} without locking it"
             )));
         }
+        let own = self.locks.holds(txn, page, LockMode::Exclusive);
         let mut state = self.usable_state()?;
-        self.cache_page(&mut state, page)?;
+        if own {
+            self.cache_page_in_change(&mut state, page)?;
+        } else {
+            self.cache_page(&mut state, page)?;
+        }
         buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
         state.stats.pages_fetched_by_clients += 1;
         Ok(())

@@ -231,6 +231,20 @@ impl Volume {
         Ok(kind)
     }
 
+    /// Reads page `id` and verifies its checksum and header, but not the structure of a
+    /// slotted page: for a page its writer may have left between two log records of one
+    /// change (written home by a steal), which the log completes or undoes. Space-map pages
+    /// are checked whole: no transaction's records leave them half-changed.
+    pub fn read_page_sealed(&self, id: PageId, buf: &mut [u8]) -> Result<PageKind> {
+        self.read_page_unverified(id, buf)?;
+        let kind =
+            page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))?;
+        if kind == PageKind::SpaceMap {
+            spacemap::validate(buf, id).map_err(|reason| self.corrupt(id, reason))?;
+        }
+        Ok(kind)
+    }
+
     /// Reads page `id` without verifying it (for `check`, which reports every problem).
     pub fn read_page_unverified(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
         assert_eq!(buf.len(), self.page_size);

@@ -105,9 +105,17 @@ struct Context<'a> {
     shared: &'a Mutex<Shared>,
     turns: &'a Turns,
     session: usize,
+    /// Print every step (`LODESTORE_TORTURE_TRACE_STEPS=N`: from crash point N on).
+    trace: bool,
 }
 
 impl Context<'_> {
+    fn trace(&self, what: std::fmt::Arguments<'_>) {
+        if self.trace {
+            eprintln!("  session {}: {what}", self.session);
+        }
+    }
+
     fn shared(&self) -> MutexGuard<'_, Shared> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -160,6 +168,13 @@ pub fn run(
         changed: Condvar::new(),
     };
     let seeds: Vec<u64> = (0..sessions).map(|_| rng.random()).collect();
+    let trace = std::env::var("LODESTORE_TORTURE_TRACE_STEPS")
+        .ok()
+        .and_then(|from| from.parse::<u64>().ok())
+        .is_some_and(|from| report.crashes >= from);
+    if trace {
+        eprintln!("crash point {}: {sessions} sessions", report.crashes);
+    }
     let fs: &SimFileSystem = subject.fs.as_ref();
     std::thread::scope(|scope| {
         for (session, seed) in seeds.into_iter().enumerate() {
@@ -169,6 +184,7 @@ pub fn run(
                 shared: &shared,
                 turns: &turns,
                 session,
+                trace,
             };
             scope.spawn(move || {
                 context.turns.wait_for(session);
@@ -210,7 +226,10 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
     for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
         context.step();
         let mut txn = match session.begin() {
-            Ok(txn) => txn,
+            Ok(txn) => {
+                context.trace(format_args!("begin"));
+                txn
+            }
             Err(e) => match context.classify(e)? {
                 Stop::Crashed => return Ok(()),
                 Stop::Retry => continue,
@@ -221,6 +240,7 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
             context.step();
             if let Err(e) = operation(context, &mut txn, &mut delta, rng) {
+                context.trace(format_args!("stopped: {e}"));
                 stopped = Some(context.classify(e)?);
                 break;
             }
@@ -236,6 +256,7 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         }
         context.step();
         if rng.random_range(0..5) == 0 {
+            context.trace(format_args!("abort"));
             match txn.abort() {
                 Ok(()) => context.shared().aborts += 1,
                 Err(e) => {
@@ -265,6 +286,7 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
                 ))
             }
         };
+        context.trace(format_args!("commit appended at {}", pending.lsn()));
         context.shared().in_flight.push((ticket, delta));
         // Others run (and append their commits) while this one waits to be flushed.
         context.step();
@@ -279,6 +301,8 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
                 let (_, delta) = shared.in_flight.remove(at);
                 apply(&mut shared.committed, &delta);
                 shared.acknowledged += 1;
+                drop(shared);
+                context.trace(format_args!("commit acknowledged"));
             }
             Err(_) if context.fs.has_crashed() => return Ok(()),
             Err(e) => {
@@ -338,10 +362,12 @@ fn operation(
             };
             let bytes: Vec<u8> = (0..size).map(|_| rng.random()).collect();
             let oid = txn.alloc_bytes(TYPE_ID, &bytes)?;
+            context.trace(format_args!("alloc {oid} ({size} bytes)"));
             delta.insert(oid, Some(bytes));
         }
         0..55 => {
             if let Some(oid) = picked {
+                context.trace(format_args!("free {oid}"));
                 txn.free(oid)?;
                 delta.insert(oid, None);
             }
@@ -352,13 +378,19 @@ fn operation(
                 let start = rng.random_range(0..bytes.len());
                 let end = rng.random_range(start..=bytes.len().min(start + 3000));
                 let patch: Vec<u8> = (start..end).map(|_| rng.random()).collect();
+                context.trace(format_args!("write {oid} {start}..{end}"));
                 txn.write_at(oid, start as u64, &patch)?;
-                bytes[start..end].copy_from_slice(&patch);
-                delta.insert(oid, Some(bytes));
+                // An empty write changes nothing and takes no lock: another session may free
+                // the object meanwhile, so it must not enter the delta.
+                if !patch.is_empty() {
+                    bytes[start..end].copy_from_slice(&patch);
+                    delta.insert(oid, Some(bytes));
+                }
             }
         }
         _ => {
             if let Some(oid) = picked {
+                context.trace(format_args!("read {oid}"));
                 let stored = txn.read_all(oid)?;
                 if stored != current(&shared.committed, delta, oid) {
                     return Err(Error::InvalidArgument(format!(

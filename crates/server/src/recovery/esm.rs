@@ -43,7 +43,7 @@ impl RecoveryMethod for Esm {
         page: PageId,
         image: &[u8],
     ) -> Result<Lsn> {
-        server.cache_page(state, page)?;
+        server.cache_page_in_change(state, page)?;
         let prev = last_lsn(state, txn);
         let old = state.pool.get(page).expect("page just cached");
         // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
@@ -71,7 +71,7 @@ impl RecoveryMethod for Esm {
         page: PageId,
         updates: &[PageUpdate<'_>],
     ) -> Result<Lsn> {
-        server.cache_page(state, page)?;
+        server.cache_page_in_change(state, page)?;
         let prev = last_lsn(state, txn);
         let current = state.pool.get_mut(page).expect("page just cached");
         // The page as it was goes first when it is the first change since the checkpoint
@@ -375,7 +375,7 @@ fn readable_lsn(server: &Server, state: &mut State, page: PageId) -> Result<Opti
         if page.0 >= server.volume.page_count() {
             return Ok(None);
         }
-        match server.cache_page(state, page) {
+        match server.cache_page_in_change(state, page) {
             Ok(()) => {}
             Err(Error::CorruptPage { .. }) => return Ok(None),
             Err(other) => return Err(other),
@@ -408,7 +408,7 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
             } => {
                 let restored = before.unwrap_or_else(|| vec![0u8; after.len()]);
                 server.volume.extend_to(page.0 + 1)?;
-                server.cache_page(state, page)?;
+                server.cache_page_in_change(state, page)?;
                 let mut prev = last_lsn(state, txn);
                 let current = state.pool.get(page).expect("page cached");
                 // Like any change, the first one after a checkpoint began logs the full page.

@@ -294,7 +294,7 @@ fn check_logged_page(
     page: PageId,
     image: &[u8],
 ) -> Result<Lsn> {
-    server.cache_page(state, page)?;
+    server.cache_page_in_change(state, page)?;
     let current = state.pool.get(page).expect("page just cached");
     if image.is_empty() {
         return Ok(page::lsn(current));
@@ -365,7 +365,7 @@ pub(crate) fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Resu
         let id = PageId(p);
         if state.pool.contains(id)
             || server.method.newer_copy_in_log(state, id).is_some()
-            || server.volume.read_page(id, &mut buf).is_ok()
+            || server.volume.read_page_sealed(id, &mut buf).is_ok()
         {
             continue;
         }

@@ -122,7 +122,7 @@ impl RecoveryMethod for Wpl {
     ) -> Result<Lsn> {
         // A client that logs its own changes gets them applied to the server's copy, which is
         // then logged whole like any shipped page.
-        server.cache_page(state, page)?;
+        server.cache_page_in_change(state, page)?;
         let mut image = state.pool.get(page).expect("page just cached").to_vec();
         apply_client_updates(txn, page, &mut image, updates)?;
         log_image(server, state, txn, page, image)

@@ -64,7 +64,11 @@ fn opens_and_holds_what_was_committed(name: &str, method: &str) {
             }
             let oid = *root.unwrap_or_else(|| panic!("{name}: root o{i} is gone"));
             // o4's update never committed: it is not there.
-            assert_eq!(txn.read_all(oid).unwrap(), written(i), "{name}: object o{i}");
+            assert_eq!(
+                txn.read_all(oid).unwrap(),
+                written(i),
+                "{name}: object o{i}"
+            );
         }
     }
     store.close().unwrap();

@@ -50,7 +50,7 @@ pub enum LockTarget {
 pub enum ShippedRecords<'a> {
     /// Byte-range records of pages: before and after bytes.
     Pages(&'a PageUpdates),
-    /// Redo records of objects: after bytes; the server finds the before bytes.
+    /// Object update records: after bytes; the server finds the before bytes.
     Objects(&'a ObjectUpdates),
 }
 
@@ -83,8 +83,9 @@ pub struct ShippedPage<'a> {
     /// The client already shipped log records for every change of this page since it last
     /// shipped it: the server checks that the image matches them and logs nothing more.
     /// Otherwise the server diffs the image against its own copy and logs the difference.
-    /// A logged page may come with an empty image (redo-at-server): the records describe it
-    /// and the server, which applied them to its copy, only answers the page's LSN.
+    /// A logged page may come with an empty image (a method that needs only the records):
+    /// the records describe it and the server, which applied them to its copy, only answers
+    /// the page's LSN.
     pub logged: bool,
 }
 
@@ -151,7 +152,7 @@ pub trait PageServer: Send + Sync {
         self.ship_records(txn, ShippedRecords::Pages(records))
     }
 
-    /// Ships object redo records (see `ship_records`).
+    /// Ships object update records (see `ship_records`).
     fn ship_object_updates(&self, txn: TxnId, records: &ObjectUpdates) -> Result<()> {
         self.ship_records(txn, ShippedRecords::Objects(records))
     }

@@ -1,9 +1,9 @@
 //! The restart driver: what every recovery method's restart shares. It scans the log from the
 //! last checkpoint once, handing each record to the method's pass, checks that the scan began
-//! at a checkpoint, lets the method replay (redo and undo, or rebuild its table), then closes
-//! the same way for all: torn pages past the recorded end of the file formatted again, the
-//! free-space map reloaded and its hints refreshed for the pages recovery touched, and a
-//! checkpoint so that the next restart starts from here.
+//! at a checkpoint, lets the method replay (repeat history and roll losers back, or rebuild
+//! its table), then closes the same way for all: torn pages past the recorded end of the file
+//! formatted again, the free-space map reloaded and its hints refreshed for the pages
+//! recovery touched, and a checkpoint so that the next restart starts from here.
 
 use super::{check_checkpoint_record, repair_unrecorded_tail, RestartReport};
 use crate::server::{Server, State};

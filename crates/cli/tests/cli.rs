@@ -308,6 +308,9 @@ fn inputs_that_once_panicked_end_with_a_message_naming_the_argument() {
             vec!["demo", arg(&store), "--objects", "18446744073709551615"],
             "--objects",
         ),
+        (vec!["torture", "--sessions", "9"], "--sessions"),
+        (vec!["torture", "--sessions", "0"], "--sessions"),
+        (vec!["campaign", "--sessions", "9"], "--sessions"),
     ] {
         let out = lodestore(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -996,9 +996,21 @@ impl PageServer for Server {
         }
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).
-        let flushed = self.log.flush(commit.lsn);
-        self.locks.release_all(txn);
-        flushed
+        match self.log.flush(commit.lsn) {
+            Ok(()) => {
+                self.locks.release_all(txn);
+                Ok(())
+            }
+            Err(e) => {
+                // The commit's outcome is unknown until a restart reads the log. Its locks stay
+                // held, so nobody reads or builds on what may be lost, and the server refuses
+                // work from now on.
+                self.lock_state()
+                    .failed
+                    .get_or_insert_with(|| e.to_string());
+                Err(e)
+            }
+        }
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {

@@ -112,7 +112,12 @@ struct Context<'a> {
 impl Context<'_> {
     fn trace(&self, what: std::fmt::Arguments<'_>) {
         if self.trace {
-            eprintln!("  session {}: {what}", self.session);
+            let crashed = if self.fs.has_crashed() {
+                " (crashed)"
+            } else {
+                ""
+            };
+            eprintln!("  session {}: {what}{crashed}", self.session);
         }
     }
 
@@ -274,7 +279,8 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         };
         let pending = match txn.commit_deferred() {
             Ok(pending) => pending,
-            Err(_) if context.fs.has_crashed() => {
+            Err(e) if context.fs.has_crashed() => {
+                context.trace(format_args!("commit failed: {e}"));
                 // Perhaps appended before the machine died: in flight.
                 context.shared().in_flight.push((ticket, delta));
                 return Ok(());
@@ -304,7 +310,10 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
                 drop(shared);
                 context.trace(format_args!("commit acknowledged"));
             }
-            Err(_) if context.fs.has_crashed() => return Ok(()),
+            Err(e) if context.fs.has_crashed() => {
+                context.trace(format_args!("wait failed: {e}"));
+                return Ok(());
+            }
             Err(e) => {
                 return Err(format!(
                     "session {}: waiting for a commit failed without a crash: {e}",
@@ -369,7 +378,12 @@ fn operation(
             if let Some(oid) = picked {
                 context.trace(format_args!("free {oid}"));
                 txn.free(oid)?;
-                delta.insert(oid, None);
+                if shared.committed.contains_key(&oid) {
+                    delta.insert(oid, None);
+                } else {
+                    // Allocated by this transaction: no trace of it is left.
+                    delta.remove(&oid);
+                }
             }
         }
         55..90 => {

@@ -3,7 +3,8 @@
 //! bytes would cost an allocation and a free each. Two kinds, sharing one layout:
 //!
 //! - [`PageUpdates`]: physical records, (page, offset, bytes before, bytes after);
-//! - [`ObjectUpdates`]: Hosking's object redo records, (OID, offset in the object, bytes after).
+//! - [`ObjectUpdates`]: Hosking's object update records, (OID, offset in the object, bytes
+//!   after).
 
 use lodestore_core::{Oid, PageId};
 use std::fmt::Display;

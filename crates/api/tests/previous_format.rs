@@ -14,7 +14,11 @@ const FIXTURES: &str = concat!(
 
 /// The bytes the writer gave object `i`.
 fn written(i: usize) -> Vec<u8> {
-    let len = if i.is_multiple_of(5) { 9000 + i } else { 50 + 37 * i };
+    let len = if i.is_multiple_of(5) {
+        9000 + i
+    } else {
+        50 + 37 * i
+    };
     let mut bytes: Vec<u8> = (0..len).map(|j| ((i * 7 + j) % 251) as u8).collect();
     if i == 3 {
         bytes[4..24].fill(0xAB);

@@ -279,14 +279,21 @@ fn quiet_on_closed_pipe() {
 }
 
 fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // A crash campaign makes the store fail on purpose thousands of times; its warnings about
+    // those failures would bury the campaign's own report.
+    let default_filter = if matches!(cli.command, Command::Torture(_)) {
+        "error"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("LODESTORE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter)),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
     let talks_over_sockets = matches!(
         cli.command,
         Command::Serve(_) | Command::Stress { .. } | Command::Bench { .. }

@@ -30,6 +30,7 @@
 #[cfg(doctest)]
 pub struct ReadmeExamples;
 
+mod as_of;
 pub mod counters;
 mod folder;
 mod object;
@@ -38,6 +39,7 @@ mod options;
 mod store;
 mod transaction;
 
+pub use as_of::{AsOf, AsOfTransaction};
 pub use counters::{Counters, CountersByScheme};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};
@@ -48,7 +50,9 @@ pub use lodestore_net::tls::certs::{self as tls_certs, CertificateSet};
 pub use lodestore_net::{limits, ServeLimits, TlsClient, TlsServer};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
+pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
+pub use lodestore_snapshots::SnapshotStats;
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
 pub use object::{Oid, Persistent};

@@ -50,6 +50,7 @@ pub struct Options {
     pub(crate) scheme: Scheme,
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
     pub(crate) background_install: bool,
+    pub(crate) snapshots: bool,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
     /// How a remote client proves who it is, and whether it talks TLS (`connect` only).
@@ -68,6 +69,7 @@ impl Default for Options {
             scheme: Scheme::default(),
             recovery_method: None,
             background_install: true,
+            snapshots: false,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
@@ -87,6 +89,7 @@ impl std::fmt::Debug for Options {
             .field("scheme", &self.scheme.name())
             .field("recovery_method", &self.recovery_method.map(|m| m.name()))
             .field("background_install", &self.background_install)
+            .field("snapshots", &self.snapshots)
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .finish_non_exhaustive()
     }
@@ -173,6 +176,16 @@ impl Options {
     /// every run does the same I/O in the same order.
     pub fn background_install(mut self, on: bool) -> Options {
         self.background_install = on;
+        self
+    }
+
+    /// Keep snapshots (default off): the store can then take snapshots and be read as of any
+    /// of them. A store that keeps snapshots always does from then on, whatever this says
+    /// when it is opened again, since every commit must keep what its snapshots need. Costs a
+    /// copy of each page a transaction changes, held until it ends, and at commit a durable
+    /// copy of each page whose state the newest snapshot needs.
+    pub fn snapshots(mut self, on: bool) -> Options {
+        self.snapshots = on;
         self
     }
 
@@ -266,7 +279,7 @@ impl Options {
             checkpoint_log_bytes: self.checkpoint_log_bytes,
             lock_wait_timeout: self.lock_wait_timeout,
             method: self.recovery_method,
-            // The snapshot family will give the store its versions component.
+            // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }
     }

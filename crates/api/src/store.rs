@@ -1,17 +1,21 @@
 //! `Store`, the handle of an open store, and `Session`, one client of it.
 
+use crate::as_of::{AsOf, AsOfTransaction};
 use crate::counters::{self, CountersByScheme};
 use crate::folder;
 use crate::options::Options;
 use crate::transaction::Transaction;
+use lodestore_client::SnapshotPages;
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
+use lodestore_server::versions::Snapshot;
 use lodestore_server::workers::BackgroundWorkers;
 use lodestore_server::{
     pool_pages, PageServer, RecoveryMethodKind, RestartReport, Server, ServerStats,
 };
+use lodestore_snapshots::Snapshots;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -28,6 +32,8 @@ pub struct Store {
     session_counters: Arc<Mutex<CountersByScheme>>,
     path: PathBuf,
     options: Options,
+    /// The snapshot component of an embedded store that keeps snapshots.
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 enum Backend {
@@ -90,21 +96,39 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref().to_path_buf();
         options.validate()?;
-        let server = Server::open(
-            options.file_system.clone(),
-            &path,
-            options.page_size,
-            options.server_options(),
-        )?;
+        let fs = options.file_system.clone();
+        let mut server_options = options.server_options();
+        let snapshots = if options.snapshots || Snapshots::exist_in(fs.as_ref(), &path) {
+            // The component reads its files with the store's page size, before the server
+            // opens: the superblock says it.
+            let page_size = lodestore_storage::Volume::open(
+                fs.as_ref(),
+                &path,
+                options.page_size,
+                lodestore_storage::OpenMode::ReadOnly,
+            )?
+            .page_size();
+            let snapshots = Arc::new(Snapshots::open(fs.clone(), &path, page_size, None)?);
+            server_options.versions = Some(snapshots.clone());
+            Some(snapshots)
+        } else {
+            None
+        };
+        let server = Server::open(fs, &path, options.page_size, server_options)?;
         pool_pages(
             "client cache",
             options.client_cache_bytes,
             server.volume().page_size(),
         )?;
-        Store::serving(server, path, options)
+        Store::serving(server, path, options, snapshots)
     }
 
-    fn serving(server: Server, path: PathBuf, options: Options) -> Result<Store> {
+    fn serving(
+        server: Server,
+        path: PathBuf,
+        options: Options,
+        snapshots: Option<Arc<Snapshots>>,
+    ) -> Result<Store> {
         let server = Arc::new(server);
         let workers =
             if options.background_install {
@@ -120,6 +144,7 @@ impl Store {
             backend: Backend::Embedded(server),
             path,
             options,
+            snapshots,
         })
     }
 
@@ -144,6 +169,7 @@ impl Store {
             },
             path: PathBuf::from(address),
             options,
+            snapshots: None,
         })
     }
 
@@ -247,6 +273,8 @@ impl Store {
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
+            snapshots: self.snapshots.clone(),
+            snapshot_pages: SnapshotPages::new(pages),
         })
     }
 
@@ -317,6 +345,32 @@ impl Store {
         }
     }
 
+    /// Takes a snapshot of the whole store: it holds exactly the transactions committed
+    /// before it, and returns once it is durable. The store must keep snapshots
+    /// ([`Options::snapshots`]).
+    pub fn snapshot(&self) -> Result<Snapshot> {
+        match &self.backend {
+            Backend::Embedded(server) => server.take_snapshot(),
+            Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
+                "taking a snapshot of {address}: not served over the network yet"
+            ))),
+        }
+    }
+
+    /// Every snapshot of the store, oldest first (none when it keeps no snapshots).
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
+        Ok(self
+            .snapshots
+            .as_ref()
+            .map(|snapshots| snapshots.list())
+            .unwrap_or_default())
+    }
+
+    /// Figures of the snapshot component, when the store keeps snapshots.
+    pub fn snapshot_stats(&self) -> Option<lodestore_snapshots::SnapshotStats> {
+        self.snapshots.as_ref().map(|snapshots| snapshots.stats())
+    }
+
     /// Figures about the stored data (reads every page; takes a checkpoint first so the data
     /// file is current). Embedded stores only: run `lodestore info` where the server runs.
     pub fn info(&self) -> Result<StoreInfo> {
@@ -337,6 +391,10 @@ pub struct Session {
     client: ClientSession,
     /// Where the session's counters go when it ends (an embedded store's totals).
     counters: Option<Arc<Mutex<CountersByScheme>>>,
+    /// The store's snapshot component (embedded), to find the snapshot a time names.
+    snapshots: Option<Arc<Snapshots>>,
+    /// Pages of snapshots read, apart from the client cache of current pages.
+    snapshot_pages: SnapshotPages,
 }
 
 impl Drop for Session {
@@ -356,6 +414,34 @@ impl Session {
     pub fn begin(&mut self) -> Result<Transaction<'_>> {
         self.client.begin()?;
         Ok(Transaction::new(&mut self.client))
+    }
+
+    /// Starts a read-only transaction that sees the store as it was at a snapshot: no locks,
+    /// never waits for writers, never sees what a transaction had not committed then. A time
+    /// names the newest snapshot at or before it; a time before the first snapshot is an
+    /// error saying so.
+    pub fn begin_as_of(&mut self, at: AsOf) -> Result<AsOfTransaction<'_>> {
+        if self.client.is_active() {
+            return Err(lodestore_core::Error::InvalidArgument(
+                "a transaction is already active in this session".into(),
+            ));
+        }
+        let snapshots = self.snapshots.as_ref().ok_or_else(|| {
+            lodestore_core::Error::Unsupported(
+                "reading as of a snapshot: this store keeps no snapshots (open it with \
+                 Options::snapshots(true))"
+                    .into(),
+            )
+        })?;
+        let snapshot = match at {
+            AsOf::Snapshot(id) => id,
+            AsOf::Time(time) => {
+                snapshots
+                    .at_time(crate::as_of::micros_since_epoch(time))?
+                    .id
+            }
+        };
+        AsOfTransaction::begin(self.client.server(), snapshot, &mut self.snapshot_pages)
     }
 
     /// Session counters: locks requested, pages fetched and shipped, evictions, and the time

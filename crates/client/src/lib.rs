@@ -2,11 +2,13 @@
 //! transaction runs against it, and update detection with log generation (`detect`), combined
 //! into named schemes (`scheme`). The client talks to its server only through `PageServer`.
 
+pub mod as_of;
 pub mod cache;
 pub mod detect;
 pub mod scheme;
 pub mod session;
 
+pub use as_of::{AsOfReader, SnapshotPages};
 pub use cache::ClientCache;
 pub use detect::{DetectionStats, Detector};
 pub use scheme::Scheme;

@@ -187,6 +187,11 @@ impl ClientSession {
         })
     }
 
+    /// The server this session talks to.
+    pub fn server(&self) -> Arc<dyn PageServer> {
+        self.server.clone()
+    }
+
     pub fn page_size(&self) -> usize {
         self.page_size
     }

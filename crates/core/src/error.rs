@@ -152,6 +152,19 @@ pub enum Error {
     /// Authentication failed, or the client's token does not allow what it asked.
     #[error("permission denied: {reason}")]
     PermissionDenied { reason: String },
+
+    /// No snapshot answers the request: an unknown id, or a time before the first snapshot.
+    #[error("no such snapshot: {reason}")]
+    NoSuchSnapshot { reason: String },
+
+    /// A snapshot archive, or a page copy in it, failed its checks.
+    #[error("{path}: snapshot copy of page {page} at time {time_us} is corrupt: {reason}")]
+    CorruptArchive {
+        path: PathBuf,
+        page: PageId,
+        time_us: u64,
+        reason: String,
+    },
 }
 
 impl Error {

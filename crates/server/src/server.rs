@@ -15,7 +15,7 @@ use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
-use crate::versions::Versions;
+use crate::versions::{Snapshot, Versions};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
@@ -128,6 +128,8 @@ pub(crate) struct TxnState {
     pub allocated: Vec<PageId>,
     /// Pages to format as free at commit.
     pub freed: Vec<PageId>,
+    /// A read-only transaction of the store as of this snapshot: no locks, no changes.
+    pub as_of: Option<Snapshot>,
 }
 
 impl Server {
@@ -278,20 +280,110 @@ impl Server {
         self.method.kind()
     }
 
-    /// Copies `page` as it was at `at` into `buf`, from the versions component; `false` when
-    /// it keeps no older version covering `at`. Refused when the server has no such component.
-    pub fn page_as_of(&self, page: PageId, at: Lsn, buf: &mut [u8]) -> Result<bool> {
-        match &self.options.versions {
-            Some(versions) => versions.page_as_of(page, at, buf),
-            None => Err(Error::Unsupported(
-                "reading a page as of a past point needs a versions component".into(),
-            )),
+    /// The versions component, or an error saying what needs one.
+    fn versions(&self, what: &str) -> Result<&Arc<dyn crate::versions::PageVersions>> {
+        self.options.versions.as_ref().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "{what}: this store keeps no snapshots (open it with snapshots on)"
+            ))
+        })
+    }
+
+    /// Does the server keep old versions of pages (snapshots)?
+    pub fn keeps_versions(&self) -> bool {
+        self.options.versions.is_some()
+    }
+
+    /// Takes a snapshot: a cut in the log under the server's state, so it holds exactly the
+    /// transactions committed before it, all of each; returns once it is durable, with
+    /// everything it holds.
+    pub fn take_snapshot(&self) -> Result<Snapshot> {
+        let versions = self.versions("taking a snapshot")?;
+        let snapshot = {
+            let _state = self.usable_state()?;
+            versions.take_snapshot(self.log.end_lsn())?
+        };
+        if snapshot.lsn.0 > 0 {
+            self.log.flush(Lsn(snapshot.lsn.0 - 1))?;
         }
+        versions.persist_snapshot(&snapshot)?;
+        Ok(snapshot)
+    }
+
+    /// Copies `page` as it was at `snapshot` into `buf`: the versions component's copy, else
+    /// the committed image an active transaction's first change kept, else the current page,
+    /// which then has not changed since the snapshot.
+    pub fn page_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<()> {
+        let versions = self.versions("reading as of a snapshot")?;
+        if versions.copy_as_of(page, snapshot, buf)? {
+            return Ok(());
+        }
+        let mut state = self.usable_state()?;
+        // Under the state no commit can add a copy: a commit's copies are made before its
+        // record is appended, and that happens under the state.
+        if versions.has_copy_as_of(page, snapshot) {
+            drop(state);
+            if versions.copy_as_of(page, snapshot, buf)? {
+                return Ok(());
+            }
+            return Err(Error::Io {
+                path: self.volume.path().to_path_buf(),
+                operation: "read as of a snapshot",
+                source: std::io::Error::other(format!(
+                    "the copy of page {page} for snapshot {} vanished while read",
+                    snapshot.id
+                )),
+            });
+        }
+        if versions.pre_image(page, buf) {
+            return Ok(());
+        }
+        self.cache_page(&mut state, page)?;
+        buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
+        Ok(())
+    }
+
+    /// The snapshot `txn` reads as of, if it is such a transaction.
+    fn as_of(&self, txn: TxnId) -> Result<Option<Snapshot>> {
+        if self.options.versions.is_none() {
+            return Ok(None);
+        }
+        let state = self.usable_state()?;
+        let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        Ok(own.as_of)
+    }
+
+    /// Keeps the committed image of `page` for the versions component before `txn` changes it
+    /// for the first time.
+    fn before_first_change(&self, state: &mut State, txn: TxnId, page: PageId) -> Result<()> {
+        let Some(versions) = &self.options.versions else {
+            return Ok(());
+        };
+        let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        if own.as_of.is_some() {
+            return Err(read_only(txn));
+        }
+        if own.touched.contains(&page) {
+            return Ok(());
+        }
+        self.cache_page_in_change(state, page)?;
+        versions.first_change(txn, page, state.pool.get(page).expect("page just cached"));
+        Ok(())
     }
 
     /// The workers the recovery method runs in the background.
     pub fn background_workers(&self) -> Vec<crate::workers::BackgroundWorker> {
-        self.method.background_workers()
+        let mut workers = self.method.background_workers();
+        if self.options.versions.is_some() {
+            workers.push(crate::workers::BackgroundWorker {
+                name: "archiver",
+                turn: |server| match &server.options.versions {
+                    Some(versions) => versions.background_turn(),
+                    None => Ok(false),
+                },
+            });
+        }
+        workers
     }
 
     /// Pages the recovery method holds in the log but not yet at their home location.
@@ -439,19 +531,6 @@ impl Server {
         let lsn = page::lsn(bytes);
         self.log
             .flush(self.method.durable_before_home(state, page, lsn))?;
-        if let Some(versions) = &self.options.versions {
-            let volume = &self.volume;
-            let mut home = |buf: &mut [u8]| {
-                if page.0 >= volume.page_count() {
-                    return Ok(false);
-                }
-                volume.read_page(page, buf).map(|_| true)
-            };
-            if let Err(e) = versions.before_home_write(page, lsn, &mut home) {
-                state.failed = Some(e.to_string());
-                return Err(e);
-            }
-        }
         let result = self.volume.write_page(page, bytes);
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
@@ -634,6 +713,9 @@ impl Server {
         let Some(own) = state.txns.remove(&txn) else {
             return Ok(());
         };
+        if let Some(versions) = &self.options.versions {
+            versions.ended(txn);
+        }
         self.refresh_hints(state, own.touched.iter().copied())?;
         for page in own.allocated {
             if !own.touched.contains(&page) {
@@ -690,6 +772,7 @@ impl Server {
         }
         for same_page in records.chunk_by(|a, b| a.page == b.page) {
             let page = same_page[0].page;
+            self.before_first_change(&mut state, txn, page)?;
             self.method
                 .log_client_updates(self, &mut state, txn, page, same_page)?;
             state.stats.log_records_shipped += same_page.len() as u64;
@@ -717,6 +800,7 @@ impl Server {
             }
             self.check_data_page(page)?;
             self.check_exclusive(txn, page, "logged an object of")?;
+            self.before_first_change(&mut state, txn, page)?;
             self.cache_page_in_change(&mut state, page)?;
             let mut image = state.pool.get(page).expect("page just cached").to_vec();
             let mut resolved = PageUpdates::new();
@@ -754,24 +838,28 @@ impl PageServer for Server {
     }
 
     fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId> {
-        match kind {
-            TxnKind::ReadWrite => {}
-            TxnKind::ReadOnlyAsOf { .. } => {
-                return Err(Error::Unsupported(
-                    "read-only transactions as of a snapshot: this server keeps no snapshots"
-                        .into(),
-                ))
-            }
+        let as_of = match kind {
+            TxnKind::ReadWrite => None,
+            TxnKind::ReadOnlyAsOf { snapshot } => Some(
+                self.versions("a transaction as of a snapshot")?
+                    .snapshot(snapshot)?,
+            ),
             TxnKind::Sub { .. } => {
                 return Err(Error::Unsupported(
                     "subtransactions: this server runs flat transactions".into(),
                 ))
             }
-        }
+        };
         let mut state = self.usable_state()?;
         let txn = TxnId(state.next_txn);
         state.next_txn += 1;
-        state.txns.insert(txn, TxnState::default());
+        state.txns.insert(
+            txn,
+            TxnState {
+                as_of,
+                ..TxnState::default()
+            },
+        );
         Ok(txn)
     }
 
@@ -785,6 +873,15 @@ impl PageServer for Server {
             }
         };
         self.check_data_page(page)?;
+        if let Some(snapshot) = self.as_of(txn)? {
+            // Reads of the past take no locks: nothing there changes.
+            if mode == LockMode::Exclusive {
+                return Err(read_only(txn));
+            }
+            let mut buf = vec![0u8; self.volume.page_size()];
+            self.page_as_of(page, &snapshot, &mut buf)?;
+            return Ok(page::lsn(&buf));
+        }
         self.locks.acquire(txn, page, mode)?;
         let mut state = self.usable_state()?;
         if !state.txns.contains_key(&txn) {
@@ -803,6 +900,9 @@ impl PageServer for Server {
 
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()> {
         self.check_data_page(page)?;
+        if let Some(snapshot) = self.as_of(txn)? {
+            return self.page_as_of(page, &snapshot, buf);
+        }
         if !self.locks.holds(txn, page, LockMode::Shared) {
             return Err(Error::InvalidArgument(format!(
                 "transaction {txn} fetched page {page} without locking it"
@@ -956,6 +1056,7 @@ impl PageServer for Server {
             let freed = own.freed.clone();
             let mut blank = vec![0u8; self.volume.page_size()];
             for page in freed {
+                self.before_first_change(&mut state, txn, page)?;
                 page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());
                 self.method
                     .log_page_change(self, &mut state, txn, page, &blank)?;
@@ -972,6 +1073,18 @@ impl PageServer for Server {
                 };
                 return Ok((lsns, commit));
             }
+            // What the versions component keeps for the commit is durable before the commit
+            // record can be: made without the state, checked again under it (a snapshot taken
+            // in between asks for more).
+            while let Some(versions) = &self.options.versions {
+                if versions.commit_ready(txn) {
+                    break;
+                }
+                drop(state);
+                versions.prepare_commit(txn)?;
+                state = self.usable_state()?;
+            }
+            let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             // A durable commit record ends the transaction for recovery: no end record follows.
             let lsn = self
                 .log
@@ -1116,6 +1229,7 @@ impl Server {
                 self.method
                     .accept_logged_page(self, state, txn, id, image)?
             } else {
+                self.before_first_change(state, txn, id)?;
                 self.method.log_page_change(self, state, txn, id, image)?
             };
             lsns.push(lsn);
@@ -1147,9 +1261,17 @@ impl Server {
         for txn in active {
             self.method.rollback(self, &mut state, txn)?;
             state.txns.remove(&txn);
+            if let Some(versions) = &self.options.versions {
+                versions.ended(txn);
+            }
         }
         // Everything committed goes home, so the data file alone is the store.
-        self.checkpoint_locked_with(&mut state, true)
+        self.checkpoint_locked_with(&mut state, true)?;
+        drop(state);
+        match &self.options.versions {
+            Some(versions) => versions.close(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -1162,6 +1284,12 @@ impl Drop for Server {
             tracing::warn!(error = %e, "closing the store failed; the next open recovers");
         }
     }
+}
+
+fn read_only(txn: TxnId) -> Error {
+    Error::InvalidArgument(format!(
+        "transaction {txn} reads the store as of a snapshot and cannot change it"
+    ))
 }
 
 fn inactive(txn: TxnId) -> Error {

@@ -1,26 +1,78 @@
 //! The versions hook: a component that sits beside any recovery method and keeps old versions
-//! of pages, so that a page can be read as of a past point (Thor's snapshots build on it). The
-//! engine calls it just before a page's home location is overwritten, with a way to read the
-//! version about to be replaced (the pre-image), and asks it for a page as of a past LSN. The
-//! engine does not know how or where versions are kept.
+//! of pages, so that the store can be read as of a snapshot (Thor's snapshots, in the
+//! `lodestore-snapshots` crate, are one). The engine does not know how or where versions are
+//! kept; it gives the component what only the engine can:
+//!
+//! - the committed image of a page just before a transaction changes it for the first time
+//!   (the transaction holds the page exclusively, so nobody else's uncommitted bytes are in
+//!   it, whatever the recovery method left on disk);
+//! - a point in the commit path, before the commit record is appended, where the component
+//!   makes durable what the commit would otherwise destroy, with the server's state released;
+//! - the cut of a snapshot: a log position taken under the server's state, so every
+//!   transaction committed before it, and none after, is in the snapshot;
+//! - pages as of a snapshot: the component's copy if it keeps one, else the committed image an
+//!   active transaction's first change kept, else the current page (unchanged since).
 
-use lodestore_core::{Lsn, PageId, Result};
+use lodestore_core::{Lsn, PageId, Result, TxnId};
 use std::sync::Arc;
 
-/// Reads the version of a page now at its home location into the buffer; `false` when the
-/// page has none yet (it is past the end of the data file).
-pub type HomeReader<'a> = &'a mut dyn FnMut(&mut [u8]) -> Result<bool>;
+/// A snapshot: the store as it was at `lsn`, holding exactly the transactions whose commit
+/// record lies before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Numbered from 1 in the order taken; never reused.
+    pub id: u64,
+    /// Microseconds since the Unix epoch, strictly increasing from one snapshot to the next.
+    pub time_us: u64,
+    /// The cut in the log.
+    pub lsn: Lsn,
+}
 
 /// A component that keeps old versions of pages.
 pub trait PageVersions: Send + Sync {
-    /// `page`'s home location is about to be overwritten with its version as of `lsn`.
-    /// `home` reads the version there now, if the component wants it. An error stops the
-    /// write: the server refuses work until reopened, as for a failed write.
-    fn before_home_write(&self, page: PageId, lsn: Lsn, home: HomeReader<'_>) -> Result<()>;
+    /// `txn` is about to change `page` for the first time; `committed` is its image now, the
+    /// committed one. Called under the server's state.
+    fn first_change(&self, txn: TxnId, page: PageId, committed: &[u8]);
 
-    /// Copies `page` as it was at `at` into `buf`. `false`: the component keeps no version of
-    /// the page older than its current one that covers `at`.
-    fn page_as_of(&self, page: PageId, at: Lsn, buf: &mut [u8]) -> Result<bool>;
+    /// Under the server's state: may `txn`'s commit record be appended now? `false`: run
+    /// [`Self::prepare_commit`] first.
+    fn commit_ready(&self, txn: TxnId) -> bool;
+
+    /// Without the server's state: makes durable whatever `txn`'s commit needs kept first.
+    fn prepare_commit(&self, txn: TxnId) -> Result<()>;
+
+    /// `txn` committed or rolled back. Called under the server's state.
+    fn ended(&self, txn: TxnId);
+
+    /// Under the server's state: a new snapshot at cut `lsn`, known in memory only.
+    fn take_snapshot(&self, lsn: Lsn) -> Result<Snapshot>;
+
+    /// The log is durable up to the snapshot's cut: makes the snapshot durable.
+    fn persist_snapshot(&self, snapshot: &Snapshot) -> Result<()>;
+
+    /// The snapshot numbered `id`, or an error naming it.
+    fn snapshot(&self, id: u64) -> Result<Snapshot>;
+
+    /// Copies the oldest kept copy of `page` taken at or after `snapshot` into `buf`; `false`
+    /// when there is none (the page has not changed since, as far as the component knows).
+    fn copy_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<bool>;
+
+    /// Under the server's state: would [`Self::copy_as_of`] find a copy now?
+    fn has_copy_as_of(&self, page: PageId, snapshot: &Snapshot) -> bool;
+
+    /// Under the server's state: copies into `buf` the committed image of `page` kept by an
+    /// active transaction's first change; `false` when no active transaction changed it.
+    fn pre_image(&self, page: PageId, buf: &mut [u8]) -> bool;
+
+    /// One turn of the component's background work (archiving); whether more is waiting.
+    fn background_turn(&self) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The server is closing: finish what can be finished (the archive takes what waits).
+    fn close(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The versions component a server was given, if any.

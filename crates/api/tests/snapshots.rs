@@ -1,0 +1,290 @@
+//! Snapshots and reads as of them, under every recovery method: a dump taken at the moment of
+//! a snapshot equals the dump read as of it later, after any mix of commits, aborts,
+//! checkpoints, reopenings and further snapshots.
+
+use lodestore::{
+    AsOf, Error, MemoryFileSystem, Options, RawOid, RecoveryMethodKind, Scheme, Snapshot, Store,
+};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Objects of the test live under roots named `o0`, `o1`, ...
+const ROOTS_MAX: usize = 24;
+const TYPE: u32 = 7;
+
+/// Root name -> object bytes.
+type Dump = BTreeMap<String, Vec<u8>>;
+
+fn options(fs: &Arc<MemoryFileSystem>, method: RecoveryMethodKind, scheme: Scheme) -> Options {
+    Options::new()
+        .file_system(fs.clone())
+        .page_size(4096)
+        .client_cache_bytes(1 << 20)
+        .server_pool_bytes(256 << 10)
+        .checkpoint_log_bytes(256 << 10)
+        .recovery_method(method)
+        .scheme(scheme)
+        .snapshots(true)
+}
+
+fn current_dump(store: &Store) -> Dump {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let mut dump = Dump::new();
+    for (name, oid) in txn.roots().unwrap() {
+        dump.insert(name, txn.read_all(oid).unwrap());
+    }
+    txn.commit().unwrap();
+    dump
+}
+
+fn dump_as_of(store: &Store, snapshot: u64) -> Dump {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin_as_of(AsOf::Snapshot(snapshot)).unwrap();
+    let mut dump = Dump::new();
+    for (name, oid) in txn.roots().unwrap() {
+        dump.insert(name, txn.read_all(oid).unwrap());
+    }
+    txn.finish().unwrap();
+    dump
+}
+
+/// One random transaction: updates, new objects, deletions; committed or aborted.
+fn random_transaction(store: &Store, rng: &mut StdRng) {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let mut roots = txn.roots().unwrap();
+    for _ in 0..rng.random_range(1..6) {
+        let name = format!("o{}", rng.random_range(0..ROOTS_MAX));
+        match (roots.get(&name), rng.random_range(0..10)) {
+            (Some(&oid), 0) => {
+                txn.free(oid).unwrap();
+                txn.remove_root(&name).unwrap();
+                roots.remove(&name);
+            }
+            (Some(&oid), _) => {
+                let len = txn.info(oid).unwrap().len as usize;
+                let at = rng.random_range(0..len);
+                let value: u8 = rng.random();
+                txn.write_at(oid, at as u64, &[value]).unwrap();
+            }
+            (None, _) => {
+                // Some objects larger than a page, stored across pages of their own.
+                let len = if rng.random_range(0..8) == 0 {
+                    rng.random_range(5000..12000)
+                } else {
+                    rng.random_range(8..400)
+                };
+                let bytes: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                let oid: RawOid = txn.alloc_bytes(TYPE, &bytes).unwrap();
+                txn.set_root(&name, oid).unwrap();
+                roots.insert(name, oid);
+            }
+        }
+    }
+    if rng.random_range(0..5) == 0 {
+        txn.abort().unwrap();
+    } else {
+        txn.commit().unwrap();
+    }
+}
+
+fn check_every_snapshot(store: &Store, taken: &[(Snapshot, Dump)], context: &str) {
+    assert_eq!(
+        store.snapshots().unwrap(),
+        taken.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+        "{context}: the history"
+    );
+    for (snapshot, dump) in taken {
+        assert_eq!(
+            &dump_as_of(store, snapshot.id),
+            dump,
+            "{context}: as of snapshot {}",
+            snapshot.id
+        );
+    }
+}
+
+#[test]
+fn reads_as_of_a_snapshot_see_exactly_what_was_committed_before_it_under_every_method() {
+    for (method, scheme) in [
+        (RecoveryMethodKind::Esm, Scheme::SD_ESM),
+        (RecoveryMethodKind::Redo, Scheme::PD_REDO),
+        (RecoveryMethodKind::Wpl, Scheme::WPL),
+    ] {
+        let fs = Arc::new(MemoryFileSystem::new());
+        let path = Path::new("/store");
+        let mut store = Store::create(path, options(&fs, method, scheme)).unwrap();
+        let mut rng = StdRng::seed_from_u64(0x5eed + method as u64);
+        let mut taken: Vec<(Snapshot, Dump)> = Vec::new();
+        for step in 0..160 {
+            match rng.random_range(0..20) {
+                0..=1 => {
+                    let dump = current_dump(&store);
+                    let snapshot = store.snapshot().unwrap();
+                    if let Some((last, _)) = taken.last() {
+                        assert!(snapshot.id > last.id && snapshot.time_us > last.time_us);
+                    }
+                    taken.push((snapshot, dump));
+                }
+                2 => store.checkpoint().unwrap(),
+                3 => {
+                    store.close().unwrap();
+                    store = Store::open(path, options(&fs, method, scheme)).unwrap();
+                    check_every_snapshot(&store, &taken, &format!("{method} after reopening"));
+                }
+                _ => random_transaction(&store, &mut rng),
+            }
+            if step % 40 == 39 {
+                check_every_snapshot(&store, &taken, &format!("{method} at step {step}"));
+            }
+        }
+        assert!(taken.len() >= 5, "{method}: only {} snapshots", taken.len());
+        check_every_snapshot(&store, &taken, &format!("{method} at the end"));
+        // Without the option, a store that keeps snapshots still does.
+        store.close().unwrap();
+        let plain = Options::new()
+            .file_system(fs.clone())
+            .recovery_method(method)
+            .scheme(scheme);
+        let store = Store::open(path, plain).unwrap();
+        check_every_snapshot(
+            &store,
+            &taken,
+            &format!("{method} opened without the option"),
+        );
+    }
+}
+
+#[test]
+fn a_reader_of_the_past_sees_committed_bytes_only_and_never_waits_for_a_writer() {
+    const OBJECTS: usize = 12;
+    for (method, scheme) in [
+        (RecoveryMethodKind::Esm, Scheme::SD_ESM),
+        (RecoveryMethodKind::Redo, Scheme::PD_REDO),
+        (RecoveryMethodKind::Wpl, Scheme::WPL),
+    ] {
+        let fs = Arc::new(MemoryFileSystem::new());
+        // A client cache of four pages: the writer's changes reach the server on eviction,
+        // long before its commit.
+        let store = Store::create(
+            "/store",
+            options(&fs, method, scheme).client_cache_bytes(4 * 4096),
+        )
+        .unwrap();
+        let mut writer = store.session().unwrap();
+        let oids: Vec<RawOid> = {
+            let mut txn = writer.begin().unwrap();
+            let oids = (0..OBJECTS)
+                .map(|_| txn.alloc_bytes(TYPE, &[1u8; 3000]).unwrap())
+                .collect();
+            txn.commit().unwrap();
+            oids
+        };
+        let snapshot = store.snapshot().unwrap();
+        let shipped = |store: &Store| {
+            let stats = store.server_stats();
+            stats.log_records_shipped + stats.dirty_pages_shipped
+        };
+        let before = shipped(&store);
+        let mut txn = writer.begin().unwrap();
+        for &oid in &oids {
+            txn.write_at(oid, 0, &[9u8; 3000]).unwrap();
+        }
+        store.checkpoint().unwrap();
+        assert!(
+            shipped(&store) > before,
+            "{method}: the writer shipped nothing before its commit"
+        );
+        let mut reader = store.session().unwrap();
+        {
+            let mut past = reader.begin_as_of(AsOf::Snapshot(snapshot.id)).unwrap();
+            for &oid in &oids {
+                assert_eq!(past.read_all(oid).unwrap(), vec![1u8; 3000], "{method}");
+            }
+        }
+        txn.commit().unwrap();
+        let later = store.snapshot().unwrap();
+        let mut past = reader.begin_as_of(AsOf::Snapshot(snapshot.id)).unwrap();
+        for &oid in &oids {
+            assert_eq!(past.read_all(oid).unwrap(), vec![1u8; 3000], "{method}");
+        }
+        past.finish().unwrap();
+        let mut now = reader.begin_as_of(AsOf::Snapshot(later.id)).unwrap();
+        for &oid in &oids {
+            assert_eq!(now.read_all(oid).unwrap(), vec![9u8; 3000], "{method}");
+        }
+    }
+}
+
+#[test]
+fn times_name_the_newest_snapshot_at_or_before_them_and_bad_requests_say_why() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let store = Store::create(
+        "/store",
+        options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM),
+    )
+    .unwrap();
+    let mut session = store.session().unwrap();
+    let before_any = std::time::SystemTime::now() - std::time::Duration::from_secs(5);
+    match session.begin_as_of(AsOf::Time(before_any)) {
+        Err(Error::NoSuchSnapshot { reason }) => {
+            assert!(reason.contains("no snapshots"), "{reason}")
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a read as of a time with no snapshot began"),
+    }
+    let oid = {
+        let mut txn = session.begin().unwrap();
+        let oid = txn.alloc_bytes(TYPE, b"first").unwrap();
+        txn.set_root("x", oid).unwrap();
+        txn.commit().unwrap();
+        oid
+    };
+    let first = store.snapshot().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, b"secnd").unwrap();
+        txn.commit().unwrap();
+    }
+    let second = store.snapshot().unwrap();
+    let at = |us: u64| std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+    for (time, expected) in [
+        (at(first.time_us), first.id),
+        (at(second.time_us - 1), first.id),
+        (at(second.time_us), second.id),
+        (std::time::SystemTime::now(), second.id),
+    ] {
+        let txn = session.begin_as_of(AsOf::Time(time)).unwrap();
+        assert_eq!(txn.snapshot(), expected);
+    }
+    match session.begin_as_of(AsOf::Time(at(first.time_us - 1))) {
+        Err(Error::NoSuchSnapshot { reason }) => {
+            assert!(reason.contains("before the first snapshot"), "{reason}")
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a read before the first snapshot began"),
+    }
+    match session.begin_as_of(AsOf::Snapshot(99)) {
+        Err(Error::NoSuchSnapshot { reason }) => assert!(reason.contains("99"), "{reason}"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("a read as of an unknown snapshot began"),
+    };
+}
+
+#[test]
+fn a_store_without_snapshots_refuses_them_by_name() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let store = Store::create("/store", Options::new().file_system(fs.clone())).unwrap();
+    assert!(matches!(store.snapshot(), Err(Error::Unsupported(_))));
+    assert!(store.snapshots().unwrap().is_empty());
+    let mut session = store.session().unwrap();
+    match session.begin_as_of(AsOf::Snapshot(1)) {
+        Err(Error::Unsupported(reason)) => assert!(reason.contains("snapshots"), "{reason}"),
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("began"),
+    };
+}

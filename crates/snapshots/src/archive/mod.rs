@@ -1,0 +1,44 @@
+//! Where snapshot pages live once archived (Moh chapter 4). The interface is the thesis's
+//! (section 4.1): `put` a page copy labelled with a snapshot time, `get` the oldest copy at or
+//! after a time (a copy made for one snapshot also serves every older one back to the
+//! previous copy, since the page did not change in between), and `get_ts`, the newest time
+//! held for a page. Backends are siblings behind it: [`local::LocalArchive`] here; network,
+//! object-storage and peer-to-peer ones beside it.
+
+pub mod local;
+
+use lodestore_core::{PageId, Result};
+
+/// A page copy to archive.
+#[derive(Clone, Copy, Debug)]
+pub struct PageCopy<'a> {
+    pub page: PageId,
+    /// The snapshot the copy was made for.
+    pub time_us: u64,
+    pub image: &'a [u8],
+}
+
+/// A snapshot archive.
+pub trait Archive: Send + Sync {
+    /// A name for errors and reports (the path of a local archive, the address of a remote).
+    fn name(&self) -> String;
+
+    /// Stores the copies; returns once all are durable.
+    fn put(&self, copies: &[PageCopy<'_>]) -> Result<()>;
+
+    /// Copies into `buf` the oldest copy of `page` whose time is at or after `time_us`, and
+    /// returns that copy's time; `None` when there is none (the current page serves).
+    fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>>;
+
+    /// The newest time held for `page`, if any.
+    fn get_ts(&self, page: PageId) -> Result<Option<u64>>;
+
+    /// The newest time held for every page, when the backend can list them cheaply (a local
+    /// index can; a remote store would answer `get_ts` page by page instead).
+    fn newest_times(&self) -> Option<Vec<(PageId, u64)>> {
+        None
+    }
+
+    /// Bytes the archive holds.
+    fn bytes(&self) -> u64;
+}

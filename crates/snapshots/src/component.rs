@@ -1,0 +1,408 @@
+//! The snapshot component: the versions hook of the engine, filled in Thor's way at the page
+//! level (Moh chapters 2 and 3).
+//!
+//! - **Coordinator.** Taking a snapshot assigns it a time, strictly later than every time
+//!   recorded before, and the engine's cut in the log; it is acknowledged once the history
+//!   file holds it (after the log is durable up to the cut).
+//! - **Pre-images** (Thor's Anti-MOB, per transaction). The first time a transaction changes a
+//!   page, the page's committed image is kept in memory until the transaction ends.
+//! - **Copies, made eagerly at commit.** Before a transaction's commit record is appended, every
+//!   page it changed whose newest copy is older than the newest snapshot gets one: its
+//!   pre-image, labelled with that snapshot, made durable in the snapshot log. The snapshot
+//!   page map (newest copy time per page) keeps it to one copy per page per snapshot interval
+//!   in which the page changed, and none when nothing changed it.
+//! - **Archiving.** A background turn moves staged copies of durable snapshots from the
+//!   snapshot log to the archive, and empties the log when nothing waits.
+//! - **Reading as of a snapshot.** The oldest copy at or after the snapshot (staged or
+//!   archived) holds the page as it was; with none, the page has not changed since, and the
+//!   engine serves the pre-image of the active transaction changing it, or the current page.
+
+use crate::archive::local::LocalArchive;
+use crate::archive::{Archive, PageCopy};
+use crate::history::HistoryFile;
+use crate::snapshot_log::SnapshotLog;
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_server::versions::{PageVersions, Snapshot};
+use lodestore_storage::FileSystem;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Folder of the snapshot files inside a store.
+pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
+const HISTORY_FILE: &str = "history";
+const SNAPSHOT_LOG_FILE: &str = "log";
+const LOCAL_ARCHIVE_FILE: &str = "archive";
+/// Copies one archiving turn moves at most.
+const ARCHIVE_BATCH_COPIES: usize = 64;
+
+/// The snapshot component of one store.
+pub struct Snapshots {
+    /// Lock order: `log`, then `inner`, then `history`.
+    log: Mutex<SnapshotLog>,
+    inner: Mutex<Inner>,
+    history: Mutex<HistoryFile>,
+    archive: Arc<dyn Archive>,
+    page_size: usize,
+}
+
+struct Inner {
+    /// Every snapshot taken and not deleted, oldest first; `durable` says which the history
+    /// file holds.
+    snapshots: Vec<Taken>,
+    id_max: u64,
+    time_max: u64,
+    /// Newest copy time of each page with a copy (the snapshot page map).
+    page_map: HashMap<PageId, u64>,
+    /// Committed images kept by active transactions' first changes.
+    pre_images: HashMap<TxnId, HashMap<PageId, Box<[u8]>>>,
+    /// Which active transaction changed a page (an exclusive lock admits one at a time).
+    changed_by: HashMap<PageId, TxnId>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Taken {
+    snapshot: Snapshot,
+    durable: bool,
+}
+
+/// Figures of a snapshot component.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub snapshots: usize,
+    /// Copies in the snapshot log, waiting for the archive.
+    pub staged_copies: usize,
+    pub snapshot_log_bytes: u64,
+    pub archive_bytes: u64,
+    /// Pages whose committed image active transactions keep.
+    pub pre_images: usize,
+}
+
+impl Snapshots {
+    /// Opens the snapshot files of the store in `store_dir` (creating them if missing), with
+    /// the local archive beside them unless `archive` names another.
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        store_dir: &Path,
+        page_size: usize,
+        archive: Option<Arc<dyn Archive>>,
+    ) -> Result<Snapshots> {
+        let dir = store_dir.join(SNAPSHOTS_DIR_NAME);
+        fs.create_dir_all(&dir)?;
+        let (history, recorded) = HistoryFile::open(fs.as_ref(), &dir.join(HISTORY_FILE))?;
+        let durable_times: HashSet<u64> = recorded.snapshots.iter().map(|s| s.time_us).collect();
+        let (log, opened) = SnapshotLog::open(
+            fs.as_ref(),
+            &dir.join(SNAPSHOT_LOG_FILE),
+            page_size,
+            |time| durable_times.contains(&time),
+        )?;
+        if opened.dropped > 0 {
+            tracing::info!(
+                copies = opened.dropped,
+                "left out page copies of snapshots whose taking never completed"
+            );
+        }
+        let archive: Arc<dyn Archive> = match archive {
+            Some(archive) => archive,
+            None => Arc::new(LocalArchive::open(
+                fs.as_ref(),
+                &dir.join(LOCAL_ARCHIVE_FILE),
+                page_size,
+            )?),
+        };
+        let mut page_map: HashMap<PageId, u64> = archive
+            .newest_times()
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        for (page, time, _) in log.staged() {
+            let newest = page_map.entry(page).or_insert(time);
+            *newest = (*newest).max(time);
+        }
+        let inner = Inner {
+            snapshots: recorded
+                .snapshots
+                .iter()
+                .map(|&snapshot| Taken {
+                    snapshot,
+                    durable: true,
+                })
+                .collect(),
+            id_max: recorded.id_max,
+            time_max: recorded.time_max.max(opened.time_max),
+            page_map,
+            pre_images: HashMap::new(),
+            changed_by: HashMap::new(),
+        };
+        Ok(Snapshots {
+            log: Mutex::new(log),
+            inner: Mutex::new(inner),
+            history: Mutex::new(history),
+            archive,
+            page_size,
+        })
+    }
+
+    /// Does the store in `store_dir` keep snapshots (was it ever opened with them on)?
+    pub fn exist_in(fs: &dyn FileSystem, store_dir: &Path) -> bool {
+        fs.is_dir(&store_dir.join(SNAPSHOTS_DIR_NAME))
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .expect("snapshot state poisoned by an earlier panic")
+    }
+
+    fn log(&self) -> MutexGuard<'_, SnapshotLog> {
+        self.log
+            .lock()
+            .expect("snapshot log poisoned by an earlier panic")
+    }
+
+    /// The durable snapshots, oldest first.
+    pub fn list(&self) -> Vec<Snapshot> {
+        self.inner()
+            .snapshots
+            .iter()
+            .filter(|t| t.durable)
+            .map(|t| t.snapshot)
+            .collect()
+    }
+
+    /// The snapshot a read "as of `time_us`" sees: the newest at or before it.
+    pub fn at_time(&self, time_us: u64) -> Result<Snapshot> {
+        let list = self.list();
+        match list.iter().rev().find(|s| s.time_us <= time_us) {
+            Some(snapshot) => Ok(*snapshot),
+            None => Err(Error::NoSuchSnapshot {
+                reason: match list.first() {
+                    Some(first) => format!(
+                        "time {time_us} µs is before the first snapshot ({} at {} µs)",
+                        first.id, first.time_us
+                    ),
+                    None => format!("time {time_us} µs: the store has no snapshots yet"),
+                },
+            }),
+        }
+    }
+
+    pub fn stats(&self) -> SnapshotStats {
+        let log = self.log();
+        let inner = self.inner();
+        SnapshotStats {
+            snapshots: inner.snapshots.iter().filter(|t| t.durable).count(),
+            staged_copies: log.len(),
+            snapshot_log_bytes: log.bytes(),
+            archive_bytes: self.archive.bytes(),
+            pre_images: inner.pre_images.values().map(HashMap::len).sum(),
+        }
+    }
+
+    /// The archive's name (its path, for the local one).
+    pub fn archive_name(&self) -> String {
+        self.archive.name()
+    }
+
+    /// Moves every staged copy of a durable snapshot to the archive.
+    pub fn archive_all(&self) -> Result<()> {
+        while self.background_turn()? {}
+        Ok(())
+    }
+
+    /// The newest snapshot, durable or not, and the pages of `txn` that need a copy for it.
+    fn copies_needed(&self, inner: &Inner, txn: TxnId) -> Option<(Snapshot, Vec<PageId>)> {
+        let newest = inner.snapshots.last()?.snapshot;
+        let pages = inner.pre_images.get(&txn)?;
+        let needed: Vec<PageId> = pages
+            .keys()
+            .filter(|page| inner.page_map.get(page).is_none_or(|&t| t < newest.time_us))
+            .copied()
+            .collect();
+        Some((newest, needed))
+    }
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+impl PageVersions for Snapshots {
+    fn first_change(&self, txn: TxnId, page: PageId, committed: &[u8]) {
+        debug_assert_eq!(committed.len(), self.page_size);
+        let mut inner = self.inner();
+        let kept = inner.pre_images.entry(txn).or_default();
+        if let std::collections::hash_map::Entry::Vacant(slot) = kept.entry(page) {
+            slot.insert(committed.into());
+            inner.changed_by.insert(page, txn);
+        }
+    }
+
+    fn commit_ready(&self, txn: TxnId) -> bool {
+        let inner = self.inner();
+        self.copies_needed(&inner, txn)
+            .is_none_or(|(_, needed)| needed.is_empty())
+    }
+
+    fn prepare_commit(&self, txn: TxnId) -> Result<()> {
+        let (snapshot, images) = {
+            let inner = self.inner();
+            let Some((snapshot, needed)) = self.copies_needed(&inner, txn) else {
+                return Ok(());
+            };
+            let kept = &inner.pre_images[&txn];
+            let images: Vec<(PageId, Box<[u8]>)> = needed
+                .into_iter()
+                .map(|page| (page, kept[&page].clone()))
+                .collect();
+            (snapshot, images)
+        };
+        if images.is_empty() {
+            return Ok(());
+        }
+        let mut log = self.log();
+        let copies: Vec<(PageId, &[u8])> = images.iter().map(|(p, i)| (*p, &i[..])).collect();
+        log.stage(snapshot.time_us, &copies)?;
+        let mut inner = self.inner();
+        for (page, _) in &images {
+            let newest = inner.page_map.entry(*page).or_insert(snapshot.time_us);
+            *newest = (*newest).max(snapshot.time_us);
+        }
+        Ok(())
+    }
+
+    fn ended(&self, txn: TxnId) {
+        let mut inner = self.inner();
+        if let Some(pages) = inner.pre_images.remove(&txn) {
+            for page in pages.keys() {
+                inner.changed_by.remove(page);
+            }
+        }
+    }
+
+    fn take_snapshot(&self, lsn: Lsn) -> Result<Snapshot> {
+        let mut inner = self.inner();
+        let snapshot = Snapshot {
+            id: inner.id_max + 1,
+            time_us: now_us().max(inner.time_max + 1),
+            lsn,
+        };
+        inner.id_max = snapshot.id;
+        inner.time_max = snapshot.time_us;
+        inner.snapshots.push(Taken {
+            snapshot,
+            durable: false,
+        });
+        Ok(snapshot)
+    }
+
+    fn persist_snapshot(&self, snapshot: &Snapshot) -> Result<()> {
+        self.history
+            .lock()
+            .expect("snapshot history poisoned by an earlier panic")
+            .taken(snapshot)?;
+        let mut inner = self.inner();
+        if let Some(taken) = inner
+            .snapshots
+            .iter_mut()
+            .find(|t| t.snapshot.id == snapshot.id)
+        {
+            taken.durable = true;
+        }
+        Ok(())
+    }
+
+    fn snapshot(&self, id: u64) -> Result<Snapshot> {
+        self.inner()
+            .snapshots
+            .iter()
+            .find(|t| t.durable && t.snapshot.id == id)
+            .map(|t| t.snapshot)
+            .ok_or_else(|| Error::NoSuchSnapshot {
+                reason: format!("no snapshot numbered {id}"),
+            })
+    }
+
+    fn copy_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<bool> {
+        // Staged first, then the archive: a copy leaves the log only after the archive holds
+        // it, so looking in this order never misses one on its way.
+        let log = self.log();
+        let staged = log.oldest_at_or_after(page, snapshot.time_us);
+        let archived = self.archive.get(page, snapshot.time_us, buf)?;
+        match (staged, archived) {
+            (Some((time, offset)), archived) if archived.is_none_or(|a| time < a) => {
+                log.read(page, time, offset, buf)?;
+                Ok(true)
+            }
+            (_, Some(_)) => Ok(true),
+            (None, None) => Ok(false),
+            (Some(_), None) => unreachable!("matched by the first arm"),
+        }
+    }
+
+    fn has_copy_as_of(&self, page: PageId, snapshot: &Snapshot) -> bool {
+        self.inner()
+            .page_map
+            .get(&page)
+            .is_some_and(|&t| t >= snapshot.time_us)
+    }
+
+    fn pre_image(&self, page: PageId, buf: &mut [u8]) -> bool {
+        let inner = self.inner();
+        let Some(txn) = inner.changed_by.get(&page) else {
+            return false;
+        };
+        buf.copy_from_slice(&inner.pre_images[txn][&page]);
+        true
+    }
+
+    fn background_turn(&self) -> Result<bool> {
+        let (batch, images) = {
+            let log = self.log();
+            let inner = self.inner();
+            let durable: HashSet<u64> = inner
+                .snapshots
+                .iter()
+                .filter(|t| t.durable)
+                .map(|t| t.snapshot.time_us)
+                .collect();
+            drop(inner);
+            let batch: Vec<(PageId, u64, u64)> = log
+                .staged()
+                .filter(|(_, time, _)| durable.contains(time))
+                .take(ARCHIVE_BATCH_COPIES)
+                .collect();
+            let mut images = vec![0u8; batch.len() * self.page_size];
+            for ((page, time, offset), image) in
+                batch.iter().zip(images.chunks_exact_mut(self.page_size))
+            {
+                log.read(*page, *time, *offset, image)?;
+            }
+            (batch, images)
+        };
+        if batch.is_empty() {
+            return Ok(false);
+        }
+        let copies: Vec<PageCopy<'_>> = batch
+            .iter()
+            .zip(images.chunks_exact(self.page_size))
+            .map(|((page, time_us, _), image)| PageCopy {
+                page: *page,
+                time_us: *time_us,
+                image,
+            })
+            .collect();
+        self.archive.put(&copies)?;
+        let done: Vec<(PageId, u64)> = batch.iter().map(|(p, t, _)| (*p, *t)).collect();
+        self.log().archived(&done)?;
+        Ok(batch.len() == ARCHIVE_BATCH_COPIES)
+    }
+
+    fn close(&self) -> Result<()> {
+        self.archive_all()
+    }
+}

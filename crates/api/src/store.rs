@@ -366,6 +366,16 @@ impl Store {
             .unwrap_or_default())
     }
 
+    /// Moves the page copies waiting in the snapshot log to the archive now (a background
+    /// worker does it as it goes; crash campaigns, which run none, call this). Nothing to do
+    /// when the store keeps no snapshots.
+    pub fn archive_snapshot_pages(&self) -> Result<()> {
+        match &self.snapshots {
+            Some(snapshots) => snapshots.archive_all(),
+            None => Ok(()),
+        }
+    }
+
     /// Figures of the snapshot component, when the store keeps snapshots.
     pub fn snapshot_stats(&self) -> Option<lodestore_snapshots::SnapshotStats> {
         self.snapshots.as_ref().map(|snapshots| snapshots.stats())

@@ -1,14 +1,15 @@
-//! A file of page copies: a header, then fixed-size records, each a page image labelled with
-//! the page and a snapshot time, checksummed. Appended only; a scan rebuilds the index. Both
-//! the snapshot log (copies waiting for the archive) and the local archive are such files.
+//! A file of page copies: a header, then records, each a page image labelled with the page and
+//! a snapshot time, checksummed. Appended only, in batches, each made durable at once and
+//! closed by a mark (a record without an image); a scan rebuilds the index. Both the snapshot
+//! log (copies waiting for the archive) and the local archive are such files.
 //!
 //! ```text
 //! file header (32 bytes)           record (RECORD_HEADER_BYTES + page size bytes)
 //!  0  8 magic "LSCOPIES"            0  4 magic 0x4c53_4350
 //!  8  4 format version              4  2 format version
-//! 12  4 page size                   6  2 flags (0)
+//! 12  4 page size                   6  2 flags (1: a mark, no image)
 //! 16  4 kind (1 log, 2 archive)     8  4 page number
-//! 20  8 reserved (0)               12  4 image length (the page size)
+//! 20  8 reserved (0)               12  4 image length (the page size; 0 in a mark)
 //! 28  4 crc32c of bytes 0..28      16  8 snapshot time (µs since the Unix epoch)
 //!                                  24  8 reserved (0)
 //!                                  32  4 crc32c of bytes 0..32 and the image
@@ -16,8 +17,11 @@
 //!                                  40    the image
 //! ```
 //!
-//! A record that fails its checks with no valid record after it is a torn last write: a
-//! writer drops it. One followed by valid records is damage, reported with the file and offset.
+//! A record that fails its checks with no valid record right after it is a torn last write: a
+//! writer drops it. One followed by a valid record is damage, reported with the file and
+//! offset. The mark closing each batch is what makes damage to a batch's last copy tell
+//! itself apart from a torn write (the transaction log's flush mark does the same); losing a
+//! damaged last mark loses no copy.
 
 use lodestore_core::checksum::{crc32c, crc32c_two};
 use lodestore_core::{Error, PageId, Result};
@@ -32,6 +36,7 @@ const FILE_HEADER_BYTES: u64 = 32;
 const RECORD_MAGIC: u32 = 0x4c53_4350;
 const RECORD_VERSION: u16 = 1;
 pub const RECORD_HEADER_BYTES: usize = 40;
+const FLAG_MARK: u16 = 1;
 
 /// What a copy file holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,49 +165,71 @@ impl CopyFile {
         Ok(())
     }
 
-    /// Every valid record, and where the valid part ends.
+    /// Every valid copy, and where the valid part ends.
     fn scan(&self) -> Result<(Vec<CopyEntry>, u64)> {
         let len = self.file.len()?;
-        let record_bytes = self.record_bytes();
-        let mut buf = vec![0u8; record_bytes as usize];
         let mut entries = Vec::new();
         let mut offset = FILE_HEADER_BYTES;
-        while offset + record_bytes <= len {
-            self.file.read_at(offset, &mut buf)?;
-            match check_record(&buf, self.page_size) {
-                Ok((page, time_us)) => entries.push(CopyEntry {
-                    page,
-                    time_us,
-                    offset,
-                }),
+        while offset < len {
+            match self.record_at(offset, len)? {
+                Ok(Found::Copy(page, time_us)) => {
+                    entries.push(CopyEntry {
+                        page,
+                        time_us,
+                        offset,
+                    });
+                    offset += self.record_bytes();
+                }
+                Ok(Found::Mark) => offset += RECORD_HEADER_BYTES as u64,
                 Err(reason) => {
-                    // Torn only if nothing valid follows.
-                    let mut later = offset + record_bytes;
-                    while later + record_bytes <= len {
-                        self.file.read_at(later, &mut buf)?;
-                        if check_record(&buf, self.page_size).is_ok() {
+                    // Torn only if no valid record starts right after it, whether it was a mark
+                    // or a copy.
+                    for next in [
+                        offset + RECORD_HEADER_BYTES as u64,
+                        offset + self.record_bytes(),
+                    ] {
+                        if self.record_at(next, len)?.is_ok() {
                             return Err(Error::CorruptFile {
                                 path: self.path.clone(),
                                 reason: format!(
-                                    "the page copy at byte {offset} is damaged ({reason}) and \
-                                     valid copies follow it"
+                                    "the record at byte {offset} is damaged ({reason}) and a \
+                                     valid one follows it"
                                 ),
                             });
                         }
-                        later += record_bytes;
                     }
                     return Ok((entries, offset));
                 }
             }
-            offset += record_bytes;
         }
         Ok((entries, offset))
+    }
+
+    /// The record at `offset` of a file of `len` bytes, or why there is none.
+    fn record_at(&self, offset: u64, len: u64) -> Result<std::result::Result<Found, String>> {
+        if offset + RECORD_HEADER_BYTES as u64 > len {
+            return Ok(Err("the file ends inside a record".into()));
+        }
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        self.file.read_at(offset, &mut header)?;
+        if get_u32(&header, 0) != RECORD_MAGIC {
+            return Ok(Err("no record starts here (wrong magic)".into()));
+        }
+        if get_u16(&header, 6) == FLAG_MARK {
+            return Ok(check_record(&header, 0).map(|_| Found::Mark));
+        }
+        if offset + self.record_bytes() > len {
+            return Ok(Err("the file ends inside a record".into()));
+        }
+        let mut record = vec![0u8; self.record_bytes() as usize];
+        self.file.read_at(offset, &mut record)?;
+        Ok(check_record(&record, self.page_size).map(|(page, time)| Found::Copy(page, time)))
     }
 
     /// Appends copies (not yet durable: see [`Self::sync`]); returns their offsets.
     pub fn append(&mut self, copies: &[(PageId, u64, &[u8])]) -> Result<Vec<u64>> {
         let record_bytes = self.record_bytes() as usize;
-        let mut bytes = vec![0u8; record_bytes * copies.len()];
+        let mut bytes = vec![0u8; record_bytes * copies.len() + RECORD_HEADER_BYTES];
         let mut offsets = Vec::with_capacity(copies.len());
         for (i, (page, time_us, image)) in copies.iter().enumerate() {
             assert_eq!(image.len(), self.page_size, "a copy is one whole page");
@@ -214,10 +241,12 @@ impl CopyFile {
             );
             offsets.push(self.end + (i * record_bytes) as u64);
         }
-        if !bytes.is_empty() {
-            self.file.write_at(self.end, &bytes)?;
-            self.end += bytes.len() as u64;
+        if copies.is_empty() {
+            return Ok(offsets);
         }
+        encode_mark(&mut bytes[record_bytes * copies.len()..]);
+        self.file.write_at(self.end, &bytes)?;
+        self.end += bytes.len() as u64;
         Ok(offsets)
     }
 
@@ -267,6 +296,22 @@ fn file_header(page_size: usize, kind: CopyFileKind) -> [u8; FILE_HEADER_BYTES a
     header
 }
 
+/// What a valid record is.
+enum Found {
+    Copy(PageId, u64),
+    Mark,
+}
+
+/// The record closing a batch.
+fn encode_mark(out: &mut [u8]) {
+    debug_assert_eq!(out.len(), RECORD_HEADER_BYTES);
+    put_u32(out, 0, RECORD_MAGIC);
+    put_u16(out, 4, RECORD_VERSION);
+    put_u16(out, 6, FLAG_MARK);
+    let crc = crc32c(&out[..32]);
+    put_u32(out, 32, crc);
+}
+
 fn encode_record(out: &mut [u8], page: PageId, time_us: u64, image: &[u8]) {
     put_u32(out, 0, RECORD_MAGIC);
     put_u16(out, 4, RECORD_VERSION);
@@ -281,12 +326,13 @@ fn encode_record(out: &mut [u8], page: PageId, time_us: u64, image: &[u8]) {
     put_u32(out, 36, 0);
 }
 
-/// The page and time of a valid record, or why it is not one.
+/// The page and time of a valid record (of a copy, with `page_size` bytes of image; of a mark,
+/// with none), or why it is not one.
 fn check_record(record: &[u8], page_size: usize) -> std::result::Result<(PageId, u64), String> {
     if get_u32(record, 0) != RECORD_MAGIC {
         return Err("no page copy starts here (wrong magic)".into());
     }
-    let image = &record[RECORD_HEADER_BYTES..];
+    let image = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + page_size];
     if get_u32(record, 32) != crc32c_two(&record[..32], image) {
         return Err("checksum mismatch".into());
     }
@@ -352,8 +398,10 @@ mod tests {
         file.sync().unwrap();
         drop(file);
         let raw = fs.open(path, OpenMode::Existing).unwrap();
-        // Tear the last record: it goes, the first stays.
-        raw.write_at(offsets[1] + 100, &[0xff; 4]).unwrap();
+        // Tear the last batch inside its second copy: that copy and the mark go, the first
+        // copy stays.
+        let torn_len = offsets[1] + 100;
+        raw.set_len(torn_len).unwrap();
         let (file, entries) = CopyFile::open(&fs, path, PAGE, CopyFileKind::SnapshotLog).unwrap();
         assert_eq!(entries.len(), 1);
         assert_eq!(file.len(), offsets[1]);
@@ -365,6 +413,26 @@ mod tests {
         drop(file);
         raw.write_at(offsets[0] + 60, &[0xff; 4]).unwrap();
         let err = CopyFile::open(&fs, path, PAGE, CopyFileKind::SnapshotLog)
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains(&format!("byte {}", offsets[0])),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn damage_to_the_last_copy_of_a_durable_batch_is_reported_not_dropped() {
+        let fs = MemoryFileSystem::new();
+        let path = Path::new("/copies");
+        let (mut file, _) = CopyFile::open(&fs, path, PAGE, CopyFileKind::Archive).unwrap();
+        let a = image(3);
+        let offsets = file.append(&[(PageId(5), 50, &a[..])]).unwrap();
+        file.sync().unwrap();
+        drop(file);
+        let raw = fs.open(path, OpenMode::Existing).unwrap();
+        raw.write_at(offsets[0] + 200, &[0x55]).unwrap();
+        let err = CopyFile::open(&fs, path, PAGE, CopyFileKind::Archive)
             .err()
             .unwrap();
         assert!(

@@ -6,13 +6,16 @@
 //! record (40 bytes)
 //!  0  4 magic 0x4c53_534e        16  8 time (µs since the Unix epoch)
 //!  4  2 format version           24  8 cut (LSN)
-//!  6  1 kind (1 taken, 2 deleted)32  4 crc32c of bytes 0..32
+//!  6  1 kind (1 taken, 2 deleted, 32  4 crc32c of bytes 0..32
+//!          0 a mark)
 //!  7  1 reserved (0)             36  4 reserved (0)
 //!  8  8 snapshot id
 //! ```
 //!
-//! A record that fails its checks with nothing valid after it is a torn last write and is cut
-//! off; one with valid records after it is damage, reported with the file and offset.
+//! Each record is written with a mark after it (a record of kind 0) and made durable at once. A
+//! record that fails its checks with no valid record right after it is a torn last write and is
+//! cut off; one followed by a valid record (its mark, at least) is damage, reported with the
+//! file and offset. The mark is what tells damage to the newest snapshot from a torn write.
 
 use lodestore_core::checksum::crc32c;
 use lodestore_core::{Error, Lsn, Result};
@@ -25,6 +28,7 @@ use std::sync::Arc;
 const RECORD_MAGIC: u32 = 0x4c53_534e;
 const RECORD_VERSION: u16 = 1;
 const RECORD_BYTES: u64 = 40;
+const KIND_MARK: u8 = 0;
 const KIND_TAKEN: u8 = 1;
 const KIND_DELETED: u8 = 2;
 
@@ -60,19 +64,18 @@ impl HistoryFile {
                     valid_end = offset;
                 }
                 Err(reason) => {
-                    let mut later = offset + RECORD_BYTES;
-                    while later + RECORD_BYTES <= len {
-                        file.read_at(later, &mut buf)?;
+                    let next = offset + RECORD_BYTES;
+                    if next + RECORD_BYTES <= len {
+                        file.read_at(next, &mut buf)?;
                         if decode(&buf).is_ok() {
                             return Err(Error::CorruptFile {
                                 path: path.to_path_buf(),
                                 reason: format!(
                                     "snapshot history record at byte {offset} is damaged \
-                                     ({reason}) and valid records follow it"
+                                     ({reason}) and a valid one follows it"
                                 ),
                             });
                         }
-                        later += RECORD_BYTES;
                     }
                     break;
                 }
@@ -84,9 +87,13 @@ impl HistoryFile {
         }
         let mut recorded = Recorded::default();
         for (kind, snapshot) in records {
+            if kind == KIND_MARK {
+                continue;
+            }
             recorded.id_max = recorded.id_max.max(snapshot.id);
             recorded.time_max = recorded.time_max.max(snapshot.time_us);
             match kind {
+                KIND_MARK => continue,
                 KIND_TAKEN => recorded.snapshots.push(snapshot),
                 _ => recorded.snapshots.retain(|s| s.id != snapshot.id),
             }
@@ -116,10 +123,17 @@ impl HistoryFile {
     }
 
     fn append(&mut self, kind: u8, snapshot: &Snapshot) -> Result<()> {
-        let record = encode(kind, snapshot);
-        self.file.write_at(self.end, &record)?;
+        let mut bytes = [0u8; 2 * RECORD_BYTES as usize];
+        bytes[..RECORD_BYTES as usize].copy_from_slice(&encode(kind, snapshot));
+        let mark = Snapshot {
+            id: 0,
+            time_us: 0,
+            lsn: Lsn::ZERO,
+        };
+        bytes[RECORD_BYTES as usize..].copy_from_slice(&encode(KIND_MARK, &mark));
+        self.file.write_at(self.end, &bytes)?;
         self.file.sync()?;
-        self.end += RECORD_BYTES;
+        self.end += bytes.len() as u64;
         Ok(())
     }
 }
@@ -162,7 +176,7 @@ fn decode(record: &[u8]) -> std::result::Result<(u8, Snapshot), String> {
         ));
     }
     let kind = record[6];
-    if kind != KIND_TAKEN && kind != KIND_DELETED {
+    if kind > KIND_DELETED {
         return Err(format!("unknown record kind {kind}"));
     }
     Ok((
@@ -201,15 +215,16 @@ mod tests {
         drop(history);
         let raw = fs.open(path, OpenMode::Existing).unwrap();
         // Half a record at the end, as a crash in the middle of a write leaves it.
-        raw.write_at(4 * RECORD_BYTES, &encode(KIND_TAKEN, &snapshot(4))[..20])
+        raw.write_at(8 * RECORD_BYTES, &encode(KIND_TAKEN, &snapshot(4))[..20])
             .unwrap();
         let (_, recorded) = HistoryFile::open(&fs, path).unwrap();
         assert_eq!(recorded.snapshots, vec![snapshot(1), snapshot(3)]);
         assert_eq!((recorded.id_max, recorded.time_max), (3, 3000));
-        assert_eq!(raw.len().unwrap(), 4 * RECORD_BYTES);
-        // Damage with a valid record after it is an error naming the offset.
-        raw.write_at(RECORD_BYTES + 9, &[0xee]).unwrap();
+        assert_eq!(raw.len().unwrap(), 8 * RECORD_BYTES);
+        // Damage to the last record, durable with its mark after it, is an error naming the
+        // offset, not a torn write.
+        raw.write_at(6 * RECORD_BYTES + 9, &[0xee]).unwrap();
         let err = HistoryFile::open(&fs, path).err().unwrap();
-        assert!(err.to_string().contains("byte 40"), "{err}");
+        assert!(err.to_string().contains("byte 240"), "{err}");
     }
 }

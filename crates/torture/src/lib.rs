@@ -6,7 +6,10 @@
 //! - every object of every acknowledged commit is there with exactly its bytes, and no object
 //!   of an aborted or unacknowledged transaction is;
 //! - the transaction whose commit was in flight at the crash is there entirely or not at all;
-//! - `check` finds no problem.
+//! - `check` finds no problem;
+//! - with snapshots on, every acknowledged snapshot is listed and reads, as of itself, exactly
+//!   the objects committed before it (and a snapshot whose taking the crash cut, if it is
+//!   listed, reads what was committed before it).
 //!
 //! Media faults (a flipped bit, a misdirected write) may leave a store that cannot be opened or
 //! read, but the failure must be a named error: wrong bytes returned as good are a violation.
@@ -53,6 +56,9 @@ pub struct CampaignOptions {
     /// Sessions running at once, their steps interleaved from the seed (1 to
     /// [`SESSIONS_MAX`]).
     pub sessions: usize,
+    /// The store keeps snapshots; the workload takes them, reads as of them and archives
+    /// their pages, and the oracle checks every one after each crash.
+    pub snapshots: bool,
 }
 
 impl Default for CampaignOptions {
@@ -67,6 +73,7 @@ impl Default for CampaignOptions {
             media_faults: true,
             page_size: 4096,
             sessions: 1,
+            snapshots: false,
         }
     }
 }
@@ -104,6 +111,14 @@ pub struct CampaignReport {
     /// Media faults the store reported as errors, and those it recovered from intact.
     pub media_faults_detected: u64,
     pub media_faults_survived: u64,
+    /// Snapshots acknowledged, and reads as of them that the workload checked.
+    pub snapshots_taken: u64,
+    pub as_of_reads: u64,
+    /// Snapshots whose taking a crash cut, and how many of those were there after it.
+    pub snapshots_in_flight: u64,
+    pub snapshots_in_flight_survived: u64,
+    /// Snapshot checks the oracle ran after crashes (one snapshot read whole each).
+    pub snapshots_verified: u64,
     pub violations: Vec<Violation>,
     pub elapsed_ms: u64,
 }
@@ -125,6 +140,10 @@ struct Subject {
     /// A media fault was injected and no verification has run since: damage it did may still
     /// surface, and is then not the store's fault.
     media_outstanding: bool,
+    /// Acknowledged snapshots, with the objects committed before each.
+    snapshots: Vec<(u64, Model)>,
+    /// A snapshot whose taking the crash cut, with the objects committed before it.
+    snapshot_in_flight: Option<Model>,
 }
 
 pub(crate) fn store_options(
@@ -157,6 +176,7 @@ fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Option
         options.method,
         options.recovery_buffer_bytes,
     );
+    let store = store.snapshots(options.snapshots);
     if options.sessions > 1 {
         // One session runs at a time: one that waited for a lock would wait for nobody.
         store.lock_wait_timeout(Duration::ZERO)
@@ -177,6 +197,8 @@ impl Subject {
             in_flight: Vec::new(),
             last_fault: None,
             media_outstanding: false,
+            snapshots: Vec::new(),
+            snapshot_in_flight: None,
         })
     }
 }
@@ -247,6 +269,9 @@ fn violation(
     if options.sessions > 1 {
         reproduce.push_str(&format!(" --sessions {}", options.sessions));
     }
+    if options.snapshots {
+        reproduce.push_str(" --snapshots");
+    }
     Violation {
         crash,
         fault: fault.map_or("none", |f| f.name()).to_string(),
@@ -262,6 +287,9 @@ fn iteration(
     rng: &mut StdRng,
     report: &mut CampaignReport,
 ) -> Result<(), String> {
+    if subject.snapshots.len() >= workload::SNAPSHOTS_MAX {
+        *subject = Subject::fresh(options)?;
+    }
     let media = subject.media_outstanding;
     // Sometimes the crash hits recovery itself.
     let crash_in_recovery = rng.random_bool(0.15);
@@ -307,12 +335,26 @@ fn iteration(
             return Err(message)
         }
     }
+    if options.snapshots {
+        match oracle::verify_snapshots(&store, subject, rng, report) {
+            Ok(()) => {}
+            Err(oracle::Failure::Detected(_)) if media => {
+                report.media_faults_detected += 1;
+                drop(store);
+                *subject = Subject::fresh(options)?;
+                return Ok(());
+            }
+            Err(oracle::Failure::Detected(message)) | Err(oracle::Failure::Wrong(message)) => {
+                return Err(message)
+            }
+        }
+    }
     let crash_at = options.every.unwrap_or_else(|| rng.random_range(1..=120));
     subject.fs.arm(crash_at);
     if options.sessions > 1 {
         interleaved::run(&store, subject, rng, report, options.sessions)?;
     } else {
-        workload::run(&store, subject, rng, report)?;
+        workload::run(&store, subject, rng, report, options.snapshots)?;
     }
     subject.fs.crash_now();
     drop(store);

@@ -1,7 +1,8 @@
 //! The oracle: does the recovered store hold exactly what it should?
 
-use crate::{Delta, Model, Subject};
-use lodestore::RawOid;
+use crate::{CampaignReport, Delta, Model, Subject};
+use lodestore::{AsOf, Error, RawOid, Session, Store};
+use rand::rngs::StdRng;
 
 pub enum Failure {
     /// The store reported a problem by name (an error or a `check` finding). Acceptable only
@@ -136,4 +137,82 @@ fn difference(expected: &Model, stored: &Model) -> String {
         expected.len(),
         stored.len()
     )
+}
+
+/// Checks the snapshot history and every acknowledged snapshot against what was committed
+/// before it; settles a snapshot whose taking the crash cut (it is there or not, whole).
+pub fn verify_snapshots(
+    store: &Store,
+    subject: &mut Subject,
+    _rng: &mut StdRng,
+    report: &mut CampaignReport,
+) -> Result<(), Failure> {
+    let listed: Vec<u64> = store
+        .snapshots()
+        .map_err(|e| Failure::Detected(format!("listing the snapshots failed: {e}")))?
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    if let Some(model) = subject.snapshot_in_flight.take() {
+        report.snapshots_in_flight += 1;
+        if listed.len() == subject.snapshots.len() + 1 {
+            let id = *listed.last().expect("one more than acknowledged");
+            subject.snapshots.push((id, model));
+            report.snapshots_in_flight_survived += 1;
+        }
+    }
+    let expected: Vec<u64> = subject.snapshots.iter().map(|(id, _)| *id).collect();
+    if listed != expected {
+        return Err(Failure::Wrong(format!(
+            "the store lists snapshots {listed:?}; acknowledged were {expected:?}"
+        )));
+    }
+    let mut session = store
+        .session()
+        .map_err(|e| Failure::Detected(format!("a session for reading snapshots failed: {e}")))?;
+    for (id, model) in &subject.snapshots {
+        compare_as_of(&mut session, *id, model, &subject.committed)?;
+        report.snapshots_verified += 1;
+    }
+    Ok(())
+}
+
+/// Reads snapshot `id` and compares it with `model`: every object of the model with its
+/// bytes, and no object of `also` that the model lacks.
+pub fn compare_as_of(
+    session: &mut Session,
+    id: u64,
+    model: &Model,
+    also: &Model,
+) -> Result<(), Failure> {
+    let detected =
+        |what: String, e: Error| Failure::Detected(format!("snapshot {id}: {what}: {e}"));
+    let mut txn = session
+        .begin_as_of(AsOf::Snapshot(id))
+        .map_err(|e| detected("beginning a read as of it failed".into(), e))?;
+    for oid in model
+        .keys()
+        .chain(also.keys().filter(|k| !model.contains_key(k)))
+    {
+        match (txn.read_all(*oid), model.get(oid)) {
+            (Ok(bytes), Some(expected)) if &bytes == expected => {}
+            (Ok(bytes), Some(expected)) => {
+                return Err(Failure::Wrong(format!(
+                    "snapshot {id}: object {oid} reads {} bytes that differ from the {} \
+                     committed before the snapshot",
+                    bytes.len(),
+                    expected.len()
+                )))
+            }
+            (Ok(_), None) => {
+                return Err(Failure::Wrong(format!(
+                    "snapshot {id}: object {oid} exists as of it but was not committed before it"
+                )))
+            }
+            (Err(Error::ObjectNotFound { .. }), None) => {}
+            (Err(e), _) => return Err(detected(format!("reading object {oid}"), e)),
+        }
+    }
+    txn.finish()
+        .map_err(|e| detected("ending the read failed".into(), e))
 }

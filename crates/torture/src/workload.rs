@@ -28,6 +28,7 @@ pub fn run(
     subject: &mut Subject,
     rng: &mut StdRng,
     report: &mut CampaignReport,
+    snapshots: bool,
 ) -> Result<(), String> {
     let mut session = match store.session() {
         Ok(session) => session,
@@ -35,6 +36,9 @@ pub fn run(
         Err(e) => return Err(format!("session failed: {e}")),
     };
     for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
+        if snapshots && !snapshot_step(store, &mut session, subject, rng, report)? {
+            return Ok(());
+        }
         let mut working = subject.committed.clone();
         let mut txn = match session.begin() {
             Ok(txn) => txn,
@@ -76,6 +80,57 @@ pub fn run(
         }
     }
     Ok(())
+}
+
+/// Snapshots kept by one store of a campaign at most; past it the campaign starts a new store
+/// (until snapshots can be deleted), so every check reads them all.
+pub(crate) const SNAPSHOTS_MAX: usize = 8;
+
+/// Sometimes takes a snapshot, reads one as of itself, or archives snapshot pages. `false`:
+/// the crash came.
+fn snapshot_step(
+    store: &Store,
+    session: &mut lodestore::Session,
+    subject: &mut Subject,
+    rng: &mut StdRng,
+    report: &mut CampaignReport,
+) -> Result<bool, String> {
+    match rng.random_range(0..12) {
+        0..2 if subject.snapshots.len() < SNAPSHOTS_MAX => match store.snapshot() {
+            Ok(snapshot) => {
+                subject
+                    .snapshots
+                    .push((snapshot.id, subject.committed.clone()));
+                report.snapshots_taken += 1;
+            }
+            Err(_) if subject.fs.has_crashed() => {
+                subject.snapshot_in_flight = Some(subject.committed.clone());
+                return Ok(false);
+            }
+            Err(e) => return Err(format!("taking a snapshot failed without a crash: {e}")),
+        },
+        2..4 if !subject.snapshots.is_empty() => {
+            let (id, model) = &subject.snapshots[rng.random_range(0..subject.snapshots.len())];
+            match crate::oracle::compare_as_of(session, *id, model, &subject.committed) {
+                Ok(()) => report.as_of_reads += 1,
+                Err(_) if subject.fs.has_crashed() => return Ok(false),
+                Err(crate::oracle::Failure::Detected(m) | crate::oracle::Failure::Wrong(m)) => {
+                    return Err(m)
+                }
+            }
+        }
+        4 => match store.archive_snapshot_pages() {
+            Ok(()) => {}
+            Err(_) if subject.fs.has_crashed() => return Ok(false),
+            Err(e) => {
+                return Err(format!(
+                    "archiving snapshot pages failed without a crash: {e}"
+                ))
+            }
+        },
+        _ => {}
+    }
+    Ok(true)
 }
 
 fn classify(error: Error, subject: &Subject) -> Result<Stop, String> {

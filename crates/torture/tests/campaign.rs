@@ -5,8 +5,10 @@
 //! records are generated early and pieces re-armed all the time.
 //! Four sessions at once, their steps interleaved from the seed and their commits deferred so
 //! that a crash cuts several, run under each recovery method.
+//! Snapshots under each recovery method: snapshots taken, read as of themselves and archived
+//! in the workload, and every acknowledged one checked after each crash.
 //! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N
-//! [--sessions 4]`.
+//! [--sessions 4] [--snapshots]`.
 
 use lodestore::{RecoveryMethodKind, Scheme};
 use lodestore_torture::{run, CampaignOptions, CampaignReport};
@@ -171,4 +173,35 @@ fn an_interleaving_replays_from_its_seed() {
         )
     };
     assert_eq!(outcome(&first), outcome(&second));
+}
+
+fn with_snapshots(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes: u64) {
+    let report = campaign(CampaignOptions {
+        seed,
+        method,
+        scheme,
+        crashes,
+        snapshots: true,
+        ..CampaignOptions::default()
+    });
+    // Snapshots were taken, read and checked, and crashes cut some while they were taken.
+    assert!(report.snapshots_taken > crashes / 4, "{report:?}");
+    assert!(report.as_of_reads > crashes / 4, "{report:?}");
+    assert!(report.snapshots_verified > crashes, "{report:?}");
+    assert!(report.snapshots_in_flight > 0, "{report:?}");
+}
+
+#[test]
+fn crash_campaign_snapshots_esm() {
+    with_snapshots(40, RecoveryMethodKind::Esm, Scheme::SD_ESM, 1_500);
+}
+
+#[test]
+fn crash_campaign_snapshots_redo_at_server() {
+    with_snapshots(41, RecoveryMethodKind::Redo, Scheme::PD_REDO, 1_500);
+}
+
+#[test]
+fn crash_campaign_snapshots_whole_page_logging() {
+    with_snapshots(42, RecoveryMethodKind::Wpl, Scheme::WPL, 1_500);
 }

@@ -366,6 +366,41 @@ impl Store {
             .unwrap_or_default())
     }
 
+    /// Deletes the snapshot numbered `id`, and the page copies no remaining snapshot reads.
+    /// Refused while a transaction reads it.
+    pub fn delete_snapshot(&self, id: u64) -> Result<Snapshot> {
+        let deleted = self
+            .snapshot_component("deleting a snapshot")?
+            .delete(|s| s.id == id)?;
+        deleted
+            .first()
+            .copied()
+            .ok_or_else(|| lodestore_core::Error::NoSuchSnapshot {
+                reason: format!("no snapshot numbered {id}"),
+            })
+    }
+
+    /// Deletes every snapshot taken before `time`, and the page copies no remaining snapshot
+    /// reads; returns them, oldest first.
+    pub fn delete_snapshots_before(&self, time: std::time::SystemTime) -> Result<Vec<Snapshot>> {
+        let before = crate::as_of::micros_since_epoch(time);
+        self.snapshot_component("deleting snapshots")?
+            .delete(|s| s.time_us < before)
+    }
+
+    fn snapshot_component(&self, what: &str) -> Result<&Arc<Snapshots>> {
+        self.snapshots.as_ref().ok_or_else(|| {
+            lodestore_core::Error::Unsupported(format!(
+                "{what}: this store keeps no snapshots{}",
+                if self.is_remote() {
+                    " here (not served over the network yet)"
+                } else {
+                    ""
+                }
+            ))
+        })
+    }
+
     /// Moves the page copies waiting in the snapshot log to the archive now (a background
     /// worker does it as it goes; crash campaigns, which run none, call this). Nothing to do
     /// when the store keeps no snapshots.

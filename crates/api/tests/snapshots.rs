@@ -120,7 +120,8 @@ fn reads_as_of_a_snapshot_see_exactly_what_was_committed_before_it_under_every_m
         let mut store = Store::create(path, options(&fs, method, scheme)).unwrap();
         let mut rng = StdRng::seed_from_u64(0x5eed + method as u64);
         let mut taken: Vec<(Snapshot, Dump)> = Vec::new();
-        for step in 0..160 {
+        let mut deleted = 0;
+        for step in 0..240 {
             match rng.random_range(0..20) {
                 0..=1 => {
                     let dump = current_dump(&store);
@@ -131,6 +132,13 @@ fn reads_as_of_a_snapshot_see_exactly_what_was_committed_before_it_under_every_m
                     taken.push((snapshot, dump));
                 }
                 2 => store.checkpoint().unwrap(),
+                4 if !taken.is_empty() => {
+                    let victim = rng.random_range(0..taken.len());
+                    let (snapshot, _) = taken.remove(victim);
+                    assert_eq!(store.delete_snapshot(snapshot.id).unwrap(), snapshot);
+                    deleted += 1;
+                }
+                5 => store.archive_snapshot_pages().unwrap(),
                 3 => {
                     store.close().unwrap();
                     store = Store::open(path, options(&fs, method, scheme)).unwrap();
@@ -142,7 +150,11 @@ fn reads_as_of_a_snapshot_see_exactly_what_was_committed_before_it_under_every_m
                 check_every_snapshot(&store, &taken, &format!("{method} at step {step}"));
             }
         }
-        assert!(taken.len() >= 5, "{method}: only {} snapshots", taken.len());
+        assert!(
+            taken.len() >= 3 && deleted >= 3,
+            "{method}: {} snapshots kept, {deleted} deleted",
+            taken.len()
+        );
         check_every_snapshot(&store, &taken, &format!("{method} at the end"));
         // Without the option, a store that keeps snapshots still does.
         store.close().unwrap();
@@ -287,4 +299,63 @@ fn a_store_without_snapshots_refuses_them_by_name() {
         Err(other) => panic!("{other}"),
         Ok(_) => panic!("began"),
     };
+}
+
+#[test]
+fn deleting_snapshots_keeps_what_the_others_read_and_reclaims_the_rest() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let store = Store::create(
+        "/store",
+        options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM),
+    )
+    .unwrap();
+    let mut session = store.session().unwrap();
+    let oid = {
+        let mut txn = session.begin().unwrap();
+        let oid = txn.alloc_bytes(TYPE, &[0u8; 2000]).unwrap();
+        txn.commit().unwrap();
+        oid
+    };
+    // Ten snapshots, the object changed after each: one copy of its page per snapshot.
+    let mut taken = Vec::new();
+    for round in 0..10u8 {
+        taken.push(store.snapshot().unwrap());
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[round + 1; 2000]).unwrap();
+        txn.commit().unwrap();
+    }
+    store.archive_snapshot_pages().unwrap();
+    let full = store.snapshot_stats().unwrap().archive_bytes;
+    // A reader holds snapshot 3: it cannot go.
+    {
+        let mut reader = store.session().unwrap();
+        let _past = reader.begin_as_of(AsOf::Snapshot(taken[2].id)).unwrap();
+        match store.delete_snapshot(taken[2].id) {
+            Err(Error::InvalidArgument(reason)) => assert!(reason.contains("reading"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // The first eight go; the two left still read what they held.
+    let cutoff = std::time::UNIX_EPOCH + std::time::Duration::from_micros(taken[8].time_us);
+    let deleted = store.delete_snapshots_before(cutoff).unwrap();
+    assert_eq!(deleted, taken[..8].to_vec());
+    assert_eq!(store.snapshots().unwrap(), taken[8..].to_vec());
+    for (i, snapshot) in taken.iter().enumerate().skip(8) {
+        let mut past = session.begin_as_of(AsOf::Snapshot(snapshot.id)).unwrap();
+        assert_eq!(past.read_all(oid).unwrap(), vec![i as u8; 2000]);
+    }
+    let after = store.snapshot_stats().unwrap().archive_bytes;
+    assert!(
+        after * 3 < full,
+        "eight of ten copies reclaimed: {after} bytes left of {full}"
+    );
+    // Deleting the newest while an older one remains keeps the copy the older one reads.
+    store.delete_snapshot(taken[9].id).unwrap();
+    let mut past = session.begin_as_of(AsOf::Snapshot(taken[8].id)).unwrap();
+    assert_eq!(past.read_all(oid).unwrap(), vec![8u8; 2000]);
+    drop(past);
+    assert!(matches!(
+        store.delete_snapshot(taken[9].id),
+        Err(Error::NoSuchSnapshot { .. })
+    ));
 }

@@ -129,10 +129,11 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         );
         if args.snapshots {
             println!(
-                "  snapshots taken {}, read as of them {}, cut by a crash {} ({} there after \
-                 it), checked after crashes {}",
+                "  snapshots taken {}, read as of them {}, deleted {}, cut by a crash {} ({} \
+                 there after it), checked after crashes {}",
                 report.snapshots_taken,
                 report.as_of_reads,
+                report.snapshots_deleted,
                 report.snapshots_in_flight,
                 report.snapshots_in_flight_survived,
                 report.snapshots_verified

@@ -840,10 +840,9 @@ impl PageServer for Server {
     fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId> {
         let as_of = match kind {
             TxnKind::ReadWrite => None,
-            TxnKind::ReadOnlyAsOf { snapshot } => Some(
-                self.versions("a transaction as of a snapshot")?
-                    .snapshot(snapshot)?,
-            ),
+            TxnKind::ReadOnlyAsOf { snapshot } => {
+                Some((self.versions("a transaction as of a snapshot")?, snapshot))
+            }
             TxnKind::Sub { .. } => {
                 return Err(Error::Unsupported(
                     "subtransactions: this server runs flat transactions".into(),
@@ -853,6 +852,10 @@ impl PageServer for Server {
         let mut state = self.usable_state()?;
         let txn = TxnId(state.next_txn);
         state.next_txn += 1;
+        let as_of = match as_of {
+            Some((versions, id)) => Some(versions.begin_read(txn, id)?),
+            None => None,
+        };
         state.txns.insert(
             txn,
             TxnState {

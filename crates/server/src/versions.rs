@@ -41,7 +41,8 @@ pub trait PageVersions: Send + Sync {
     /// Without the server's state: makes durable whatever `txn`'s commit needs kept first.
     fn prepare_commit(&self, txn: TxnId) -> Result<()>;
 
-    /// `txn` committed or rolled back. Called under the server's state.
+    /// `txn` committed or rolled back, or ended its reading of a snapshot. Called under the
+    /// server's state.
     fn ended(&self, txn: TxnId);
 
     /// Under the server's state: a new snapshot at cut `lsn`, known in memory only.
@@ -50,8 +51,9 @@ pub trait PageVersions: Send + Sync {
     /// The log is durable up to the snapshot's cut: makes the snapshot durable.
     fn persist_snapshot(&self, snapshot: &Snapshot) -> Result<()>;
 
-    /// The snapshot numbered `id`, or an error naming it.
-    fn snapshot(&self, id: u64) -> Result<Snapshot>;
+    /// `txn` begins reading as of the snapshot numbered `id`, which stays readable until
+    /// [`Self::ended`] (it cannot be deleted meanwhile); an error names an unknown id.
+    fn begin_read(&self, txn: TxnId, id: u64) -> Result<Snapshot>;
 
     /// Copies the oldest kept copy of `page` taken at or after `snapshot` into `buf`; `false`
     /// when there is none (the page has not changed since, as far as the component knows).

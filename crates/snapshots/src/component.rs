@@ -16,6 +16,10 @@
 //! - **Reading as of a snapshot.** The oldest copy at or after the snapshot (staged or
 //!   archived) holds the page as it was; with none, the page has not changed since, and the
 //!   engine serves the pre-image of the active transaction changing it, or the current page.
+//! - **Retention.** Deleting a snapshot records it in the history, then drops every copy no
+//!   remaining snapshot reads: a copy made at time t serves each snapshot after the page's
+//!   previous copy and at or before t, so it stays while one of those remains. A snapshot
+//!   being read cannot be deleted.
 
 use crate::archive::local::LocalArchive;
 use crate::archive::{Archive, PageCopy};
@@ -59,6 +63,8 @@ struct Inner {
     pre_images: HashMap<TxnId, HashMap<PageId, Box<[u8]>>>,
     /// Which active transaction changed a page (an exclusive lock admits one at a time).
     changed_by: HashMap<PageId, TxnId>,
+    /// Transactions reading as of a snapshot, and which.
+    readers: HashMap<TxnId, u64>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -91,12 +97,11 @@ impl Snapshots {
         let dir = store_dir.join(SNAPSHOTS_DIR_NAME);
         fs.create_dir_all(&dir)?;
         let (history, recorded) = HistoryFile::open(fs.as_ref(), &dir.join(HISTORY_FILE))?;
-        let durable_times: HashSet<u64> = recorded.snapshots.iter().map(|s| s.time_us).collect();
         let (log, opened) = SnapshotLog::open(
             fs.as_ref(),
             &dir.join(SNAPSHOT_LOG_FILE),
             page_size,
-            |time| durable_times.contains(&time),
+            |time| recorded.ever_taken.contains(&time),
         )?;
         if opened.dropped > 0 {
             tracing::info!(
@@ -107,7 +112,7 @@ impl Snapshots {
         let archive: Arc<dyn Archive> = match archive {
             Some(archive) => archive,
             None => Arc::new(LocalArchive::open(
-                fs.as_ref(),
+                fs.clone(),
                 &dir.join(LOCAL_ARCHIVE_FILE),
                 page_size,
             )?),
@@ -135,14 +140,125 @@ impl Snapshots {
             page_map,
             pre_images: HashMap::new(),
             changed_by: HashMap::new(),
+            readers: HashMap::new(),
         };
-        Ok(Snapshots {
+        let snapshots = Snapshots {
             log: Mutex::new(log),
             inner: Mutex::new(inner),
             history: Mutex::new(history),
             archive,
             page_size,
-        })
+        };
+        // Copies that deletions before a crash left behind go now.
+        snapshots.collect_garbage()?;
+        Ok(snapshots)
+    }
+
+    /// Deletes the snapshots `which` picks; returns them. Refused, deleting nothing, when a
+    /// transaction is reading one of them. Then drops the copies no remaining snapshot reads.
+    pub fn delete(&self, which: impl Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>> {
+        let doomed: Vec<Snapshot> = {
+            let mut inner = self.inner();
+            let doomed: Vec<Snapshot> = inner
+                .snapshots
+                .iter()
+                .filter(|t| t.durable && which(&t.snapshot))
+                .map(|t| t.snapshot)
+                .collect();
+            if let Some((txn, id)) = inner
+                .readers
+                .iter()
+                .find(|(_, id)| doomed.iter().any(|s| s.id == **id))
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "snapshot {id} cannot be deleted: transaction {txn} is reading it"
+                )));
+            }
+            // Gone from the list first, so nobody begins reading one being deleted.
+            inner
+                .snapshots
+                .retain(|t| !doomed.iter().any(|s| s.id == t.snapshot.id));
+            doomed
+        };
+        let recorded = {
+            let mut history = self
+                .history
+                .lock()
+                .expect("snapshot history poisoned by an earlier panic");
+            doomed
+                .iter()
+                .try_for_each(|snapshot| history.deleted(snapshot))
+        };
+        if let Err(e) = recorded {
+            // Not recorded: as far as the next open knows they still exist, so they do.
+            let mut inner = self.inner();
+            for snapshot in &doomed {
+                inner.snapshots.push(Taken {
+                    snapshot: *snapshot,
+                    durable: true,
+                });
+            }
+            inner.snapshots.sort_by_key(|t| t.snapshot.id);
+            return Err(e);
+        }
+        self.collect_garbage()?;
+        Ok(doomed)
+    }
+
+    /// Drops every copy no remaining snapshot reads, from the snapshot log and the archive,
+    /// and lowers the page map to the copies left.
+    fn collect_garbage(&self) -> Result<()> {
+        let mut log = self.log();
+        let mut inner = self.inner();
+        let mut times: Vec<u64> = inner.snapshots.iter().map(|t| t.snapshot.time_us).collect();
+        times.sort_unstable();
+        let archived = self.archive.list();
+        let listed = archived.is_some();
+        let mut by_page: HashMap<PageId, Vec<(u64, bool)>> = HashMap::new();
+        for (page, time, _) in log.staged() {
+            by_page.entry(page).or_default().push((time, true));
+        }
+        for (page, time) in archived.unwrap_or_default() {
+            by_page.entry(page).or_default().push((time, false));
+        }
+        let (mut from_log, mut from_archive) = (Vec::new(), Vec::new());
+        for (page, mut copies) in by_page {
+            copies.sort_unstable();
+            let mut previous = 0;
+            let mut serves = false;
+            let mut newest_kept = None;
+            for (time, staged) in copies {
+                // A copy serves the snapshots in (the page's previous copy, its time]; a copy
+                // both staged and archived is decided once.
+                if time != previous {
+                    let first_after = times.partition_point(|&t| t <= previous);
+                    serves = times.get(first_after).is_some_and(|&t| t <= time);
+                    previous = time;
+                }
+                if serves {
+                    newest_kept = Some(time);
+                } else if staged {
+                    from_log.push((page, time));
+                } else {
+                    from_archive.push((page, time));
+                }
+            }
+            if listed {
+                match newest_kept {
+                    Some(time) => inner.page_map.insert(page, time),
+                    None => inner.page_map.remove(&page),
+                };
+            }
+        }
+        drop(inner);
+        if !from_log.is_empty() {
+            log.forget(&from_log)?;
+        }
+        drop(log);
+        if !from_archive.is_empty() {
+            self.archive.remove(&from_archive)?;
+        }
+        Ok(())
     }
 
     /// Does the store in `store_dir` keep snapshots (was it ever opened with them on)?
@@ -277,6 +393,7 @@ impl PageVersions for Snapshots {
 
     fn ended(&self, txn: TxnId) {
         let mut inner = self.inner();
+        inner.readers.remove(&txn);
         if let Some(pages) = inner.pre_images.remove(&txn) {
             for page in pages.keys() {
                 inner.changed_by.remove(page);
@@ -316,15 +433,18 @@ impl PageVersions for Snapshots {
         Ok(())
     }
 
-    fn snapshot(&self, id: u64) -> Result<Snapshot> {
-        self.inner()
+    fn begin_read(&self, txn: TxnId, id: u64) -> Result<Snapshot> {
+        let mut inner = self.inner();
+        let snapshot = inner
             .snapshots
             .iter()
             .find(|t| t.durable && t.snapshot.id == id)
             .map(|t| t.snapshot)
             .ok_or_else(|| Error::NoSuchSnapshot {
                 reason: format!("no snapshot numbered {id}"),
-            })
+            })?;
+        inner.readers.insert(txn, id);
+        Ok(snapshot)
     }
 
     fn copy_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<bool> {
@@ -364,16 +484,18 @@ impl PageVersions for Snapshots {
         let (batch, images) = {
             let log = self.log();
             let inner = self.inner();
-            let durable: HashSet<u64> = inner
+            // Copies of a snapshot whose taking is not durable yet wait: a crash would make
+            // them orphans, which the archive must never hold.
+            let pending: HashSet<u64> = inner
                 .snapshots
                 .iter()
-                .filter(|t| t.durable)
+                .filter(|t| !t.durable)
                 .map(|t| t.snapshot.time_us)
                 .collect();
             drop(inner);
             let batch: Vec<(PageId, u64, u64)> = log
                 .staged()
-                .filter(|(_, time, _)| durable.contains(time))
+                .filter(|(_, time, _)| !pending.contains(time))
                 .take(ARCHIVE_BATCH_COPIES)
                 .collect();
             let mut images = vec![0u8; batch.len() * self.page_size];

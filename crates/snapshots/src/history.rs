@@ -94,7 +94,10 @@ impl HistoryFile {
             recorded.time_max = recorded.time_max.max(snapshot.time_us);
             match kind {
                 KIND_MARK => continue,
-                KIND_TAKEN => recorded.snapshots.push(snapshot),
+                KIND_TAKEN => {
+                    recorded.ever_taken.insert(snapshot.time_us);
+                    recorded.snapshots.push(snapshot)
+                }
                 _ => recorded.snapshots.retain(|s| s.id != snapshot.id),
             }
         }
@@ -147,6 +150,9 @@ pub struct Recorded {
     pub id_max: u64,
     /// Latest time ever recorded.
     pub time_max: u64,
+    /// Times of every snapshot whose taking became durable, deleted ones included: page
+    /// copies labelled with any other time were made for a snapshot a crash cut.
+    pub ever_taken: std::collections::HashSet<u64>,
 }
 
 fn encode(kind: u8, snapshot: &Snapshot) -> [u8; RECORD_BYTES as usize] {

@@ -83,6 +83,12 @@ impl SnapshotLog {
         Ok(())
     }
 
+    /// Forgets staged copies no snapshot reads any more (they are never archived), and
+    /// empties the file once nothing waits.
+    pub fn forget(&mut self, copies: &[(PageId, u64)]) -> Result<()> {
+        self.archived(copies)
+    }
+
     /// Copies waiting.
     pub fn len(&self) -> usize {
         self.staged.len()

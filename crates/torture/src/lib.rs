@@ -7,9 +7,10 @@
 //!   of an aborted or unacknowledged transaction is;
 //! - the transaction whose commit was in flight at the crash is there entirely or not at all;
 //! - `check` finds no problem;
-//! - with snapshots on, every acknowledged snapshot is listed and reads, as of itself, exactly
-//!   the objects committed before it (and a snapshot whose taking the crash cut, if it is
-//!   listed, reads what was committed before it).
+//! - with snapshots on, every acknowledged snapshot not deleted is listed and reads, as of
+//!   itself, exactly the objects committed before it (a snapshot whose taking the crash cut,
+//!   if it is listed, reads what was committed before it; one whose deletion the crash cut is
+//!   listed whole or not at all).
 //!
 //! Media faults (a flipped bit, a misdirected write) may leave a store that cannot be opened or
 //! read, but the failure must be a named error: wrong bytes returned as good are a violation.
@@ -114,6 +115,7 @@ pub struct CampaignReport {
     /// Snapshots acknowledged, and reads as of them that the workload checked.
     pub snapshots_taken: u64,
     pub as_of_reads: u64,
+    pub snapshots_deleted: u64,
     /// Snapshots whose taking a crash cut, and how many of those were there after it.
     pub snapshots_in_flight: u64,
     pub snapshots_in_flight_survived: u64,
@@ -144,6 +146,8 @@ struct Subject {
     snapshots: Vec<(u64, Model)>,
     /// A snapshot whose taking the crash cut, with the objects committed before it.
     snapshot_in_flight: Option<Model>,
+    /// A snapshot whose deletion the crash cut.
+    deletion_in_flight: Option<u64>,
 }
 
 pub(crate) fn store_options(
@@ -199,6 +203,7 @@ impl Subject {
             media_outstanding: false,
             snapshots: Vec::new(),
             snapshot_in_flight: None,
+            deletion_in_flight: None,
         })
     }
 }

@@ -86,7 +86,8 @@ pub fn run(
 /// (until snapshots can be deleted), so every check reads them all.
 pub(crate) const SNAPSHOTS_MAX: usize = 8;
 
-/// Sometimes takes a snapshot, reads one as of itself, or archives snapshot pages. `false`:
+/// Sometimes takes a snapshot, reads one as of itself, deletes one, or archives snapshot
+/// pages. `false`:
 /// the crash came.
 fn snapshot_step(
     store: &Store,
@@ -116,6 +117,24 @@ fn snapshot_step(
                 Err(_) if subject.fs.has_crashed() => return Ok(false),
                 Err(crate::oracle::Failure::Detected(m) | crate::oracle::Failure::Wrong(m)) => {
                     return Err(m)
+                }
+            }
+        }
+        5 if !subject.snapshots.is_empty() => {
+            let (id, _) = subject.snapshots[rng.random_range(0..subject.snapshots.len())];
+            match store.delete_snapshot(id) {
+                Ok(_) => {
+                    subject.snapshots.retain(|(kept, _)| *kept != id);
+                    report.snapshots_deleted += 1;
+                }
+                Err(_) if subject.fs.has_crashed() => {
+                    subject.deletion_in_flight = Some(id);
+                    return Ok(false);
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "deleting snapshot {id} failed without a crash: {e}"
+                    ))
                 }
             }
         }

@@ -189,6 +189,7 @@ fn with_snapshots(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes
     assert!(report.as_of_reads > crashes / 4, "{report:?}");
     assert!(report.snapshots_verified > crashes, "{report:?}");
     assert!(report.snapshots_in_flight > 0, "{report:?}");
+    assert!(report.snapshots_deleted > crashes / 10, "{report:?}");
 }
 
 #[test]

@@ -39,6 +39,17 @@ pub trait Archive: Send + Sync {
         None
     }
 
+    /// Every copy held (page, time), when the backend can list them cheaply; `None` means it
+    /// cannot, and retention then reclaims only what the snapshot log still holds.
+    fn list(&self) -> Option<Vec<(PageId, u64)>> {
+        None
+    }
+
+    /// Forgets copies no snapshot reads any more, and reclaims their space when it can. A
+    /// crash may bring some back; that costs space, never a wrong page (a copy is the page as
+    /// of its time, whoever reads it).
+    fn remove(&self, copies: &[(PageId, u64)]) -> Result<()>;
+
     /// Bytes the archive holds.
     fn bytes(&self) -> u64;
 }

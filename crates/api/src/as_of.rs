@@ -33,11 +33,12 @@ pub struct AsOfTransaction<'s> {
 impl<'s> AsOfTransaction<'s> {
     pub(crate) fn begin(
         server: Arc<dyn PageServer>,
+        txn: lodestore_core::TxnId,
         snapshot: u64,
         pages: &'s mut SnapshotPages,
     ) -> Result<AsOfTransaction<'s>> {
         Ok(AsOfTransaction {
-            reader: AsOfReader::begin(server, snapshot, pages)?,
+            reader: AsOfReader::new(server, txn, snapshot, pages),
         })
     }
 

@@ -5,7 +5,7 @@ use crate::counters::{self, CountersByScheme};
 use crate::folder;
 use crate::options::Options;
 use crate::transaction::Transaction;
-use lodestore_client::SnapshotPages;
+use lodestore_client::{AsOfReader, SnapshotPages};
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
 use lodestore_core::Result;
 use lodestore_net::RemotePageServer;
@@ -273,7 +273,6 @@ impl Store {
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
-            snapshots: self.snapshots.clone(),
             snapshot_pages: SnapshotPages::new(pages),
         })
     }
@@ -351,27 +350,25 @@ impl Store {
     pub fn snapshot(&self) -> Result<Snapshot> {
         match &self.backend {
             Backend::Embedded(server) => server.take_snapshot(),
-            Backend::Remote { address, .. } => Err(lodestore_core::Error::Unsupported(format!(
-                "taking a snapshot of {address}: not served over the network yet"
-            ))),
+            Backend::Remote { control, .. } => control.take_snapshot(),
         }
     }
 
     /// Every snapshot of the store, oldest first (none when it keeps no snapshots).
     pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        Ok(self
-            .snapshots
-            .as_ref()
-            .map(|snapshots| snapshots.list())
-            .unwrap_or_default())
+        match &self.backend {
+            Backend::Embedded(server) => Ok(server.list_snapshots()),
+            Backend::Remote { control, .. } => control.snapshots(),
+        }
     }
 
     /// Deletes the snapshot numbered `id`, and the page copies no remaining snapshot reads.
     /// Refused while a transaction reads it.
     pub fn delete_snapshot(&self, id: u64) -> Result<Snapshot> {
-        let deleted = self
-            .snapshot_component("deleting a snapshot")?
-            .delete(|s| s.id == id)?;
+        let deleted = match &self.backend {
+            Backend::Embedded(server) => server.delete_snapshots(&|s| s.id == id)?,
+            Backend::Remote { control, .. } => control.delete_snapshots(vec![id], None)?,
+        };
         deleted
             .first()
             .copied()
@@ -384,21 +381,10 @@ impl Store {
     /// reads; returns them, oldest first.
     pub fn delete_snapshots_before(&self, time: std::time::SystemTime) -> Result<Vec<Snapshot>> {
         let before = crate::as_of::micros_since_epoch(time);
-        self.snapshot_component("deleting snapshots")?
-            .delete(|s| s.time_us < before)
-    }
-
-    fn snapshot_component(&self, what: &str) -> Result<&Arc<Snapshots>> {
-        self.snapshots.as_ref().ok_or_else(|| {
-            lodestore_core::Error::Unsupported(format!(
-                "{what}: this store keeps no snapshots{}",
-                if self.is_remote() {
-                    " here (not served over the network yet)"
-                } else {
-                    ""
-                }
-            ))
-        })
+        match &self.backend {
+            Backend::Embedded(server) => server.delete_snapshots(&|s| s.time_us < before),
+            Backend::Remote { control, .. } => control.delete_snapshots(Vec::new(), Some(before)),
+        }
     }
 
     /// Moves the page copies waiting in the snapshot log to the archive now (a background
@@ -436,8 +422,6 @@ pub struct Session {
     client: ClientSession,
     /// Where the session's counters go when it ends (an embedded store's totals).
     counters: Option<Arc<Mutex<CountersByScheme>>>,
-    /// The store's snapshot component (embedded), to find the snapshot a time names.
-    snapshots: Option<Arc<Snapshots>>,
     /// Pages of snapshots read, apart from the client cache of current pages.
     snapshot_pages: SnapshotPages,
 }
@@ -471,22 +455,22 @@ impl Session {
                 "a transaction is already active in this session".into(),
             ));
         }
-        let snapshots = self.snapshots.as_ref().ok_or_else(|| {
-            lodestore_core::Error::Unsupported(
-                "reading as of a snapshot: this store keeps no snapshots (open it with \
-                 Options::snapshots(true))"
-                    .into(),
-            )
-        })?;
-        let snapshot = match at {
-            AsOf::Snapshot(id) => id,
-            AsOf::Time(time) => {
-                snapshots
-                    .at_time(crate::as_of::micros_since_epoch(time))?
-                    .id
-            }
+        let server = self.client.server();
+        let resolve = |server: &Arc<dyn PageServer>| match at {
+            AsOf::Snapshot(id) => Ok(id),
+            AsOf::Time(time) => server.snapshot_at(crate::as_of::micros_since_epoch(time)),
         };
-        AsOfTransaction::begin(self.client.server(), snapshot, &mut self.snapshot_pages)
+        let mut snapshot = resolve(&server)?;
+        let txn = match AsOfReader::begin_transaction(server.as_ref(), snapshot) {
+            Err(lodestore_core::Error::NoSuchSnapshot { .. }) if matches!(at, AsOf::Time(_)) => {
+                // Deleted since this session heard of it (remote): the time now names an
+                // older one.
+                snapshot = resolve(&server)?;
+                AsOfReader::begin_transaction(server.as_ref(), snapshot)?
+            }
+            other => other?,
+        };
+        AsOfTransaction::begin(server, txn, snapshot, &mut self.snapshot_pages)
     }
 
     /// Session counters: locks requested, pages fetched and shipped, evictions, and the time

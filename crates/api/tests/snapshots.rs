@@ -359,3 +359,74 @@ fn deleting_snapshots_keeps_what_the_others_read_and_reclaims_the_rest() {
         Err(Error::NoSuchSnapshot { .. })
     ));
 }
+
+#[test]
+fn snapshots_over_tcp_behave_as_embedded_ones() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let served =
+        Arc::new(Store::create(dir.path().join("s"), Options::new().snapshots(true)).unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_thread = {
+        let (served, stop) = (served.clone(), stop.clone());
+        std::thread::spawn(move || served.serve(listener, stop).unwrap())
+    };
+    let remote = Store::connect(&address, Options::new()).unwrap();
+    let mut session = remote.session().unwrap();
+    let oid = {
+        let mut txn = session.begin().unwrap();
+        let oid = txn.alloc_bytes(TYPE, b"one").unwrap();
+        txn.set_root("x", oid).unwrap();
+        txn.commit().unwrap();
+        oid
+    };
+    let first = remote.snapshot().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, b"two").unwrap();
+        txn.commit().unwrap();
+    }
+    // Taken in this process, heard of by the remote session through the news on its replies.
+    let second = served.snapshot().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, b"thr").unwrap();
+        txn.commit().unwrap();
+    }
+    assert_eq!(remote.snapshots().unwrap(), vec![first, second]);
+    let at = |us: u64| std::time::UNIX_EPOCH + std::time::Duration::from_micros(us);
+    for (as_of, expected) in [
+        (AsOf::Snapshot(first.id), b"one"),
+        (AsOf::Time(at(first.time_us)), b"one"),
+        (AsOf::Time(at(second.time_us - 1)), b"one"),
+        (AsOf::Snapshot(second.id), b"two"),
+        (AsOf::Time(std::time::SystemTime::now()), b"two"),
+    ] {
+        let mut past = session.begin_as_of(as_of).unwrap();
+        assert_eq!(&past.read_all(oid).unwrap()[..], expected, "{as_of:?}");
+    }
+    match session.begin_as_of(AsOf::Time(at(first.time_us - 1))) {
+        Err(Error::NoSuchSnapshot { reason }) => {
+            assert!(reason.contains("before the first"), "{reason}")
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("began before the first snapshot"),
+    }
+    // Deleted elsewhere after this session heard of it: a time names the older one now.
+    served.delete_snapshot(second.id).unwrap();
+    {
+        let mut past = session
+            .begin_as_of(AsOf::Time(std::time::SystemTime::now()))
+            .unwrap();
+        assert_eq!(past.snapshot(), first.id);
+        assert_eq!(&past.read_all(oid).unwrap()[..], b"one");
+    }
+    assert_eq!(remote.delete_snapshot(first.id).unwrap(), first);
+    assert!(remote.snapshots().unwrap().is_empty());
+    drop(session);
+    drop(remote);
+    stop.store(true, Ordering::Release);
+    server_thread.join().unwrap();
+}

@@ -81,14 +81,19 @@ pub struct AsOfReader<'s> {
 }
 
 impl<'s> AsOfReader<'s> {
-    /// Begins a transaction as of `snapshot` (its id).
-    pub fn begin(
+    /// Begins a transaction as of `snapshot` (its id) at the server.
+    pub fn begin_transaction(server: &dyn PageServer, snapshot: u64) -> Result<TxnId> {
+        server.begin_transaction(TxnKind::ReadOnlyAsOf { snapshot })
+    }
+
+    /// The reader of transaction `txn`, begun as of `snapshot` (see [`Self::begin_transaction`]).
+    pub fn new(
         server: Arc<dyn PageServer>,
+        txn: TxnId,
         snapshot: u64,
         pages: &'s mut SnapshotPages,
-    ) -> Result<AsOfReader<'s>> {
-        let txn = server.begin_transaction(TxnKind::ReadOnlyAsOf { snapshot })?;
-        Ok(AsOfReader {
+    ) -> AsOfReader<'s> {
+        AsOfReader {
             volume: server.volume_id(),
             page_size: server.page_size(),
             server,
@@ -96,7 +101,7 @@ impl<'s> AsOfReader<'s> {
             snapshot,
             pages,
             fetched: 0,
-        })
+        }
     }
 
     /// The snapshot read.

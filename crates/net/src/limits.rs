@@ -4,6 +4,12 @@
 use crate::budget::{ADMIT_WAIT_MAX, BUFFERED_BYTES_MAX};
 use std::time::Duration;
 
+/// Snapshot ids one request may name for deletion (the frame limit bounds it too).
+pub const SNAPSHOT_IDS_MAX: usize = 4096;
+/// Snapshots one piece of news may carry: a client that has heard nothing for long gets the
+/// rest by asking again from where it stopped.
+pub const NEWS_SNAPSHOTS_MAX: usize = 4096;
+
 /// Connections served at once. At the limit, a new connection closes the one that has been
 /// idle longest without a transaction; if every one holds a transaction, it is refused.
 pub const MAX_CONNECTIONS: usize = 256;

@@ -3,8 +3,9 @@
 //! the Rust types are declared.
 
 use lodestore_core::{Error, PageId, TxnId};
+use lodestore_server::versions::Snapshot;
 use lodestore_server::{LockStats, RestartReport, ServerStats};
-use lodestore_server::{LockTarget, TxnKind};
+use lodestore_server::{LockTarget, SnapshotNews, TxnKind};
 use lodestore_wal::LogStats;
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +70,20 @@ pub enum Request {
         #[serde(with = "serde_bytes")]
         proof: Vec<u8>,
     },
+    /// Take a snapshot of the store.
+    TakeSnapshot,
+    /// Every snapshot of the store.
+    Snapshots,
+    /// Delete the snapshots with these ids, and (with `before_us`) every one taken before
+    /// that time.
+    DeleteSnapshots {
+        ids: Vec<u64>,
+        before_us: Option<u64>,
+    },
+    /// The news of snapshots taken after `since_us` (a client filling a gap, Moh 2.3).
+    SnapshotNews {
+        since_us: u64,
+    },
 }
 
 impl Request {
@@ -90,6 +105,10 @@ impl Request {
             Request::Abort { .. } => "abort",
             Request::Stats => "stats",
             Request::Checkpoint => "checkpoint",
+            Request::TakeSnapshot => "take-snapshot",
+            Request::Snapshots => "snapshots",
+            Request::DeleteSnapshots { .. } => "delete-snapshots",
+            Request::SnapshotNews { .. } => "snapshot-news",
         }
     }
 }
@@ -105,14 +124,18 @@ impl Request {
             | Request::FreePages { .. }
             | Request::ShipRecords { .. }
             | Request::ShipDirtyPages { .. }
-            | Request::Checkpoint => true,
+            | Request::Checkpoint
+            | Request::TakeSnapshot
+            | Request::DeleteSnapshots { .. } => true,
             Request::Hello { .. }
             | Request::Prove { .. }
             | Request::Begin { .. }
             | Request::FetchPage { .. }
             | Request::Commit { .. }
             | Request::Abort { .. }
-            | Request::Stats => false,
+            | Request::Stats
+            | Request::Snapshots
+            | Request::SnapshotNews { .. } => false,
         }
     }
 }
@@ -215,7 +238,12 @@ pub enum Response {
         log: LogStats,
         locks: LockStats,
     },
-    Txn(u64),
+    /// A transaction began; with news of snapshots when the store keeps them (Thor's
+    /// snapshot messages ride on replies).
+    Began {
+        txn: u64,
+        news: Option<WireNews>,
+    },
     Lsn(u64),
     Page(#[serde(with = "serde_bytes")] Vec<u8>),
     Space(Option<(u32, u64)>),
@@ -232,6 +260,65 @@ pub enum Response {
         #[serde(with = "serde_bytes")]
         nonce: Vec<u8>,
     },
+    Snapshot(WireSnapshot),
+    Snapshots(Vec<WireSnapshot>),
+    News(WireNews),
+}
+
+/// A snapshot (`Snapshot`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireSnapshot {
+    pub id: u64,
+    pub time_us: u64,
+    pub lsn: u64,
+}
+
+impl From<Snapshot> for WireSnapshot {
+    fn from(s: Snapshot) -> Self {
+        WireSnapshot {
+            id: s.id,
+            time_us: s.time_us,
+            lsn: s.lsn.0,
+        }
+    }
+}
+
+impl From<WireSnapshot> for Snapshot {
+    fn from(s: WireSnapshot) -> Self {
+        Snapshot {
+            id: s.id,
+            time_us: s.time_us,
+            lsn: lodestore_core::Lsn(s.lsn),
+        }
+    }
+}
+
+/// News of snapshots (`SnapshotNews`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireNews {
+    pub prev_us: u64,
+    pub taken: Vec<(u64, u64)>,
+    pub curr_us: u64,
+}
+
+impl From<SnapshotNews> for WireNews {
+    fn from(n: SnapshotNews) -> Self {
+        WireNews {
+            prev_us: n.prev_us,
+            taken: n.taken,
+            curr_us: n.curr_us,
+        }
+    }
+}
+
+impl From<WireNews> for SnapshotNews {
+    fn from(n: WireNews) -> Self {
+        SnapshotNews {
+            prev_us: n.prev_us,
+            taken: n.taken,
+            curr_us: n.curr_us,
+        }
+    }
 }
 
 /// An error the server returns; the kinds a client acts on keep their fields.
@@ -255,6 +342,7 @@ pub enum WireError {
     PermissionDenied(String),
     /// Anything else, as the server's message.
     Other(String),
+    NoSuchSnapshot(String),
 }
 
 impl From<&Error> for WireError {
@@ -272,6 +360,7 @@ impl From<&Error> for WireError {
             Error::InvalidArgument(message) => WireError::InvalidArgument(message.clone()),
             Error::Unsupported(message) => WireError::Unsupported(message.clone()),
             Error::PermissionDenied { reason } => WireError::PermissionDenied(reason.clone()),
+            Error::NoSuchSnapshot { reason } => WireError::NoSuchSnapshot(reason.clone()),
             other => WireError::Other(other.to_string()),
         }
     }
@@ -291,6 +380,7 @@ impl From<WireError> for Error {
             WireError::Unsupported(message) => Error::Unsupported(message),
             WireError::PermissionDenied(reason) => Error::PermissionDenied { reason },
             WireError::Other(message) => Error::Remote(message),
+            WireError::NoSuchSnapshot(reason) => Error::NoSuchSnapshot { reason },
         }
     }
 }

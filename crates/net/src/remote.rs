@@ -9,9 +9,11 @@ use crate::message::{
 };
 use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
+use lodestore_server::versions::Snapshot;
 use lodestore_server::{
-    validate_client_page, LockMode, LockStats, LockTarget, PageServer, RestartReport, ServerStats,
-    ShippedPage, ShippedRecords, TxnKind,
+    validate_client_page, Accepted, LockMode, LockStats, LockTarget, Lookup, PageServer,
+    RestartReport, ServerStats, ShippedPage, ShippedRecords, SnapshotHistory, SnapshotNews,
+    TxnKind,
 };
 use lodestore_storage::large::Extent;
 use lodestore_storage::page;
@@ -70,6 +72,8 @@ pub struct RemotePageServer {
     peer: String,
     welcome: Welcome,
     conn: Mutex<Option<Conn>>,
+    /// What this client has heard of the server's snapshots (Moh section 2.3).
+    history: Mutex<SnapshotHistory>,
 }
 
 struct Conn {
@@ -151,6 +155,7 @@ impl RemotePageServer {
             poller: Poller::for_this_thread(),
         };
         let mut remote = RemotePageServer {
+            history: Mutex::new(SnapshotHistory::new()),
             peer: address.to_string(),
             welcome: Welcome {
                 page_size: 0,
@@ -255,6 +260,81 @@ impl RemotePageServer {
 
     pub fn checkpoint(&self) -> Result<()> {
         self.expect_done("checkpoint", &Request::Checkpoint)
+    }
+
+    /// Takes a snapshot of the store; returns once it is durable.
+    pub fn take_snapshot(&self) -> Result<Snapshot> {
+        match self.call(&Request::TakeSnapshot)? {
+            Response::Snapshot(snapshot) => Ok(snapshot.into()),
+            other => Err(self.unexpected("take-snapshot", &other)),
+        }
+    }
+
+    /// Every snapshot of the store, oldest first.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
+        match self.call(&Request::Snapshots)? {
+            Response::Snapshots(list) => Ok(list.into_iter().map(Into::into).collect()),
+            other => Err(self.unexpected("snapshots", &other)),
+        }
+    }
+
+    /// Deletes the snapshots numbered `ids` and, with `before_us`, every one taken before it.
+    pub fn delete_snapshots(&self, ids: Vec<u64>, before_us: Option<u64>) -> Result<Vec<Snapshot>> {
+        match self.call(&Request::DeleteSnapshots { ids, before_us })? {
+            Response::Snapshots(list) => {
+                let deleted: Vec<Snapshot> = list.into_iter().map(Into::into).collect();
+                let mut history = self.history();
+                for snapshot in &deleted {
+                    history.forget(snapshot.id);
+                }
+                Ok(deleted)
+            }
+            other => Err(self.unexpected("delete-snapshots", &other)),
+        }
+    }
+
+    fn history(&self) -> std::sync::MutexGuard<'_, SnapshotHistory> {
+        self.history
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes in news of snapshots from the server, asking for what is missing when there is a
+    /// gap (Moh section 2.3).
+    fn hear(&self, news: SnapshotNews) -> Result<()> {
+        // A gap is filled by one request; a server that answers with another gap is broken.
+        for _ in 0..2 {
+            let accepted = self.history().accept(&news);
+            match accepted {
+                Accepted::Applied | Accepted::Redundant => return Ok(()),
+                Accepted::Malformed(reason) => {
+                    return Err(connection(
+                        &self.peer,
+                        format!("impossible snapshot news: {reason}"),
+                    ))
+                }
+                Accepted::Gap { from_us, .. } => {
+                    let filler = self.news_since(from_us)?;
+                    if let Accepted::Malformed(reason) = self.history().accept(&filler) {
+                        return Err(connection(
+                            &self.peer,
+                            format!("impossible snapshot news: {reason}"),
+                        ));
+                    }
+                }
+            }
+        }
+        Err(connection(
+            &self.peer,
+            "the server's snapshot news left a gap it would not fill".into(),
+        ))
+    }
+
+    fn news_since(&self, since_us: u64) -> Result<SnapshotNews> {
+        match self.call(&Request::SnapshotNews { since_us })? {
+            Response::News(news) => Ok(news.into()),
+            other => Err(self.unexpected("snapshot-news", &other)),
+        }
     }
 
     /// Sends `request` and waits for its response; a failed response becomes its error. Any
@@ -448,9 +528,50 @@ impl PageServer for RemotePageServer {
     }
 
     fn begin_transaction(&self, kind: TxnKind) -> Result<TxnId> {
-        match self.call(&Request::Begin { kind: kind.into() })? {
-            Response::Txn(txn) => Ok(TxnId(txn)),
-            other => Err(self.unexpected("begin", &other)),
+        match self.call(&Request::Begin { kind: kind.into() }) {
+            Ok(Response::Began { txn, news }) => {
+                if let Some(news) = news {
+                    self.hear(news.into())?;
+                }
+                Ok(TxnId(txn))
+            }
+            Ok(other) => Err(self.unexpected("begin", &other)),
+            Err(Error::NoSuchSnapshot { reason }) => {
+                // Deleted since this client heard of it.
+                if let TxnKind::ReadOnlyAsOf { snapshot } = kind {
+                    self.history().forget(snapshot);
+                }
+                Err(Error::NoSuchSnapshot { reason })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn snapshot_at(&self, time_us: u64) -> Result<u64> {
+        let mut lookup = self.history().at(time_us);
+        if lookup == Lookup::Unknown {
+            // Past what this client knows: hear the news up to now, and answer for the
+            // present if the time is later still (no snapshot lies between).
+            let since = self.history().gmax_us();
+            let news = self.news_since(since)?;
+            self.hear(news)?;
+            let history = self.history();
+            lookup = history.at(time_us.min(history.gmax_us()));
+        }
+        match lookup {
+            Lookup::Snapshot(id, _) => Ok(id),
+            Lookup::BeforeFirst => Err(Error::NoSuchSnapshot {
+                reason: match self.history().first() {
+                    Some((id, time)) => format!(
+                        "time {time_us} µs is before the first snapshot ({id} at {time} µs)"
+                    ),
+                    None => format!("time {time_us} µs: the store has no snapshots yet"),
+                },
+            }),
+            Lookup::Unknown => Err(connection(
+                &self.peer,
+                "the server's snapshot news does not reach the present".into(),
+            )),
         }
     }
 

@@ -95,6 +95,7 @@ pub fn serve_with(
                     server: server.clone(),
                     peer: peer.to_string(),
                     txns: FxHashSet::default(),
+                    news_sent_us: 0,
                     budget: budget.clone(),
                     limits,
                     activity,
@@ -155,6 +156,8 @@ struct Connection {
     server: Arc<Server>,
     peer: String,
     txns: FxHashSet<u64>,
+    /// The current time of the last snapshot news sent to this client.
+    news_sent_us: u64,
     /// Memory for request bodies, shared with every other connection.
     budget: Budget,
     limits: ServeLimits,
@@ -405,7 +408,15 @@ impl Connection {
             Request::Begin { kind } => {
                 let txn = server.begin_transaction(kind.into())?;
                 self.txns.insert(txn.0);
-                Response::Txn(txn.0)
+                // What this client has not heard about snapshots rides on the reply.
+                let news = if server.keeps_versions() {
+                    let news = bounded(server.snapshot_news(self.news_sent_us)?);
+                    self.news_sent_us = news.curr_us;
+                    Some(news.into())
+                } else {
+                    None
+                };
+                Response::Began { txn: txn.0, news }
             }
             Request::Lock {
                 txn,
@@ -518,6 +529,46 @@ impl Connection {
                 server.checkpoint()?;
                 Response::Done
             }
+            Request::TakeSnapshot => Response::Snapshot(server.take_snapshot()?.into()),
+            Request::Snapshots => Response::Snapshots(
+                server
+                    .list_snapshots()
+                    .into_iter()
+                    .map(Into::into)
+                    .collect(),
+            ),
+            Request::DeleteSnapshots { ids, before_us } => {
+                if ids.len() > crate::limits::SNAPSHOT_IDS_MAX {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} snapshot ids in one request; at most {}",
+                        ids.len(),
+                        crate::limits::SNAPSHOT_IDS_MAX
+                    )));
+                }
+                let which = |s: &lodestore_server::versions::Snapshot| {
+                    ids.contains(&s.id) || before_us.is_some_and(|before| s.time_us < before)
+                };
+                Response::Snapshots(
+                    server
+                        .delete_snapshots(&which)?
+                        .into_iter()
+                        .map(Into::into)
+                        .collect(),
+                )
+            }
+            Request::SnapshotNews { since_us } => {
+                Response::News(bounded(server.snapshot_news(since_us)?).into())
+            }
         })
     }
+}
+
+/// At most `NEWS_SNAPSHOTS_MAX` snapshots of `news`, its current time cut back to the last one
+/// kept: still the whole truth of a shorter interval.
+fn bounded(mut news: lodestore_server::SnapshotNews) -> lodestore_server::SnapshotNews {
+    if news.taken.len() > crate::limits::NEWS_SNAPSHOTS_MAX {
+        news.taken.truncate(crate::limits::NEWS_SNAPSHOTS_MAX);
+        news.curr_us = news.taken.last().map_or(news.prev_us, |&(_, time)| time);
+    }
+    news
 }

@@ -105,7 +105,8 @@ fn an_idle_connection_is_closed_and_a_silent_transaction_rolled_back() {
         }),
     )
     .unwrap();
-    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut silent).unwrap().body).unwrap()
+    let Response::Began { txn, .. } =
+        decode::<Response>(&read_frame(&mut silent).unwrap().body).unwrap()
     else {
         panic!("no transaction");
     };
@@ -139,7 +140,8 @@ fn a_client_that_stops_reading_is_closed_and_its_locks_released() {
         }),
     )
     .unwrap();
-    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut greedy).unwrap().body).unwrap()
+    let Response::Began { txn, .. } =
+        decode::<Response>(&read_frame(&mut greedy).unwrap().body).unwrap()
     else {
         panic!("no transaction");
     };

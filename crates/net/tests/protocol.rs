@@ -35,7 +35,9 @@ fn assert_refused_in_a_transaction(
         }),
     )
     .unwrap();
-    let Response::Txn(txn) = decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap() else {
+    let Response::Began { txn, .. } =
+        decode::<Response>(&read_frame(&mut s).unwrap().body).unwrap()
+    else {
         panic!("no transaction");
     };
     write_frame(&mut s, 3, &encode(&request(txn))).unwrap();
@@ -381,7 +383,7 @@ fn request_memory_is_bounded_across_connections() {
     .unwrap();
     assert!(matches!(
         decode::<Response>(&read_frame(&mut third).unwrap().body).unwrap(),
-        Response::Txn(_)
+        Response::Began { .. }
     ));
 }
 

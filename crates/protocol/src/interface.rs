@@ -198,4 +198,14 @@ pub trait PageServer: Send + Sync {
 
     /// Aborts `txn`, discarding everything it shipped and releasing its locks.
     fn abort(&self, txn: TxnId) -> Result<()>;
+
+    /// The id of the snapshot a read "as of `time_us`" (microseconds since the Unix epoch)
+    /// sees: the newest taken at or before it. An error says when there is none; a server
+    /// that keeps no snapshots refuses.
+    fn snapshot_at(&self, time_us: u64) -> Result<u64> {
+        let _ = time_us;
+        Err(lodestore_core::Error::Unsupported(
+            "reading as of a time: this server keeps no snapshots".into(),
+        ))
+    }
 }

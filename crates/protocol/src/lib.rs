@@ -4,8 +4,10 @@
 
 pub mod batch;
 pub mod interface;
+pub mod snapshot_news;
 
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 pub use interface::{
     AppendedCommit, LockMode, LockTarget, PageServer, ShippedPage, ShippedRecords, TxnKind,
 };
+pub use snapshot_news::{Accepted, Lookup, SnapshotHistory, SnapshotNews};

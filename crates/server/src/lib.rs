@@ -18,6 +18,7 @@ pub mod workers;
 // The client/server boundary lives in its own crate; the server's paths to it stay.
 pub use lock_table::LockStats;
 pub use lodestore_protocol::{batch, interface};
+pub use lodestore_protocol::{Accepted, Lookup, SnapshotHistory, SnapshotNews};
 pub use lodestore_protocol::{
     AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
     PageUpdates, ShippedPage, ShippedRecords, TxnKind,

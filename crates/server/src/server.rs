@@ -310,6 +310,25 @@ impl Server {
         Ok(snapshot)
     }
 
+    /// The durable snapshots, oldest first (none without a versions component).
+    pub fn list_snapshots(&self) -> Vec<Snapshot> {
+        self.options
+            .versions
+            .as_ref()
+            .map(|versions| versions.list())
+            .unwrap_or_default()
+    }
+
+    /// Deletes the snapshots `which` picks; returns them.
+    pub fn delete_snapshots(&self, which: &dyn Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>> {
+        self.versions("deleting snapshots")?.delete(which)
+    }
+
+    /// News of the snapshots taken after `prev_us` (see `lodestore_protocol::snapshot_news`).
+    pub fn snapshot_news(&self, prev_us: u64) -> Result<lodestore_protocol::SnapshotNews> {
+        Ok(self.versions("snapshot news")?.news_since(prev_us))
+    }
+
     /// Copies `page` as it was at `snapshot` into `buf`: the versions component's copy, else
     /// the committed image an active transaction's first change kept, else the current page,
     /// which then has not changed since the snapshot.
@@ -930,9 +949,7 @@ impl PageServer for Server {
         skip: &[PageId],
     ) -> Result<Option<(PageId, Lsn)>> {
         let mut state = self.usable_state()?;
-        if !state.txns.contains_key(&txn) {
-            return Err(inactive(txn));
-        }
+        writable(&state, txn)?;
         let candidates = state
             .space
             .slotted_candidates(bytes, FIND_SPACE_CANDIDATES_MAX + skip.len());
@@ -973,9 +990,7 @@ impl PageServer for Server {
             )));
         }
         let mut state = self.usable_state()?;
-        if !state.txns.contains_key(&txn) {
-            return Err(inactive(txn));
-        }
+        writable(&state, txn)?;
         let mut pages = Vec::with_capacity(count as usize);
         while pages.len() < count as usize {
             let Some(page) = state.space.next_free() else {
@@ -1013,6 +1028,7 @@ impl PageServer for Server {
     }
 
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
+        writable(&*self.usable_state()?, txn)?;
         for &page in pages {
             self.check_data_page(page)?;
             self.locks.acquire(txn, page, LockMode::Exclusive)?;
@@ -1126,6 +1142,22 @@ impl PageServer for Server {
                     .get_or_insert_with(|| e.to_string());
                 Err(e)
             }
+        }
+    }
+
+    fn snapshot_at(&self, time_us: u64) -> Result<u64> {
+        let list = self.versions("reading as of a time")?.list();
+        match list.iter().rev().find(|s| s.time_us <= time_us) {
+            Some(snapshot) => Ok(snapshot.id),
+            None => Err(Error::NoSuchSnapshot {
+                reason: match list.first() {
+                    Some(first) => format!(
+                        "time {time_us} µs is before the first snapshot ({} at {} µs)",
+                        first.id, first.time_us
+                    ),
+                    None => format!("time {time_us} µs: the store has no snapshots yet"),
+                },
+            }),
         }
     }
 
@@ -1286,6 +1318,15 @@ impl Drop for Server {
         if let Err(e) = self.shut_down() {
             tracing::warn!(error = %e, "closing the store failed; the next open recovers");
         }
+    }
+}
+
+/// `txn` is an active transaction that may change the store.
+fn writable(state: &State, txn: TxnId) -> Result<()> {
+    match state.txns.get(&txn) {
+        None => Err(inactive(txn)),
+        Some(own) if own.as_of.is_some() => Err(read_only(txn)),
+        Some(_) => Ok(()),
     }
 }
 

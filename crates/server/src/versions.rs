@@ -55,6 +55,16 @@ pub trait PageVersions: Send + Sync {
     /// [`Self::ended`] (it cannot be deleted meanwhile); an error names an unknown id.
     fn begin_read(&self, txn: TxnId, id: u64) -> Result<Snapshot>;
 
+    /// The durable snapshots, oldest first.
+    fn list(&self) -> Vec<Snapshot>;
+
+    /// Deletes the snapshots `which` picks (refused while one is read); returns them.
+    fn delete(&self, which: &dyn Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>>;
+
+    /// News of the snapshots taken after `prev_us`, up to a current time no later snapshot
+    /// will be at or before (Moh section 2.3).
+    fn news_since(&self, prev_us: u64) -> lodestore_protocol::SnapshotNews;
+
     /// Copies the oldest kept copy of `page` taken at or after `snapshot` into `buf`; `false`
     /// when there is none (the page has not changed since, as far as the component knows).
     fn copy_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<bool>;

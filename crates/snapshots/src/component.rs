@@ -26,6 +26,7 @@ use crate::archive::{Archive, PageCopy};
 use crate::history::HistoryFile;
 use crate::snapshot_log::SnapshotLog;
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_protocol::SnapshotNews;
 use lodestore_server::versions::{PageVersions, Snapshot};
 use lodestore_storage::FileSystem;
 use std::collections::{HashMap, HashSet};
@@ -156,7 +157,7 @@ impl Snapshots {
 
     /// Deletes the snapshots `which` picks; returns them. Refused, deleting nothing, when a
     /// transaction is reading one of them. Then drops the copies no remaining snapshot reads.
-    pub fn delete(&self, which: impl Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>> {
+    pub fn delete(&self, which: &dyn Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>> {
         let doomed: Vec<Snapshot> = {
             let mut inner = self.inner();
             let doomed: Vec<Snapshot> = inner
@@ -288,23 +289,6 @@ impl Snapshots {
             .collect()
     }
 
-    /// The snapshot a read "as of `time_us`" sees: the newest at or before it.
-    pub fn at_time(&self, time_us: u64) -> Result<Snapshot> {
-        let list = self.list();
-        match list.iter().rev().find(|s| s.time_us <= time_us) {
-            Some(snapshot) => Ok(*snapshot),
-            None => Err(Error::NoSuchSnapshot {
-                reason: match list.first() {
-                    Some(first) => format!(
-                        "time {time_us} µs is before the first snapshot ({} at {} µs)",
-                        first.id, first.time_us
-                    ),
-                    None => format!("time {time_us} µs: the store has no snapshots yet"),
-                },
-            }),
-        }
-    }
-
     pub fn stats(&self) -> SnapshotStats {
         let log = self.log();
         let inner = self.inner();
@@ -431,6 +415,47 @@ impl PageVersions for Snapshots {
             taken.durable = true;
         }
         Ok(())
+    }
+
+    fn list(&self) -> Vec<Snapshot> {
+        Snapshots::list(self)
+    }
+
+    fn delete(&self, which: &dyn Fn(&Snapshot) -> bool) -> Result<Vec<Snapshot>> {
+        Snapshots::delete(self, which)
+    }
+
+    fn news_since(&self, prev_us: u64) -> SnapshotNews {
+        let mut inner = self.inner();
+        // Announce only durable snapshots, and promise that none still to come is at or
+        // before the current time: a snapshot being taken bounds it, and the next time
+        // handed out is after it.
+        let pending = inner
+            .snapshots
+            .iter()
+            .filter(|t| !t.durable)
+            .map(|t| t.snapshot.time_us)
+            .min();
+        let curr_us = match pending {
+            Some(time) => time - 1,
+            None => {
+                let now = now_us().max(inner.time_max);
+                inner.time_max = now;
+                now
+            }
+        }
+        .max(prev_us);
+        let taken = inner
+            .snapshots
+            .iter()
+            .filter(|t| t.durable && t.snapshot.time_us > prev_us && t.snapshot.time_us <= curr_us)
+            .map(|t| (t.snapshot.id, t.snapshot.time_us))
+            .collect();
+        SnapshotNews {
+            prev_us,
+            taken,
+            curr_us,
+        }
     }
 
     fn begin_read(&self, txn: TxnId, id: u64) -> Result<Snapshot> {

@@ -117,6 +117,25 @@ impl<'s> AsOfTransaction<'s> {
         self.reader.roots()
     }
 
+    /// Visits every application object as it was, in OID order (what `lodestore dump
+    /// --snapshot` prints).
+    pub fn for_each_object(
+        &mut self,
+        mut visit: impl FnMut(crate::StoredObject) -> Result<()>,
+    ) -> Result<()> {
+        self.reader.for_each_object(|oid, type_id, large, bytes| {
+            if type_id.is_reserved() {
+                return Ok(());
+            }
+            visit(crate::StoredObject {
+                oid,
+                type_id,
+                large,
+                bytes,
+            })
+        })
+    }
+
     /// Ends the transaction. Dropping it does the same.
     pub fn finish(self) -> Result<()> {
         self.reader.finish()

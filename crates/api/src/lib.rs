@@ -54,11 +54,13 @@ pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
 pub use lodestore_snapshots::SnapshotStats;
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
-pub use lodestore_storage::{FileSystem, MemoryFileSystem, RealFileSystem, Storage};
+pub use lodestore_storage::{
+    FileSystem, MemoryFileSystem, OverlayFileSystem, RealFileSystem, Storage,
+};
 pub use object::{Oid, Persistent};
 pub use offline::{
     check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
-    RecoveredView, Salvaged,
+    snapshot_summary, RecoveredView, Salvaged,
 };
 pub use options::{paired_method, Options};
 pub use store::{Session, Store};

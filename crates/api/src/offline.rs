@@ -26,6 +26,11 @@ impl RecoveredView {
         self.file_system.as_ref()
     }
 
+    /// The same, shared.
+    pub fn shared_file_system(&self) -> Arc<dyn FileSystem> {
+        self.file_system.clone()
+    }
+
     /// What recovery found and did.
     pub fn restart(&self) -> &RestartReport {
         &self.restart
@@ -75,6 +80,26 @@ pub fn session_counters(
 pub fn info(file_system: &dyn FileSystem, path: &Path) -> Result<StoreInfo> {
     let volume = Volume::open(file_system, path, None, OpenMode::ReadOnly)?;
     inspect::info(&volume)
+}
+
+/// The snapshots of the store in `path` and the figures of their archive and snapshot log,
+/// when it keeps snapshots. Opens the snapshot files over `file_system` (give it a
+/// [`RecoveredView`]'s to leave them untouched).
+pub fn snapshot_summary(
+    file_system: Arc<dyn FileSystem>,
+    path: &Path,
+) -> Result<
+    Option<(
+        Vec<lodestore_server::versions::Snapshot>,
+        lodestore_snapshots::SnapshotStats,
+    )>,
+> {
+    if !lodestore_snapshots::Snapshots::exist_in(file_system.as_ref(), path) {
+        return Ok(None);
+    }
+    let page_size = Volume::open(file_system.as_ref(), path, None, OpenMode::ReadOnly)?.page_size();
+    let snapshots = lodestore_snapshots::Snapshots::open(file_system, path, page_size, None)?;
+    Ok(Some((snapshots.list(), snapshots.stats())))
 }
 
 /// The named roots of the store in `path`.

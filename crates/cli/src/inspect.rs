@@ -6,10 +6,16 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-pub fn init(path: &Path, page_size: usize, log_segment_bytes: u64) -> Result<ExitCode> {
+pub fn init(
+    path: &Path,
+    page_size: usize,
+    log_segment_bytes: u64,
+    snapshots: bool,
+) -> Result<ExitCode> {
     let options = Options::new()
         .page_size(page_size)
-        .log_segment_bytes(log_segment_bytes);
+        .log_segment_bytes(log_segment_bytes)
+        .snapshots(snapshots);
     let store = Store::create(path, options)?;
     println!(
         "created store {} with {}-byte pages",
@@ -95,8 +101,19 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     let info = lodestore::info(view.file_system(), path)?;
     // Counters are a report: a damaged file is named, and the rest is still shown.
     let counters = lodestore::session_counters(&RealFileSystem, path);
+    let snapshots = lodestore::snapshot_summary(view.shared_file_system(), path)?;
     if json {
         let mut value = serde_json::to_value(&info).expect("info serialises");
+        if let Some((list, stats)) = &snapshots {
+            value["snapshots"] = serde_json::json!({
+                "count": list.len(),
+                "first_time_us": list.first().map(|s| s.time_us),
+                "last_time_us": list.last().map(|s| s.time_us),
+                "archive_bytes": stats.archive_bytes,
+                "snapshot_log_bytes": stats.snapshot_log_bytes,
+                "copies_waiting": stats.staged_copies,
+            });
+        }
         value["session_counters"] = match &counters {
             Ok(counters) => serde_json::to_value(counters).expect("counters serialise"),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
@@ -122,6 +139,18 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     println!("free space     {} bytes", info.free_bytes);
     println!("named roots    {}", info.roots);
     println!("last LSN       {}", info.last_lsn);
+    if let Some((list, stats)) = &snapshots {
+        println!(
+            "snapshots      {} (ids {}); archive {} bytes, snapshot log {} bytes",
+            list.len(),
+            match (list.first(), list.last()) {
+                (Some(first), Some(last)) => format!("{} to {}", first.id, last.id),
+                _ => "none".into(),
+            },
+            stats.archive_bytes,
+            stats.snapshot_log_bytes
+        );
+    }
     match counters {
         Ok(counters) if counters.is_empty() => {}
         Ok(counters) => print_counters(&counters),
@@ -327,58 +356,95 @@ pub fn dump(path: &Path, json: bool) -> Result<ExitCode> {
         Err(error) => return Err(error),
     };
     let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let io = |e: std::io::Error| lodestore::Error::io("standard output", "write", e);
-    if json {
-        let roots: serde_json::Map<String, serde_json::Value> = roots
-            .iter()
-            .map(|(name, oid)| (name.clone(), oid.0.into()))
-            .collect();
-        write!(
-            out,
-            "{{\"roots\":{},\"objects\":[",
-            serde_json::Value::Object(roots)
-        )
-        .map_err(io)?;
-        let mut first = true;
-        lodestore::readable_objects(
-            fs,
-            path,
-            |object| {
-                let separator = if first { "" } else { "," };
-                first = false;
-                writeln!(out, "{separator}{}", object_json(&object)).map_err(io)
-            },
-            &mut damaged,
-        )?;
-        writeln!(out, "]}}").map_err(io)?;
-    } else {
-        for (name, oid) in &roots {
-            writeln!(out, "root {name} {}", oid.0).map_err(io)?;
-        }
-        lodestore::readable_objects(
-            fs,
-            path,
-            |object| {
-                writeln!(
-                    out,
-                    "object {} type {} length {} {}",
-                    object.oid.0,
-                    object.type_id.0,
-                    object.bytes.len(),
-                    hex::encode(&object.bytes)
-                )
-                .map_err(io)
-            },
-            &mut damaged,
-        )?;
-    }
-    out.flush().map_err(io)?;
+    let mut out = DumpWriter::begin(BufWriter::new(stdout.lock()), &roots, json)?;
+    lodestore::readable_objects(fs, path, |object| out.object(&object), &mut damaged)?;
+    out.finish()?;
     if damaged_pages > 0 {
         eprintln!("{damaged_pages} damaged pages skipped");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints a dump of `roots` and `objects` to standard output.
+pub fn print_dump(
+    roots: &std::collections::BTreeMap<String, lodestore::RawOid>,
+    objects: impl IntoIterator<Item = Result<StoredObject>>,
+    json: bool,
+) -> Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = DumpWriter::begin(BufWriter::new(stdout.lock()), roots, json)?;
+    for object in objects {
+        out.object(&object?)?;
+    }
+    out.finish()
+}
+
+/// The dump format: roots, then one object a line (or one JSON document), the same for the
+/// current store and for a snapshot, so two dumps compare with `diff`.
+struct DumpWriter<W: Write> {
+    out: W,
+    json: bool,
+    first: bool,
+}
+
+fn write_error(e: std::io::Error) -> lodestore::Error {
+    lodestore::Error::io("standard output", "write", e)
+}
+
+impl<W: Write> DumpWriter<W> {
+    fn begin(
+        mut out: W,
+        roots: &std::collections::BTreeMap<String, lodestore::RawOid>,
+        json: bool,
+    ) -> Result<DumpWriter<W>> {
+        if json {
+            let roots: serde_json::Map<String, serde_json::Value> = roots
+                .iter()
+                .map(|(name, oid)| (name.clone(), oid.0.into()))
+                .collect();
+            write!(
+                out,
+                "{{\"roots\":{},\"objects\":[",
+                serde_json::Value::Object(roots)
+            )
+            .map_err(write_error)?;
+        } else {
+            for (name, oid) in roots {
+                writeln!(out, "root {name} {}", oid.0).map_err(write_error)?;
+            }
+        }
+        Ok(DumpWriter {
+            out,
+            json,
+            first: true,
+        })
+    }
+
+    fn object(&mut self, object: &StoredObject) -> Result<()> {
+        if self.json {
+            let separator = if self.first { "" } else { "," };
+            self.first = false;
+            writeln!(self.out, "{separator}{}", object_json(object)).map_err(write_error)
+        } else {
+            writeln!(
+                self.out,
+                "object {} type {} length {} {}",
+                object.oid.0,
+                object.type_id.0,
+                object.bytes.len(),
+                hex::encode(&object.bytes)
+            )
+            .map_err(write_error)
+        }
+    }
+
+    fn finish(mut self) -> Result<()> {
+        if self.json {
+            writeln!(self.out, "]}}").map_err(write_error)?;
+        }
+        self.out.flush().map_err(write_error)
+    }
 }
 
 fn object_json(object: &StoredObject) -> serde_json::Value {

@@ -11,6 +11,7 @@ mod demo;
 mod inspect;
 mod security;
 mod serve;
+mod snapshots;
 mod stress;
 mod torture;
 
@@ -52,9 +53,12 @@ pub(crate) enum Command {
         /// (default 16 MiB). Fixed for the store's life.
         #[arg(long, default_value_t = 16 << 20)]
         log_segment_bytes: u64,
+        /// Keep snapshots (see `snapshot`); a store that keeps them always does.
+        #[arg(long)]
+        snapshots: bool,
     },
     /// Show the store's format, page size, recovery method, pages by kind, objects and free
-    /// space, and the counters of the sessions of earlier runs per scheme (traps, pieces
+    /// space, its snapshots and the size of their archive, and the counters of the sessions of earlier runs per scheme (traps, pieces
     /// copied, bytes compared, log records and bytes, pages shipped, time by Hosking's
     /// phases). Never writes to the store: one not closed cleanly is shown as recovery would
     /// leave it, recovered in memory only.
@@ -87,6 +91,55 @@ pub(crate) enum Command {
         /// large, bytes}]}.
         #[arg(long)]
         json: bool,
+        /// Dump the store as it was at this snapshot (its id; see `snapshots`), in the same
+        /// format, so that two dumps compare with `diff`.
+        #[arg(long, conflicts_with = "as_of")]
+        snapshot: Option<u64>,
+        /// Dump the store as of this time: the newest snapshot taken at or before it. RFC 3339
+        /// (2026-11-25T01:02:03Z) or microseconds since the Unix epoch.
+        #[arg(long, value_parser = snapshots::parse_time)]
+        as_of: Option<std::time::SystemTime>,
+    },
+    /// Take a snapshot of the store in PATH (or of the server at --connect): it holds exactly
+    /// the transactions committed before it, survives any crash, and can be read later with
+    /// `dump --snapshot` or `Session::begin_as_of`. The store must keep snapshots (created or
+    /// opened once with them on: `init --snapshots`). With --delete or --delete-before,
+    /// deletes snapshots instead, and the page copies no remaining snapshot reads.
+    Snapshot {
+        /// Folder of the store; omit with --connect.
+        #[arg(required_unless_present = "connect")]
+        path: Option<PathBuf>,
+        /// The server at this address (see `serve`) instead of a folder.
+        #[arg(long, conflicts_with = "path")]
+        connect: Option<String>,
+        /// Delete the snapshot with this id (repeat for several).
+        #[arg(long)]
+        delete: Vec<u64>,
+        /// Delete every snapshot taken before this time (RFC 3339 or microseconds since the
+        /// Unix epoch).
+        #[arg(long, value_parser = snapshots::parse_time)]
+        delete_before: Option<std::time::SystemTime>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        security: security::ClientSecurityArgs,
+    },
+    /// List the snapshots of the store in PATH (or of the server at --connect): id, time and
+    /// place in the log, and for a local store the size of its archive and snapshot log.
+    /// Never writes to a local store.
+    Snapshots {
+        /// Folder of the store; omit with --connect.
+        #[arg(required_unless_present = "connect")]
+        path: Option<PathBuf>,
+        /// The server at this address (see `serve`) instead of a folder.
+        #[arg(long, conflicts_with = "path")]
+        connect: Option<String>,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        security: security::ClientSecurityArgs,
     },
     /// Recover the store in PATH if it was not closed cleanly (redo committed changes, roll
     /// back unfinished transactions, drop a torn log tail) and close it, writing the result:
@@ -314,12 +367,52 @@ fn main() -> ExitCode {
             path,
             page_size,
             log_segment_bytes,
-        } => inspect::init(&path, page_size, log_segment_bytes),
+            snapshots,
+        } => inspect::init(&path, page_size, log_segment_bytes, snapshots),
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
         Command::Recover { path } => inspect::recover(&path),
         Command::Salvage { source, out, json } => inspect::salvage(&source, &out, json),
-        Command::Dump { path, json } => inspect::dump(&path, json),
+        Command::Dump {
+            path,
+            json,
+            snapshot,
+            as_of,
+        } => match (snapshot, as_of) {
+            (Some(id), _) => snapshots::dump(&path, lodestore::AsOf::Snapshot(id), json),
+            (None, Some(time)) => snapshots::dump(&path, lodestore::AsOf::Time(time), json),
+            (None, None) => inspect::dump(&path, json),
+        },
+        Command::Snapshot {
+            path,
+            connect,
+            delete,
+            delete_before,
+            json,
+            security,
+        } => snapshots::snapshot(
+            &snapshots::Target {
+                path: path.as_deref(),
+                connect: connect.as_deref(),
+                security: &security,
+            },
+            &delete,
+            delete_before,
+            json,
+        ),
+        Command::Snapshots {
+            path,
+            connect,
+            json,
+            security,
+        } => snapshots::list(
+            &snapshots::Target {
+                path: path.as_deref(),
+                connect: connect.as_deref(),
+                security: &security,
+            },
+            json,
+        ),
         Command::Demo {
             path,
             objects,

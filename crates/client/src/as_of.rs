@@ -269,6 +269,46 @@ impl<'s> AsOfReader<'s> {
         directory::decode(bytes).map_err(|reason| corrupt(page, snapshot, reason))
     }
 
+    /// Visits every object of the store as of the snapshot, in OID order, Lodestore's own
+    /// included: (oid, type, large, bytes). Walks the pages from the first data page until
+    /// the server says there are no more.
+    pub fn for_each_object(
+        &mut self,
+        mut visit: impl FnMut(Oid, TypeId, bool, Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        let (snapshot, volume) = (self.snapshot, self.volume);
+        for number in directory::DIRECTORY_PAGE.0.. {
+            let id = PageId(number);
+            if lodestore_storage::spacemap::is_map_page(id, self.page_size) {
+                continue;
+            }
+            let records: Vec<(Oid, slotted::Record)> = match self.page(id) {
+                Err(Error::NoSuchPage { .. }) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok(bytes) if page::kind(bytes) != Some(PageKind::Slotted) => continue,
+                Ok(bytes) => slotted::live_slots(bytes)
+                    .map(|slot| {
+                        let record = slotted::record(bytes, slot)
+                            .map_err(|reason| corrupt(id, snapshot, reason))?
+                            .ok_or_else(|| corrupt(id, snapshot, "a live slot holds no record"))?;
+                        Ok((Oid::new(volume, id, slot), record))
+                    })
+                    .collect::<Result<_>>()?,
+            };
+            for (oid, record) in records {
+                let len = if record.large {
+                    self.descriptor(oid, &record)?.length
+                } else {
+                    record.payload_len as u64
+                };
+                let mut bytes = vec![0u8; len as usize];
+                self.read_at(oid, 0, &mut bytes)?;
+                visit(oid, record.type_id, record.large, bytes)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Ends the transaction (it changed nothing).
     pub fn finish(mut self) -> Result<()> {
         self.end()

@@ -1,0 +1,144 @@
+//! Snapshots from the command line: `init --snapshots`, `snapshot`, `snapshots`, `dump
+//! --snapshot/--as-of` in the format of `dump`, deletion, and `info`; and the bank of
+//! `stress` balancing to the same total in every snapshot, taken while transfers ran.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn lodestore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lodestore"))
+        .args(args)
+        .output()
+        .expect("run lodestore")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = lodestore(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn arg(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// The balances of the bank's accounts in a dump: 16-byte objects, balance first.
+fn total_balance(dump: &str) -> (usize, i64) {
+    let balances: Vec<i64> = dump
+        .lines()
+        .filter(|line| line.starts_with("object ") && line.contains(" length 16 "))
+        .map(|line| {
+            let bytes = hex::decode(line.rsplit(' ').next().unwrap()).unwrap();
+            i64::from_le_bytes(bytes[..8].try_into().unwrap())
+        })
+        .collect();
+    (balances.len(), balances.iter().sum())
+}
+
+#[test]
+fn snapshots_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let acks = dir.path().join("acks");
+    ok(&["init", arg(&store), "--snapshots"]);
+    let stress = |seconds: &str| {
+        ok(&[
+            "stress",
+            arg(&store),
+            "--accounts",
+            "40",
+            "--threads",
+            "3",
+            "--seconds",
+            seconds,
+            "--acks",
+            arg(&acks),
+        ])
+    };
+    stress("0.3");
+    let before = ok(&["dump", arg(&store)]);
+    let taken = ok(&["snapshot", arg(&store), "--json"]);
+    let first: serde_json::Value = serde_json::from_str(&taken).unwrap();
+    stress("0.3");
+    let now = ok(&["dump", arg(&store)]);
+    assert_ne!(now, before, "the transfers changed nothing");
+    // The snapshot reads as the store was when it was taken, in the same format.
+    let id = first["id"].as_u64().unwrap().to_string();
+    assert_eq!(ok(&["dump", arg(&store), "--snapshot", &id]), before);
+    let time = first["time"].as_str().unwrap();
+    assert_eq!(ok(&["dump", arg(&store), "--as-of", time]), before);
+    let listed = ok(&["snapshots", arg(&store)]);
+    assert!(
+        listed.contains(&format!("snapshot {id} at {time}")),
+        "{listed}"
+    );
+    assert!(ok(&["info", arg(&store)]).contains("snapshots      1"));
+    // Before the first snapshot: a clear error, exit 2.
+    let early = lodestore(&["dump", arg(&store), "--as-of", "2001-01-01T00:00:00Z"]);
+    assert_eq!(early.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&early.stderr).contains("before the first snapshot"));
+    let bad = lodestore(&["dump", arg(&store), "--as-of", "yesterday-ish"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("RFC 3339"));
+    // Deleted: gone from the list and no longer readable.
+    assert!(ok(&["snapshot", arg(&store), "--delete", &id]).contains("deleted snapshot"));
+    assert!(ok(&["snapshots", arg(&store)]).contains("no snapshots"));
+    let gone = lodestore(&["dump", arg(&store), "--snapshot", &id]);
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("no snapshot numbered"));
+}
+
+#[test]
+fn every_snapshot_of_the_bank_taken_while_transfers_run_balances_to_the_same_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let acks = dir.path().join("acks");
+    ok(&["init", arg(&store), "--snapshots"]);
+    const ACCOUNTS: usize = 30;
+    let (mut server, address) =
+        common::spawn_serve(&store, "127.0.0.1:0", &[]).expect("the server starts");
+    // Transfers over TCP, and snapshots taken over TCP by another process meanwhile: each
+    // holds whole transfers only.
+    let mut stress = common::lodestore()
+        .args(["stress", "--connect", &address])
+        .args(["--accounts", &ACCOUNTS.to_string(), "--threads", "4"])
+        .args(["--seconds", "2", "--acks", arg(&acks)])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        let taken: serde_json::Value =
+            serde_json::from_str(&ok(&["snapshot", "--connect", &address, "--json"])).unwrap();
+        ids.push(taken["id"].as_u64().unwrap().to_string());
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(stress.wait().unwrap().success());
+    let listed = ok(&["snapshots", "--connect", &address, "--json"]);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["snapshots"].as_array().unwrap().len(), ids.len());
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let mut dumps = Vec::new();
+    for id in &ids {
+        let dump = ok(&["dump", arg(&store), "--snapshot", id]);
+        assert_eq!(
+            total_balance(&dump),
+            (ACCOUNTS, 1000 * ACCOUNTS as i64),
+            "snapshot {id}"
+        );
+        dumps.push(dump);
+    }
+    dumps.dedup();
+    assert_eq!(
+        dumps.len(),
+        ids.len(),
+        "transfers ran between the snapshots"
+    );
+}

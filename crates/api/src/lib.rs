@@ -36,6 +36,7 @@ mod folder;
 mod object;
 mod offline;
 mod options;
+mod read;
 mod store;
 mod transaction;
 
@@ -52,10 +53,10 @@ pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartReport};
-pub use lodestore_snapshots::SnapshotStats;
+pub use lodestore_snapshots::{Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots};
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{
-    FileSystem, MemoryFileSystem, OverlayFileSystem, RealFileSystem, Storage,
+    FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem, RealFileSystem, Storage,
 };
 pub use object::{Oid, Persistent};
 pub use offline::{
@@ -63,5 +64,6 @@ pub use offline::{
     snapshot_summary, RecoveredView, Salvaged,
 };
 pub use options::{paired_method, Options};
+pub use read::ReadTransaction;
 pub use store::{Session, Store};
 pub use transaction::{PendingCommit, Transaction};

@@ -51,6 +51,8 @@ pub struct Options {
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
     pub(crate) background_install: bool,
     pub(crate) snapshots: bool,
+    /// Where snapshot pages are archived; `None`: the local archive beside the store.
+    pub(crate) archive: Option<Arc<dyn lodestore_snapshots::Archive>>,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
     /// How a remote client proves who it is, and whether it talks TLS (`connect` only).
@@ -70,6 +72,7 @@ impl Default for Options {
             recovery_method: None,
             background_install: true,
             snapshots: false,
+            archive: None,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
@@ -90,6 +93,10 @@ impl std::fmt::Debug for Options {
             .field("recovery_method", &self.recovery_method.map(|m| m.name()))
             .field("background_install", &self.background_install)
             .field("snapshots", &self.snapshots)
+            .field(
+                "archive",
+                &self.archive.as_ref().map(|archive| archive.name()),
+            )
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .finish_non_exhaustive()
     }
@@ -186,6 +193,15 @@ impl Options {
     /// copy of each page whose state the newest snapshot needs.
     pub fn snapshots(mut self, on: bool) -> Options {
         self.snapshots = on;
+        self
+    }
+
+    /// Archive snapshot pages in `archive` instead of the local archive file beside the store
+    /// (a backend of one's own, or the local one wrapped, as the benchmark suite does to add
+    /// latency). The store must keep using the same archive: copies already archived
+    /// elsewhere are not found.
+    pub fn snapshot_archive(mut self, archive: Arc<dyn lodestore_snapshots::Archive>) -> Options {
+        self.archive = Some(archive);
         self
     }
 

@@ -108,7 +108,12 @@ impl Store {
                 lodestore_storage::OpenMode::ReadOnly,
             )?
             .page_size();
-            let snapshots = Arc::new(Snapshots::open(fs.clone(), &path, page_size, None)?);
+            let snapshots = Arc::new(Snapshots::open(
+                fs.clone(),
+                &path,
+                page_size,
+                options.archive.clone(),
+            )?);
             server_options.versions = Some(snapshots.clone());
             Some(snapshots)
         } else {

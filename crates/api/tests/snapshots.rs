@@ -430,3 +430,60 @@ fn snapshots_over_tcp_behave_as_embedded_ones() {
     stop.store(true, Ordering::Release);
     server_thread.join().unwrap();
 }
+
+#[test]
+fn a_damaged_or_missing_archive_is_named_and_current_work_goes_on() {
+    use lodestore::{FileSystem, Snapshots};
+    let fs = Arc::new(MemoryFileSystem::new());
+    let path = Path::new("/store");
+    let opts = || options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM);
+    let store = Store::create(path, opts()).unwrap();
+    let mut session = store.session().unwrap();
+    let oid = {
+        let mut txn = session.begin().unwrap();
+        let oid = txn.alloc_bytes(TYPE, &[1u8; 500]).unwrap();
+        txn.commit().unwrap();
+        oid
+    };
+    let snapshot = store.snapshot().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[2u8; 500]).unwrap();
+        txn.commit().unwrap();
+    }
+    store.archive_snapshot_pages().unwrap();
+    // Flip bytes in the middle of every copy's image in the archive.
+    let archive = Snapshots::local_archive_path(path);
+    let file = fs.open(&archive, lodestore::OpenMode::Existing).unwrap();
+    let len = file.len().unwrap();
+    assert!(len > 4096, "the copy was archived");
+    file.write_at(len / 2, &[0xAB; 16]).unwrap();
+    match session.begin_as_of(AsOf::Snapshot(snapshot.id)) {
+        Ok(mut past) => match past.read_all(oid) {
+            Err(Error::CorruptArchive { path, page, .. }) => {
+                assert_eq!(path, archive);
+                assert_eq!(page, oid.page());
+            }
+            other => panic!("a damaged copy was read: {other:?}"),
+        },
+        Err(other) => panic!("{other}"),
+    }
+    // Current transactions do not notice.
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[3u8; 500]).unwrap();
+        txn.commit().unwrap();
+    }
+    drop(session);
+    store.close().unwrap();
+    // A missing archive is refused at open, by name, rather than made afresh.
+    fs.remove(&archive).unwrap();
+    match Store::open(path, opts()) {
+        Err(Error::CorruptFile { path, reason }) => {
+            assert_eq!(path, archive);
+            assert!(reason.contains("missing"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("opened without its archive"),
+    }
+}

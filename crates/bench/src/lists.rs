@@ -1,7 +1,7 @@
 //! OID lists: a set-valued association stored as one byte object of little-endian raw OIDs.
 
 use crate::oo7::schema::OidList;
-use lodestore::{Oid, Persistent, RawOid, Result, Transaction};
+use lodestore::{Oid, Persistent, RawOid, ReadTransaction, Result, Transaction};
 
 /// Stores `oids` as a new list object.
 pub fn alloc_oid_list(txn: &mut Transaction<'_>, oids: &[u64]) -> Result<Oid<OidList>> {
@@ -15,7 +15,7 @@ pub fn alloc_oid_list(txn: &mut Transaction<'_>, oids: &[u64]) -> Result<Oid<Oid
 
 /// The raw OIDs of a list object, appended to `out` (cleared first).
 pub fn read_oid_list(
-    txn: &mut Transaction<'_>,
+    txn: &mut impl ReadTransaction,
     list: Oid<OidList>,
     out: &mut Vec<u64>,
 ) -> Result<()> {

@@ -50,6 +50,23 @@ pub fn fresh_copy(template: &Path, out: &Path) -> Result<PathBuf> {
     Ok(dest)
 }
 
+/// Fresh copies of the template's store at `out/work/NAME` for each of `names`, side by side
+/// (experiments that interleave several configurations keep them all open).
+pub fn fresh_copies(template: &Path, out: &Path, names: &[&str]) -> Result<Vec<PathBuf>> {
+    let work = out.join("work");
+    if work.exists() {
+        fs::remove_dir_all(&work).map_err(|e| io_error(&work, "remove", e))?;
+    }
+    names
+        .iter()
+        .map(|name| {
+            let dest = work.join(name);
+            copy_dir(&template.join("store"), &dest)?;
+            Ok(dest)
+        })
+        .collect()
+}
+
 /// Removes the working copy.
 pub fn remove_work(out: &Path) -> Result<()> {
     let work = out.join("work");

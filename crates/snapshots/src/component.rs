@@ -98,6 +98,23 @@ impl Snapshots {
         let dir = store_dir.join(SNAPSHOTS_DIR_NAME);
         fs.create_dir_all(&dir)?;
         let (history, recorded) = HistoryFile::open(fs.as_ref(), &dir.join(HISTORY_FILE))?;
+        // Once snapshots were taken, a missing snapshot log or local archive is damage: made
+        // afresh, it would answer reads of the past with the present.
+        if recorded.id_max > 0 {
+            let mut needed = vec![dir.join(SNAPSHOT_LOG_FILE)];
+            if archive.is_none() {
+                needed.push(dir.join(LOCAL_ARCHIVE_FILE));
+            }
+            if let Some(missing) = needed.into_iter().find(|path| !fs.exists(path)) {
+                return Err(Error::CorruptFile {
+                    path: missing,
+                    reason: format!(
+                        "missing, though the store has taken {} snapshots whose pages it holds",
+                        recorded.id_max
+                    ),
+                });
+            }
+        }
         let (log, opened) = SnapshotLog::open(
             fs.as_ref(),
             &dir.join(SNAPSHOT_LOG_FILE),
@@ -260,6 +277,11 @@ impl Snapshots {
             self.archive.remove(&from_archive)?;
         }
         Ok(())
+    }
+
+    /// Where the local archive of the store in `store_dir` lies.
+    pub fn local_archive_path(store_dir: &Path) -> std::path::PathBuf {
+        store_dir.join(SNAPSHOTS_DIR_NAME).join(LOCAL_ARCHIVE_FILE)
     }
 
     /// Does the store in `store_dir` keep snapshots (was it ever opened with them on)?

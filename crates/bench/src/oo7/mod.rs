@@ -10,11 +10,11 @@ pub use generate::{generate, LAYOUT, ROOT_NAME};
 pub use params::{Oo7Params, PRESETS};
 pub use traverse::{traverse, Traversal, TraversalCounts, TRAVERSALS};
 
-use lodestore::{Oid, Result, Transaction};
+use lodestore::{Oid, Result};
 use schema::{Module, Oo7Root};
 
 /// The modules of the database in `txn`'s store, in order.
-pub fn modules(txn: &mut Transaction<'_>) -> Result<Vec<Oid<Module>>> {
+pub fn modules(txn: &mut impl lodestore::ReadTransaction) -> Result<Vec<Oid<Module>>> {
     let root: Oid<Oo7Root> = txn.root_typed(ROOT_NAME)?;
     let list = txn.get(root)?.module_list;
     let mut raw = Vec::new();

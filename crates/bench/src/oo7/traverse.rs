@@ -8,7 +8,7 @@
 
 use super::schema::{AtomicPart, BaseAssembly, ComplexAssembly, CompositePart, Module};
 use crate::lists::typed;
-use lodestore::{Error, Oid, Result, Transaction};
+use lodestore::{AsOfTransaction, Error, Oid, ReadTransaction, Result, Transaction};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashSet;
@@ -91,9 +91,32 @@ pub struct TraversalCounts {
     pub distinct_composite_parts_visited: u64,
 }
 
+/// What a traversal needs of a transaction: reads, and for the T2 variants an update of an
+/// atomic part. A transaction as of a snapshot runs the read-only traversals.
+pub trait Traverse: ReadTransaction {
+    fn update(&mut self, oid: Oid<AtomicPart>) -> Result<()>;
+}
+
+impl Traverse for Transaction<'_> {
+    fn update(&mut self, oid: Oid<AtomicPart>) -> Result<()> {
+        let part = self.get_mut(oid)?;
+        part.x += 1;
+        part.y += 1;
+        Ok(())
+    }
+}
+
+impl Traverse for AsOfTransaction<'_> {
+    fn update(&mut self, oid: Oid<AtomicPart>) -> Result<()> {
+        Err(Error::InvalidArgument(format!(
+            "atomic part {oid:?}: an updating traversal cannot run as of a snapshot"
+        )))
+    }
+}
+
 /// Runs `traversal` over `module` inside `txn`. `seed` drives the random choices of `t2b-10`.
 pub fn traverse(
-    txn: &mut Transaction<'_>,
+    txn: &mut impl Traverse,
     module: Oid<Module>,
     traversal: Traversal,
     seed: u64,
@@ -126,7 +149,7 @@ struct Walker {
 }
 
 impl Walker {
-    fn complex(&mut self, txn: &mut Transaction<'_>, oid: Oid<ComplexAssembly>) -> Result<()> {
+    fn complex(&mut self, txn: &mut impl Traverse, oid: Oid<ComplexAssembly>) -> Result<()> {
         let assembly = *txn.get(oid)?;
         for &sub in &assembly.sub_assemblies[..assembly.subs as usize] {
             if assembly.level == 2 {
@@ -138,7 +161,7 @@ impl Walker {
         Ok(())
     }
 
-    fn base(&mut self, txn: &mut Transaction<'_>, oid: Oid<BaseAssembly>) -> Result<()> {
+    fn base(&mut self, txn: &mut impl Traverse, oid: Oid<BaseAssembly>) -> Result<()> {
         let assembly = *txn.get(oid)?;
         for &part in &assembly.composite_parts[..assembly.components as usize] {
             self.composite(txn, part)?;
@@ -146,7 +169,7 @@ impl Walker {
         Ok(())
     }
 
-    fn composite(&mut self, txn: &mut Transaction<'_>, oid: Oid<CompositePart>) -> Result<()> {
+    fn composite(&mut self, txn: &mut impl Traverse, oid: Oid<CompositePart>) -> Result<()> {
         self.composite_parts.insert(oid.raw().0);
         let root = txn.get(oid)?.root_part;
         match self.traversal {
@@ -161,7 +184,7 @@ impl Walker {
     }
 
     /// Depth first over the atomic parts reachable from `root`, each visited once.
-    fn atomic_graph(&mut self, txn: &mut Transaction<'_>, root: Oid<AtomicPart>) -> Result<()> {
+    fn atomic_graph(&mut self, txn: &mut impl Traverse, root: Oid<AtomicPart>) -> Result<()> {
         self.visited.clear();
         self.stack.clear();
         self.stack.push(root);
@@ -186,9 +209,7 @@ impl Walker {
             };
             if times > 0 {
                 for _ in 0..times {
-                    let part = txn.get_mut(oid)?;
-                    part.x += 1;
-                    part.y += 1;
+                    txn.update(oid)?;
                 }
                 self.counts.updates += times;
                 self.modified.insert(oid.raw().0);

@@ -1,10 +1,11 @@
-//! `lodestore bench`, `bench oo7` and `bench oo1`: the benchmark suite of the seed papers'
+//! `lodestore bench`, `bench oo7`, `bench oo1` and `bench thor`: the benchmark suite of the seed papers'
 //! experiments, reported as terminal tables, `runs.csv`, `summary.json` and plots.
 
 use clap::Args;
 use lodestore::{Error, Result, Scheme};
 use lodestore_bench::experiments::oo1::{self as oo1_experiment, Oo1Config};
 use lodestore_bench::experiments::oo7::{self as oo7_experiment, Oo7Config};
+use lodestore_bench::experiments::thor::{self as thor_experiment, ThorConfig, ThorRecord};
 use lodestore_bench::oo7::{Oo7Params, Traversal};
 use lodestore_bench::record::RunRecord;
 use lodestore_bench::report;
@@ -111,6 +112,36 @@ pub struct SuiteArgs {
     /// A smaller suite for smoke tests: OO7 T2A and T2B once each, OO1 on 2,000 parts.
     #[arg(long)]
     pub smoke: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ThorArgs {
+    /// Database preset: thor-medium (Thor Table 6.1, the thesis's database), or any OO7
+    /// preset (oo7-small for a quick run).
+    #[arg(long, default_value = "thor-medium")]
+    pub preset: String,
+    /// The client's scheme (the server's method is the one QuickStore pairs with it).
+    #[arg(long, default_value = "SD-ESM")]
+    pub scheme: String,
+    /// Interleaved repetitions of every measurement; tables show medians and the spread.
+    #[arg(long, default_value_t = 7, value_parser = crate::args::runs_u32)]
+    pub runs: u32,
+    /// Delays injected into every archive read for T1 as of a snapshot, in milliseconds,
+    /// comma separated (0 is the local archive as it is).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,10")]
+    pub delays: Vec<f64>,
+    /// Client cache size.
+    #[arg(long, default_value = "64MiB")]
+    pub cache: String,
+    /// Server buffer pool size.
+    #[arg(long, default_value = "128MiB")]
+    pub server_pool: String,
+    /// Seed of the database generator and the traversals' random choices.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Folder for the results (generated databases are kept under templates/ and reused).
+    #[arg(long, default_value = DEFAULT_OUT)]
+    pub out: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -273,6 +304,60 @@ pub fn oo1(args: &Oo1Args) -> Result<ExitCode> {
     finish(&args.out, &records, started)
 }
 
+fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
+    if let Some(bad) = args
+        .delays
+        .iter()
+        .find(|d| !d.is_finite() || **d < 0.0 || **d > 10_000.0)
+    {
+        return Err(lodestore::Error::InvalidArgument(format!(
+            "--delays {bad}: each delay is 0 to 10000 ms"
+        )));
+    }
+    if args.delays.is_empty() || !args.delays.contains(&0.0) {
+        return Err(lodestore::Error::InvalidArgument(
+            "--delays must include 0: the fit's base is the time without delay".into(),
+        ));
+    }
+    Ok(ThorConfig {
+        preset: args.preset.clone(),
+        params: Oo7Params::preset(&args.preset)?,
+        seed: args.seed,
+        scheme: args.scheme.parse()?,
+        runs: args.runs,
+        cache_bytes: parse_size(&args.cache)?,
+        server_pool_bytes: parse_size(&args.server_pool)?,
+        delays_ms: args.delays.clone(),
+        out: args.out.clone(),
+        quiet: false,
+    })
+}
+
+/// `lodestore bench thor`: Thor's snapshot experiments.
+pub fn thor(args: &ThorArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let records = thor_experiment::run(&thor_config(args)?)?;
+    finish_thor(&args.out, &records, started)
+}
+
+fn finish_thor(out: &Path, records: &[ThorRecord], started: Instant) -> Result<ExitCode> {
+    for table in report::thor::overhead_tables(records)
+        .into_iter()
+        .chain(report::thor::as_of_table(records))
+    {
+        println!("{table}");
+    }
+    report::thor::write_files(out, records)?;
+    println!(
+        "{} runs in {:.0} s; wrote {}/thor.csv, {}/thor.json and the thor-*.svg/png plots",
+        records.len(),
+        started.elapsed().as_secs_f64(),
+        out.display(),
+        out.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `lodestore bench` alone: the QuickStore experiments on the smallest OO7 database and the
 /// Hosking experiments on OO1, every scheme, in one run.
 pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
@@ -321,7 +406,22 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         oo1.parts
     );
     records.extend(oo1_experiment::run(&oo1_config(&oo1)?)?);
-    finish(&args.out, &records, started)
+    let code = finish(&args.out, &records, started)?;
+    let thor = ThorArgs {
+        preset: "oo7-small".into(),
+        scheme: "SD-ESM".into(),
+        runs: if args.smoke { 1 } else { 3 },
+        delays: vec![0.0, 1.0],
+        cache: "64MiB".into(),
+        server_pool: "128MiB".into(),
+        seed: 1,
+        out: args.out.clone(),
+    };
+    eprintln!("Thor (Moh chapter 6) on {}", thor.preset);
+    let started = Instant::now();
+    let thor_records = thor_experiment::run(&thor_config(&thor)?)?;
+    finish_thor(&args.out, &thor_records, started)?;
+    Ok(code)
 }
 
 fn finish(out: &Path, records: &[RunRecord], started: Instant) -> Result<ExitCode> {

@@ -257,6 +257,12 @@ enum BenchCommand {
     /// of k hot traversals per commit with a fit y = a + b k per scheme. Prints tables; writes
     /// runs.csv, summary.json and plots (time vs update probability, phase breakdowns, fits).
     Oo1(bench_suite::Oo1Args),
+    /// Thor's snapshot experiments (Moh chapter 6) on OO7: T1, T2A, T2B, T2C and the modified
+    /// T2B (10% of atomic parts) with snapshots off, on with none taken, and a snapshot before
+    /// each transaction, interleaved; then T1 cold on the current store against T1 as of a
+    /// snapshot, with a delay added to every archive read and the fit a + reads x delay
+    /// (Table 6.2). Prints tables; writes thor.csv, thor.json and plots.
+    Thor(bench_suite::ThorArgs),
     /// Print the tables and redraw the plots of an earlier run from the summary.json in DIR.
     Report(bench_suite::ReportArgs),
     /// Commits per second and commit latency for each thread count, next to this machine's
@@ -442,6 +448,7 @@ fn main() -> ExitCode {
             None => bench_suite::suite(&suite),
             Some(BenchCommand::Oo7(args)) => bench_suite::oo7(&args),
             Some(BenchCommand::Oo1(args)) => bench_suite::oo1(&args),
+            Some(BenchCommand::Thor(args)) => bench_suite::thor(&args),
             Some(BenchCommand::Report(args)) => bench_suite::report_again(&args),
             Some(BenchCommand::Commit {
                 path,

@@ -50,6 +50,10 @@ pub struct Snapshots {
     history: Mutex<HistoryFile>,
     archive: Arc<dyn Archive>,
     page_size: usize,
+    /// The page map knows every copy (the archive listed its own when opened): a page it
+    /// has no copy of for a snapshot has none anywhere, and the archive is not asked (Thor's
+    /// snapshot page map, section 3.3.1).
+    map_complete: bool,
 }
 
 struct Inner {
@@ -135,11 +139,9 @@ impl Snapshots {
                 page_size,
             )?),
         };
-        let mut page_map: HashMap<PageId, u64> = archive
-            .newest_times()
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
+        let listed = archive.newest_times();
+        let map_complete = listed.is_some();
+        let mut page_map: HashMap<PageId, u64> = listed.unwrap_or_default().into_iter().collect();
         for (page, time, _) in log.staged() {
             let newest = page_map.entry(page).or_insert(time);
             *newest = (*newest).max(time);
@@ -166,6 +168,7 @@ impl Snapshots {
             history: Mutex::new(history),
             archive,
             page_size,
+            map_complete,
         };
         // Copies that deletions before a crash left behind go now.
         snapshots.collect_garbage()?;
@@ -495,6 +498,9 @@ impl PageVersions for Snapshots {
     }
 
     fn copy_as_of(&self, page: PageId, snapshot: &Snapshot, buf: &mut [u8]) -> Result<bool> {
+        if self.map_complete && !self.has_copy_as_of(page, snapshot) {
+            return Ok(false);
+        }
         // Staged first, then the archive: a copy leaves the log only after the archive holds
         // it, so looking in this order never misses one on its way.
         let log = self.log();

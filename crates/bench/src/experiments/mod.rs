@@ -3,3 +3,4 @@
 pub mod gate;
 pub mod oo1;
 pub mod oo7;
+pub mod thor;

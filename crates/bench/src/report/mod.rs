@@ -4,6 +4,7 @@
 pub mod oo1;
 pub mod oo7;
 pub mod plot;
+pub mod thor;
 
 use crate::record::RunRecord;
 use comfy_table::{presets, Table};
@@ -91,7 +92,7 @@ struct Summary<'a> {
     runs: &'a [RunRecord],
 }
 
-fn io_error(path: &Path, operation: &'static str, source: std::io::Error) -> Error {
+pub(crate) fn io_error(path: &Path, operation: &'static str, source: std::io::Error) -> Error {
     Error::Io {
         path: path.to_path_buf(),
         operation,

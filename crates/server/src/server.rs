@@ -300,7 +300,33 @@ impl Server {
     pub fn take_snapshot(&self) -> Result<Snapshot> {
         let versions = self.versions("taking a snapshot")?;
         let snapshot = {
-            let _state = self.usable_state()?;
+            let mut state = self.usable_state()?;
+            // Transactions running now commit after the snapshot: it needs the committed image
+            // of every page they changed. Those kept at the first change are there; the others
+            // the recovery method recovers in memory.
+            let running: Vec<(TxnId, Vec<PageId>)> = state
+                .txns
+                .iter()
+                .filter(|(_, own)| own.as_of.is_none())
+                .map(|(&txn, own)| {
+                    let missing = own
+                        .touched
+                        .iter()
+                        .copied()
+                        .filter(|&page| !versions.has_pre_image(txn, page))
+                        .collect();
+                    (txn, missing)
+                })
+                .filter(|(_, missing): &(TxnId, Vec<PageId>)| !missing.is_empty())
+                .collect();
+            for (txn, pages) in running {
+                let images = self
+                    .method
+                    .committed_images(self, &mut state, txn, &pages)?;
+                for (page, image) in pages.iter().zip(&images) {
+                    versions.first_change(txn, *page, image);
+                }
+            }
             versions.take_snapshot(self.log.end_lsn())?
         };
         if snapshot.lsn.0 > 0 {
@@ -382,7 +408,7 @@ impl Server {
         if own.as_of.is_some() {
             return Err(read_only(txn));
         }
-        if own.touched.contains(&page) {
+        if own.touched.contains(&page) || !versions.wants_pre_image(page) {
             return Ok(());
         }
         self.cache_page_in_change(state, page)?;

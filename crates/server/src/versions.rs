@@ -3,9 +3,11 @@
 //! `lodestore-snapshots` crate, are one). The engine does not know how or where versions are
 //! kept; it gives the component what only the engine can:
 //!
-//! - the committed image of a page just before a transaction changes it for the first time
-//!   (the transaction holds the page exclusively, so nobody else's uncommitted bytes are in
-//!   it, whatever the recovery method left on disk);
+//! - the committed image of a page just before a transaction changes it for the first time,
+//!   when the component wants it (the transaction holds the page exclusively, so nobody
+//!   else's uncommitted bytes are in it, whatever the recovery method left on disk), and the
+//!   committed images of pages active transactions changed without it, when a snapshot is
+//!   taken (the recovery method undoes them in memory);
 //! - a point in the commit path, before the commit record is appended, where the component
 //!   makes durable what the commit would otherwise destroy, with the server's state released;
 //! - the cut of a snapshot: a log position taken under the server's state, so every
@@ -30,8 +32,17 @@ pub struct Snapshot {
 
 /// A component that keeps old versions of pages.
 pub trait PageVersions: Send + Sync {
-    /// `txn` is about to change `page` for the first time; `committed` is its image now, the
-    /// committed one. Called under the server's state.
+    /// Would a transaction's commit need the committed image of `page` (a snapshot was taken
+    /// since the page's last copy)? Asked under the server's state before a transaction first
+    /// changes the page; when not, the image is not kept, and a snapshot taken while the
+    /// transaction runs gets it from the recovery method instead (see `Server::take_snapshot`).
+    fn wants_pre_image(&self, page: PageId) -> bool;
+
+    /// Does the component keep `txn`'s committed image of `page`?
+    fn has_pre_image(&self, txn: TxnId, page: PageId) -> bool;
+
+    /// The committed image of `page`, which `txn` is about to change for the first time (or
+    /// changed without the image being kept). Called under the server's state.
     fn first_change(&self, txn: TxnId, page: PageId, committed: &[u8]);
 
     /// Under the server's state: may `txn`'s commit record be appended now? `false`: run

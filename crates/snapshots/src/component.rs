@@ -5,7 +5,9 @@
 //!   recorded before, and the engine's cut in the log; it is acknowledged once the history
 //!   file holds it (after the log is durable up to the cut).
 //! - **Pre-images** (Thor's Anti-MOB, per transaction). The first time a transaction changes a
-//!   page, the page's committed image is kept in memory until the transaction ends.
+//!   page that a snapshot taken since the page's last copy needs, the page's committed image
+//!   is kept in memory until the transaction ends. When a snapshot is taken, the engine hands
+//!   over the committed images of the pages running transactions changed without one.
 //! - **Copies, made eagerly at commit.** Before a transaction's commit record is appended, every
 //!   page it changed whose newest copy is older than the newest snapshot gets one: its
 //!   pre-image, labelled with that snapshot, made durable in the snapshot log. The snapshot
@@ -357,6 +359,24 @@ fn now_us() -> u64 {
 }
 
 impl PageVersions for Snapshots {
+    fn wants_pre_image(&self, page: PageId) -> bool {
+        let inner = self.inner();
+        match inner.snapshots.last() {
+            Some(newest) => inner
+                .page_map
+                .get(&page)
+                .is_none_or(|&t| t < newest.snapshot.time_us),
+            None => false,
+        }
+    }
+
+    fn has_pre_image(&self, txn: TxnId, page: PageId) -> bool {
+        self.inner()
+            .pre_images
+            .get(&txn)
+            .is_some_and(|kept| kept.contains_key(&page))
+    }
+
     fn first_change(&self, txn: TxnId, page: PageId, committed: &[u8]) {
         debug_assert_eq!(committed.len(), self.page_size);
         let mut inner = self.inner();

@@ -56,6 +56,23 @@ pub fn run(
                 }
             },
         }
+        // A snapshot while the transaction runs: it holds what was committed before, and
+        // the pages this transaction already shipped must be read as they were.
+        if snapshots && subject.snapshots.len() < SNAPSHOTS_MAX && rng.random_range(0..10) == 0 {
+            match store.snapshot() {
+                Ok(snapshot) => {
+                    subject
+                        .snapshots
+                        .push((snapshot.id, subject.committed.clone()));
+                    report.snapshots_taken += 1;
+                }
+                Err(_) if subject.fs.has_crashed() => {
+                    subject.snapshot_in_flight = Some(subject.committed.clone());
+                    return Ok(());
+                }
+                Err(e) => return Err(format!("taking a snapshot failed without a crash: {e}")),
+            }
+        }
         if rng.random_range(0..5) == 0 {
             match txn.abort() {
                 Ok(()) => report.aborts += 1,

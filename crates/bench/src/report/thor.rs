@@ -7,7 +7,10 @@ use crate::experiments::thor::{ThorRecord, MODES};
 use lodestore::{Error, Result};
 use std::path::Path;
 
-fn median_of<'a>(records: impl Iterator<Item = &'a ThorRecord>, field: fn(&ThorRecord) -> f64) -> f64 {
+fn median_of<'a>(
+    records: impl Iterator<Item = &'a ThorRecord>,
+    field: fn(&ThorRecord) -> f64,
+) -> f64 {
     spread(records.map(field)).median
 }
 
@@ -23,7 +26,10 @@ pub fn overhead_tables(records: &[ThorRecord]) -> Vec<Titled> {
     let runs = overhead.iter().map(|r| r.run).max().unwrap_or(0);
     let mut tables = Vec::new();
     for (what, field) in [
-        ("traversal and commit", (|r: &ThorRecord| r.elapsed_ms) as fn(&ThorRecord) -> f64),
+        (
+            "traversal and commit",
+            (|r: &ThorRecord| r.elapsed_ms) as fn(&ThorRecord) -> f64,
+        ),
         ("commit alone", |r: &ThorRecord| r.commit_ms),
     ] {
         let mut header = vec!["traversal".to_string()];
@@ -231,10 +237,7 @@ fn plots(out: &Path, records: &[ThorRecord]) -> Result<()> {
         }
     }
     if let Some(fit) = Fit::of(records) {
-        let as_of: Vec<&ThorRecord> = records
-            .iter()
-            .filter(|r| r.part == "as-of")
-            .collect();
+        let as_of: Vec<&ThorRecord> = records.iter().filter(|r| r.part == "as-of").collect();
         let delays: Vec<f64> = distinct(as_of.iter().map(|r| r.delay_ms.to_bits()))
             .into_iter()
             .map(f64::from_bits)

@@ -115,6 +115,46 @@ impl RecoveryMethod for Esm {
     fn restart_pass(&self) -> Box<dyn RestartPass> {
         Box::new(EsmRestart::default())
     }
+
+    /// The pool's copies with the transaction's updates undone from their before bytes, in
+    /// one walk back along its records (nothing is logged: the copies are for reading).
+    fn committed_images(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        pages: &[PageId],
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut images: BTreeMap<PageId, Vec<u8>> = BTreeMap::new();
+        for &page in pages {
+            server.cache_page_in_change(state, page)?;
+            images.insert(page, state.pool.get(page).expect("page cached").to_vec());
+        }
+        let mut next = state.txns.get(&txn).map_or(Lsn::ZERO, |own| own.last_lsn);
+        while next != Lsn::ZERO {
+            let record = server.log.read(next)?;
+            if let RecordBody::Update {
+                page,
+                offset,
+                before,
+                after,
+            } = &record.body
+            {
+                if let Some(image) = images.get_mut(page) {
+                    let range = *offset as usize..*offset as usize + after.len();
+                    match before {
+                        Some(before) => image[range].copy_from_slice(before),
+                        None => image[range].fill(0),
+                    }
+                }
+            }
+            next = record.prev;
+        }
+        Ok(pages
+            .iter()
+            .map(|p| images.remove(p).expect("filled above"))
+            .collect())
+    }
 }
 
 /// ESM's restart: the records from the checkpoint on, kept for analysis, redo and undo.

@@ -246,6 +246,16 @@ pub(crate) trait RecoveryMethod: Send + Sync {
 
     /// The method's part of a restart (see [`restart::run`], which does the rest).
     fn restart_pass(&self) -> Box<dyn restart::RestartPass>;
+
+    /// The committed images of `pages`, which the active transaction `txn` changed: each page
+    /// as it was before `txn` first changed it (a snapshot taken while `txn` runs needs them).
+    fn committed_images(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+        pages: &[PageId],
+    ) -> Result<Vec<Vec<u8>>>;
 }
 
 /// Applies client log records of `page` to `current` in order, checking each record's before

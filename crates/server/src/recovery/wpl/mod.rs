@@ -150,6 +150,29 @@ impl RecoveryMethod for Wpl {
         Ok(())
     }
 
+    /// Under whole-page logging the committed image is the committed copy in the log, or
+    /// else the one at home (which only ever holds committed data).
+    fn committed_images(
+        &self,
+        server: &Server,
+        state: &mut State,
+        _txn: TxnId,
+        pages: &[PageId],
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut images = Vec::with_capacity(pages.len());
+        for &page in pages {
+            let mut buf = vec![0u8; server.volume.page_size()];
+            match table(state).committed(page) {
+                Some(copy) => server.read_logged_image(page, copy.lsn, &mut buf)?,
+                None => {
+                    server.volume.read_page(page, &mut buf)?;
+                }
+            }
+            images.push(buf);
+        }
+        Ok(images)
+    }
+
     fn committed(&self, state: &mut State, txn: TxnId, commit_lsn: Lsn) {
         let Some(own) = state.txns.get(&txn) else {
             return;

@@ -119,6 +119,17 @@ impl WplTable {
         }
     }
 
+    /// The committed copy of `page` in the table, if any: the newest when committed, else the
+    /// one a running transaction's copy would fall back to.
+    pub fn committed(&self, page: PageId) -> Option<LoggedCopy> {
+        let copies = self.pages.get(&page)?;
+        if copies.newest.is_committed() {
+            Some(copies.newest)
+        } else {
+            copies.older
+        }
+    }
+
     /// The committed copy of `page` at `lsn`, if the table has it.
     pub fn committed_at(&self, page: PageId, lsn: Lsn) -> Option<LoggedCopy> {
         let copies = self.pages.get(&page)?;

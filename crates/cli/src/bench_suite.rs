@@ -136,6 +136,9 @@ pub struct ThorArgs {
     /// Server buffer pool size.
     #[arg(long, default_value = "128MiB")]
     pub server_pool: String,
+    /// Which parts to run, comma separated: overhead (sections 6.3 to 6.5), as-of (6.6).
+    #[arg(long, value_delimiter = ',', default_value = "overhead,as-of")]
+    pub parts: Vec<String>,
     /// Seed of the database generator and the traversals' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -319,7 +322,18 @@ fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
             "--delays must include 0: the fit's base is the time without delay".into(),
         ));
     }
+    if let Some(unknown) = args
+        .parts
+        .iter()
+        .find(|p| !["overhead", "as-of"].contains(&p.as_str()))
+    {
+        return Err(lodestore::Error::InvalidArgument(format!(
+            "--parts {unknown}: the parts are overhead and as-of"
+        )));
+    }
     Ok(ThorConfig {
+        overhead: args.parts.iter().any(|p| p == "overhead"),
+        as_of: args.parts.iter().any(|p| p == "as-of"),
         preset: args.preset.clone(),
         params: Oo7Params::preset(&args.preset)?,
         seed: args.seed,
@@ -412,6 +426,7 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         scheme: "SD-ESM".into(),
         runs: if args.smoke { 1 } else { 3 },
         delays: vec![0.0, 1.0],
+        parts: vec!["overhead".into(), "as-of".into()],
         cache: "64MiB".into(),
         server_pool: "128MiB".into(),
         seed: 1,

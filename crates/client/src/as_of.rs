@@ -12,15 +12,22 @@ use lodestore_protocol::{PageServer, TxnKind};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
-use std::collections::{BTreeMap, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// One snapshot's pages: page to image.
+type Pages = FxHashMap<PageId, Box<[u8]>>;
 
 /// Pages of snapshots a session has read: snapshot id, then page. Bounded by a number of
 /// pages; past it, other snapshots' pages go first, then this one's.
 #[derive(Default)]
 pub struct SnapshotPages {
-    by_snapshot: BTreeMap<u64, HashMap<PageId, Box<[u8]>>>,
-    pages: usize,
+    /// The snapshots not being read now (a reader holds its own snapshot's pages while it
+    /// runs, so its lookups are one hash probe).
+    by_snapshot: BTreeMap<u64, Pages>,
+    /// Pages held in `by_snapshot`.
+    parked: usize,
     pages_max: usize,
 }
 
@@ -28,43 +35,43 @@ impl SnapshotPages {
     pub fn new(pages_max: usize) -> SnapshotPages {
         SnapshotPages {
             by_snapshot: BTreeMap::new(),
-            pages: 0,
+            parked: 0,
             pages_max: pages_max.max(1),
         }
     }
 
-    /// Pages held, over all snapshots.
+    /// Pages held, over all snapshots not being read.
     pub fn len(&self) -> usize {
-        self.pages
+        self.parked
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pages == 0
+        self.parked == 0
     }
 
-    /// Makes room for one more page of `snapshot`.
-    fn make_room(&mut self, snapshot: u64) {
-        if self.pages < self.pages_max {
-            return;
+    /// Takes `snapshot`'s pages out for a reader.
+    fn take(&mut self, snapshot: u64) -> Pages {
+        let pages = self.by_snapshot.remove(&snapshot).unwrap_or_default();
+        self.parked -= pages.len();
+        pages
+    }
+
+    /// Puts a reader's pages back.
+    fn give_back(&mut self, snapshot: u64, pages: Pages) {
+        self.parked += pages.len();
+        self.by_snapshot.insert(snapshot, pages);
+    }
+
+    /// Makes room for one more page of a reader holding `held` pages: other snapshots' pages
+    /// go first; `false` when the reader must drop its own.
+    fn make_room(&mut self, held: usize) -> bool {
+        while self.parked + held >= self.pages_max {
+            let Some((_, pages)) = self.by_snapshot.pop_first() else {
+                return false;
+            };
+            self.parked -= pages.len();
         }
-        let others: Vec<u64> = self
-            .by_snapshot
-            .keys()
-            .copied()
-            .filter(|&s| s != snapshot)
-            .collect();
-        for other in others {
-            if let Some(pages) = self.by_snapshot.remove(&other) {
-                self.pages -= pages.len();
-            }
-            if self.pages < self.pages_max {
-                return;
-            }
-        }
-        if let Some(pages) = self.by_snapshot.get_mut(&snapshot) {
-            self.pages -= pages.len();
-            pages.clear();
-        }
+        true
     }
 }
 
@@ -75,7 +82,9 @@ pub struct AsOfReader<'s> {
     snapshot: u64,
     volume: VolumeId,
     page_size: usize,
-    pages: &'s mut SnapshotPages,
+    /// This snapshot's pages, taken from `parked` while the transaction runs.
+    pages: Pages,
+    parked: &'s mut SnapshotPages,
     /// Pages fetched from the server by this transaction.
     fetched: u64,
 }
@@ -91,7 +100,7 @@ impl<'s> AsOfReader<'s> {
         server: Arc<dyn PageServer>,
         txn: TxnId,
         snapshot: u64,
-        pages: &'s mut SnapshotPages,
+        parked: &'s mut SnapshotPages,
     ) -> AsOfReader<'s> {
         AsOfReader {
             volume: server.volume_id(),
@@ -99,7 +108,8 @@ impl<'s> AsOfReader<'s> {
             server,
             txn: Some(txn),
             snapshot,
-            pages,
+            pages: parked.take(snapshot),
+            parked,
             fetched: 0,
         }
     }
@@ -123,26 +133,33 @@ impl<'s> AsOfReader<'s> {
 
     /// `page` as of the snapshot.
     fn page(&mut self, page: PageId) -> Result<&[u8]> {
-        let cached = self
-            .pages
-            .by_snapshot
-            .get(&self.snapshot)
-            .is_some_and(|pages| pages.contains_key(&page));
-        if !cached {
-            let txn = self.txn()?;
-            let mut buf = vec![0u8; self.page_size].into_boxed_slice();
-            self.server.fetch_page(txn, page, &mut buf)?;
-            check_page(&buf, page).map_err(|reason| corrupt(page, self.snapshot, reason))?;
-            self.fetched += 1;
-            self.pages.make_room(self.snapshot);
-            self.pages
-                .by_snapshot
-                .entry(self.snapshot)
-                .or_default()
-                .insert(page, buf);
-            self.pages.pages += 1;
+        if !self.pages.contains_key(&page) {
+            self.fetch(page)?;
         }
-        Ok(&self.pages.by_snapshot[&self.snapshot][&page])
+        Ok(&self.pages[&page])
+    }
+
+    #[cold]
+    fn fetch(&mut self, page: PageId) -> Result<()> {
+        let txn = self.txn()?;
+        let mut buf = vec![0u8; self.page_size].into_boxed_slice();
+        self.server.fetch_page(txn, page, &mut buf)?;
+        // The server checked the page (its checksum from disk or archive, its structure);
+        // a remote server's pages are checked again on arrival. Here: that it is the one
+        // asked for.
+        if page::number(&buf) != page {
+            return Err(corrupt(
+                page,
+                self.snapshot,
+                format!("the server sent page {} instead", page::number(&buf)),
+            ));
+        }
+        self.fetched += 1;
+        if !self.parked.make_room(self.pages.len()) {
+            self.pages.clear();
+        }
+        self.pages.insert(page, buf);
+        Ok(())
     }
 
     /// The page and record of `oid`.
@@ -188,7 +205,7 @@ impl<'s> AsOfReader<'s> {
 
     /// The bytes of small object `oid`, if its type is `expected` (any type when `None`).
     pub fn object_bytes(&mut self, oid: Oid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
-        let (page, record) = self.record(oid)?;
+        let (_, record) = self.record(oid)?;
         if record.large {
             let len = self.descriptor(oid, &record)?.length;
             return Err(Error::LargeObject { oid, len });
@@ -204,7 +221,8 @@ impl<'s> AsOfReader<'s> {
                 });
             }
         }
-        Ok(&self.page(page)?[record.payload()])
+        // `record` found the page: it is held.
+        Ok(&self.pages[&oid.page()][record.payload()])
     }
 
     /// Copies bytes `offset..offset + buf.len()` of `oid` (small or large) into `buf`.
@@ -324,24 +342,11 @@ impl<'s> AsOfReader<'s> {
 
 impl Drop for AsOfReader<'_> {
     fn drop(&mut self) {
+        let pages = std::mem::take(&mut self.pages);
+        self.parked.give_back(self.snapshot, pages);
         if let Err(e) = self.end() {
             tracing::warn!(error = %e, "ending a transaction as of a snapshot failed");
         }
-    }
-}
-
-/// Checks a page served as of a snapshot before anything is read from it.
-fn check_page(image: &[u8], expected: PageId) -> std::result::Result<(), String> {
-    if page::number(image) != expected {
-        return Err(format!(
-            "the server sent page {} instead",
-            page::number(image)
-        ));
-    }
-    match page::kind(image) {
-        Some(PageKind::Slotted) => slotted::validate(image),
-        Some(_) => Ok(()),
-        None => Err(format!("unknown page kind {}", page::kind_byte(image))),
     }
 }
 

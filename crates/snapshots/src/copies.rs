@@ -255,24 +255,27 @@ impl CopyFile {
         self.file.sync()
     }
 
-    /// Reads the copy at `offset`, which must be of `page` at `time_us`, into `buf`.
+    /// Reads the copy at `offset`, which must be of `page` at `time_us`, into `buf` (straight
+    /// into it: the header apart, no buffer of the record's size).
     pub fn read(&self, offset: u64, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<()> {
-        let mut record = vec![0u8; self.record_bytes() as usize];
-        self.file.read_at(offset, &mut record)?;
+        debug_assert_eq!(buf.len(), self.page_size);
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        self.file.read_at(offset, &mut header)?;
+        self.file
+            .read_at(offset + RECORD_HEADER_BYTES as u64, buf)?;
         let corrupt = |reason: String| Error::CorruptArchive {
             path: self.path.clone(),
             page,
             time_us,
             reason,
         };
-        let (found_page, found_time) = check_record(&record, self.page_size)
+        let (found_page, found_time) = check_parts(&header, buf, self.page_size)
             .map_err(|reason| corrupt(format!("at byte {offset}: {reason}")))?;
         if found_page != page || found_time != time_us {
             return Err(corrupt(format!(
                 "byte {offset} holds the copy of page {found_page} at time {found_time} instead"
             )));
         }
-        buf.copy_from_slice(&record[RECORD_HEADER_BYTES..]);
         Ok(())
     }
 
@@ -329,10 +332,19 @@ fn encode_record(out: &mut [u8], page: PageId, time_us: u64, image: &[u8]) {
 /// The page and time of a valid record (of a copy, with `page_size` bytes of image; of a mark,
 /// with none), or why it is not one.
 fn check_record(record: &[u8], page_size: usize) -> std::result::Result<(PageId, u64), String> {
+    let (header, rest) = record.split_at(RECORD_HEADER_BYTES);
+    check_parts(header, &rest[..page_size], page_size)
+}
+
+/// [`check_record`] of a record read in two parts.
+fn check_parts(
+    record: &[u8],
+    image: &[u8],
+    page_size: usize,
+) -> std::result::Result<(PageId, u64), String> {
     if get_u32(record, 0) != RECORD_MAGIC {
         return Err("no page copy starts here (wrong magic)".into());
     }
-    let image = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + page_size];
     if get_u32(record, 32) != crc32c_two(&record[..32], image) {
         return Err("checksum mismatch".into());
     }

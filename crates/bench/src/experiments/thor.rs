@@ -47,6 +47,10 @@ pub struct ThorConfig {
     pub server_pool_bytes: usize,
     /// Delays injected into every archive read for the as-of part, in milliseconds.
     pub delays_ms: Vec<f64>,
+    /// Run the overhead part (sections 6.3 to 6.5).
+    pub overhead: bool,
+    /// Run the as-of part (section 6.6).
+    pub as_of: bool,
     pub out: PathBuf,
     pub quiet: bool,
 }
@@ -104,8 +108,13 @@ pub fn run(config: &ThorConfig) -> Result<Vec<ThorRecord>> {
             Ok(())
         },
     )?;
-    let mut records = overhead(config, &template)?;
-    records.extend(as_of(config, &template)?);
+    let mut records = Vec::new();
+    if config.overhead {
+        records.extend(overhead(config, &template)?);
+    }
+    if config.as_of {
+        records.extend(as_of(config, &template)?);
+    }
     workspace::remove_work(&config.out)?;
     Ok(records)
 }

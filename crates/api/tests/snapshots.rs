@@ -476,16 +476,27 @@ fn a_damaged_or_missing_archive_is_named_and_current_work_goes_on() {
     }
     drop(session);
     store.close().unwrap();
-    // A missing archive is refused at open, by name, rather than made afresh.
+    // A missing archive is not made afresh: the store opens, current work goes on, and reads
+    // of the past fail naming it.
     fs.remove(&archive).unwrap();
-    match Store::open(path, opts()) {
+    let store = Store::open(path, opts()).unwrap();
+    let mut session = store.session().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[4u8; 500]).unwrap();
+        txn.commit().unwrap();
+    }
+    let failed = session
+        .begin_as_of(AsOf::Snapshot(snapshot.id))
+        .and_then(|mut past| past.read_all(oid));
+    match failed {
         Err(Error::CorruptFile { path, reason }) => {
             assert_eq!(path, archive);
             assert!(reason.contains("missing"), "{reason}");
         }
-        Err(other) => panic!("{other}"),
-        Ok(_) => panic!("opened without its archive"),
+        other => panic!("read the past without its archive: {other:?}"),
     }
+    assert!(!fs.exists(&archive), "an empty archive was made");
 }
 
 #[test]

@@ -105,22 +105,33 @@ impl Snapshots {
         fs.create_dir_all(&dir)?;
         let (history, recorded) = HistoryFile::open(fs.as_ref(), &dir.join(HISTORY_FILE))?;
         // Once snapshots were taken, a missing snapshot log or local archive is damage: made
-        // afresh, it would answer reads of the past with the present.
-        if recorded.id_max > 0 {
-            let mut needed = vec![dir.join(SNAPSHOT_LOG_FILE)];
-            if archive.is_none() {
-                needed.push(dir.join(LOCAL_ARCHIVE_FILE));
-            }
-            if let Some(missing) = needed.into_iter().find(|path| !fs.exists(path)) {
-                return Err(Error::CorruptFile {
-                    path: missing,
-                    reason: format!(
-                        "missing, though the store has taken {} snapshots whose pages it holds",
-                        recorded.id_max
-                    ),
-                });
-            }
+        // afresh, it would answer reads of the past with the present. Without the snapshot
+        // log the store does not open (copies of committed work may be lost with it); without
+        // the archive it does, and reads of the past fail naming it.
+        let damage = || {
+            format!(
+                "missing, though the store has taken {} snapshots whose pages it holds",
+                recorded.id_max
+            )
+        };
+        let log_path = dir.join(SNAPSHOT_LOG_FILE);
+        if recorded.id_max > 0 && !fs.exists(&log_path) {
+            return Err(Error::CorruptFile {
+                reason: damage(),
+                path: log_path,
+            });
         }
+        let archive_path = dir.join(LOCAL_ARCHIVE_FILE);
+        let archive = match archive {
+            None if recorded.id_max > 0 && !fs.exists(&archive_path) => {
+                tracing::error!(path = %archive_path.display(), "the snapshot archive is missing; reads as of a snapshot will fail");
+                Some(Arc::new(crate::archive::UnavailableArchive {
+                    reason: damage(),
+                    path: archive_path,
+                }) as Arc<dyn Archive>)
+            }
+            other => other,
+        };
         let (log, opened) = SnapshotLog::open(
             fs.as_ref(),
             &dir.join(SNAPSHOT_LOG_FILE),

@@ -53,3 +53,46 @@ pub trait Archive: Send + Sync {
     /// Bytes the archive holds.
     fn bytes(&self) -> u64;
 }
+
+/// An archive that cannot be reached (a local archive file that is missing): every request
+/// fails with an error naming it, so reads as of a snapshot fail clearly while current
+/// transactions go on (their page copies wait in the snapshot log).
+pub struct UnavailableArchive {
+    pub path: std::path::PathBuf,
+    pub reason: String,
+}
+
+impl UnavailableArchive {
+    fn error(&self) -> lodestore_core::Error {
+        lodestore_core::Error::CorruptFile {
+            path: self.path.clone(),
+            reason: self.reason.clone(),
+        }
+    }
+}
+
+impl Archive for UnavailableArchive {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn put(&self, _copies: &[PageCopy<'_>]) -> Result<()> {
+        Err(self.error())
+    }
+
+    fn get(&self, _page: PageId, _time_us: u64, _buf: &mut [u8]) -> Result<Option<u64>> {
+        Err(self.error())
+    }
+
+    fn get_ts(&self, _page: PageId) -> Result<Option<u64>> {
+        Err(self.error())
+    }
+
+    fn remove(&self, _copies: &[(PageId, u64)]) -> Result<()> {
+        Err(self.error())
+    }
+
+    fn bytes(&self) -> u64 {
+        0
+    }
+}

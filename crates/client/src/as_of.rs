@@ -210,17 +210,7 @@ impl<'s> AsOfReader<'s> {
             let len = self.descriptor(oid, &record)?.length;
             return Err(Error::LargeObject { oid, len });
         }
-        if let Some((type_id, len)) = expected {
-            if record.type_id != type_id || record.payload_len != len {
-                return Err(Error::TypeMismatch {
-                    oid,
-                    expected: type_id,
-                    expected_len: len as u64,
-                    found: record.type_id,
-                    found_len: record.payload_len as u64,
-                });
-            }
-        }
+        crate::session::check_type(oid, &record, expected)?;
         // `record` found the page: it is held.
         Ok(&self.pages[&oid.page()][record.payload()])
     }

@@ -770,18 +770,7 @@ impl ClientSession {
             let len = self.descriptor(oid, frame, record)?.length;
             return Err(Error::LargeObject { oid, len });
         }
-        if let Some((type_id, len)) = expected {
-            if record.type_id != type_id || record.payload_len != len {
-                return Err(Error::TypeMismatch {
-                    oid,
-                    expected: type_id,
-                    expected_len: len as u64,
-                    found: record.type_id,
-                    found_len: record.payload_len as u64,
-                });
-            }
-        }
-        Ok(())
+        check_type(oid, record, expected)
     }
 
     /// The bytes of small object `oid`, if its type is `expected` (any type when `None`).
@@ -1197,6 +1186,26 @@ impl Drop for ClientSession {
                 tracing::warn!(error = %e, "abort of an unfinished transaction failed");
             }
         }
+    }
+}
+
+/// Refuses a small object of another type or size than `expected` (any, when `None`).
+pub(crate) fn check_type(
+    oid: Oid,
+    record: &slotted::Record,
+    expected: Option<(TypeId, usize)>,
+) -> Result<()> {
+    match expected {
+        Some((type_id, len)) if record.type_id != type_id || record.payload_len != len => {
+            Err(Error::TypeMismatch {
+                oid,
+                expected: type_id,
+                expected_len: len as u64,
+                found: record.type_id,
+                found_len: record.payload_len as u64,
+            })
+        }
+        _ => Ok(()),
     }
 }
 

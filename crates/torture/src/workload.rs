@@ -58,20 +58,12 @@ pub fn run(
         }
         // A snapshot while the transaction runs: it holds what was committed before, and
         // the pages this transaction already shipped must be read as they were.
-        if snapshots && subject.snapshots.len() < SNAPSHOTS_MAX && rng.random_range(0..10) == 0 {
-            match store.snapshot() {
-                Ok(snapshot) => {
-                    subject
-                        .snapshots
-                        .push((snapshot.id, subject.committed.clone()));
-                    report.snapshots_taken += 1;
-                }
-                Err(_) if subject.fs.has_crashed() => {
-                    subject.snapshot_in_flight = Some(subject.committed.clone());
-                    return Ok(());
-                }
-                Err(e) => return Err(format!("taking a snapshot failed without a crash: {e}")),
-            }
+        if snapshots
+            && subject.snapshots.len() < SNAPSHOTS_MAX
+            && rng.random_range(0..10) == 0
+            && !take_snapshot(store, subject, report)?
+        {
+            return Ok(());
         }
         if rng.random_range(0..5) == 0 {
             match txn.abort() {
@@ -114,19 +106,9 @@ fn snapshot_step(
     report: &mut CampaignReport,
 ) -> Result<bool, String> {
     match rng.random_range(0..12) {
-        0..2 if subject.snapshots.len() < SNAPSHOTS_MAX => match store.snapshot() {
-            Ok(snapshot) => {
-                subject
-                    .snapshots
-                    .push((snapshot.id, subject.committed.clone()));
-                report.snapshots_taken += 1;
-            }
-            Err(_) if subject.fs.has_crashed() => {
-                subject.snapshot_in_flight = Some(subject.committed.clone());
-                return Ok(false);
-            }
-            Err(e) => return Err(format!("taking a snapshot failed without a crash: {e}")),
-        },
+        0..2 if subject.snapshots.len() < SNAPSHOTS_MAX => {
+            return take_snapshot(store, subject, report);
+        }
         2..4 if !subject.snapshots.is_empty() => {
             let (id, model) = &subject.snapshots[rng.random_range(0..subject.snapshots.len())];
             match crate::oracle::compare_as_of(session, *id, model, &subject.committed) {
@@ -167,6 +149,28 @@ fn snapshot_step(
         _ => {}
     }
     Ok(true)
+}
+
+/// Takes a snapshot of what is committed; `false`: the crash came while it was taken.
+fn take_snapshot(
+    store: &Store,
+    subject: &mut Subject,
+    report: &mut CampaignReport,
+) -> Result<bool, String> {
+    match store.snapshot() {
+        Ok(snapshot) => {
+            subject
+                .snapshots
+                .push((snapshot.id, subject.committed.clone()));
+            report.snapshots_taken += 1;
+            Ok(true)
+        }
+        Err(_) if subject.fs.has_crashed() => {
+            subject.snapshot_in_flight = Some(subject.committed.clone());
+            Ok(false)
+        }
+        Err(e) => Err(format!("taking a snapshot failed without a crash: {e}")),
+    }
 }
 
 fn classify(error: Error, subject: &Subject) -> Result<Stop, String> {

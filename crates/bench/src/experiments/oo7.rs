@@ -56,27 +56,12 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
     if config.runs == 0 {
         return Err(Error::InvalidArgument("--runs must be at least 1".into()));
     }
-    let template = workspace::template(
+    let template = template(
         &config.out,
-        &format!(
-            "oo7-{}-seed{}-layout{}",
-            config.preset,
-            config.seed,
-            oo7::LAYOUT
-        ),
-        |path| {
-            let store = Store::create(path, Options::new())?;
-            let total =
-                config.params.modules as u64 * config.params.composite_parts_per_module as u64;
-            let bar = workspace::progress_bar(
-                total,
-                &format!("generating {}", config.preset),
-                config.quiet,
-            );
-            oo7::generate(&store, &config.params, config.seed, &bar)?;
-            bar.finish_and_clear();
-            Ok(())
-        },
+        &config.preset,
+        &config.params,
+        config.seed,
+        config.quiet,
     )?;
 
     // TLS: a certificate set for this run, the server requiring the clients' certificates.
@@ -223,6 +208,29 @@ pub fn run(config: &Oo7Config) -> Result<Vec<RunRecord>> {
     bar.finish_and_clear();
     workspace::remove_work(&config.out)?;
     Ok(records)
+}
+
+/// The generated OO7 database of `preset` and `seed`, made once under `out/templates` and
+/// reused by every experiment that copies it.
+pub fn template(
+    out: &std::path::Path,
+    preset: &str,
+    params: &Oo7Params,
+    seed: u64,
+    quiet: bool,
+) -> Result<PathBuf> {
+    workspace::template(
+        out,
+        &format!("oo7-{preset}-seed{seed}-layout{}", oo7::LAYOUT),
+        |path| {
+            let store = Store::create(path, Options::new())?;
+            let total = params.modules as u64 * params.composite_parts_per_module as u64;
+            let bar = workspace::progress_bar(total, &format!("generating {preset}"), quiet);
+            oo7::generate(&store, params, seed, &bar)?;
+            bar.finish_and_clear();
+            Ok(())
+        },
+    )
 }
 
 struct ClientSetup<'a> {

@@ -86,27 +86,12 @@ pub fn run(config: &ThorConfig) -> Result<Vec<ThorRecord>> {
             "--runs must be at least 1".into(),
         ));
     }
-    let template = workspace::template(
+    let template = super::oo7::template(
         &config.out,
-        &format!(
-            "oo7-{}-seed{}-layout{}",
-            config.preset,
-            config.seed,
-            oo7::LAYOUT
-        ),
-        |path| {
-            let store = Store::create(path, Options::new())?;
-            let total =
-                config.params.modules as u64 * config.params.composite_parts_per_module as u64;
-            let bar = workspace::progress_bar(
-                total,
-                &format!("generating {}", config.preset),
-                config.quiet,
-            );
-            oo7::generate(&store, &config.params, config.seed, &bar)?;
-            bar.finish_and_clear();
-            Ok(())
-        },
+        &config.preset,
+        &config.params,
+        config.seed,
+        config.quiet,
     )?;
     let mut records = Vec::new();
     if config.overhead {

@@ -100,20 +100,22 @@ pub(crate) fn io_error(path: &Path, operation: &'static str, source: std::io::Er
     }
 }
 
-/// Writes `runs.csv` and `summary.json` into `out`.
-pub fn write_files(out: &Path, records: &[RunRecord]) -> Result<()> {
-    fs::create_dir_all(out).map_err(|e| io_error(out, "create folder", e))?;
-    let csv_path = out.join("runs.csv");
-    let mut writer = csv::Writer::from_path(&csv_path)
-        .map_err(|e| io_error(&csv_path, "create", std::io::Error::other(e)))?;
+/// Writes `records` as CSV, a header and a row each, to `path`.
+pub(crate) fn write_csv<T: Serialize>(path: &Path, records: &[T]) -> Result<()> {
+    let mut writer = csv::Writer::from_path(path)
+        .map_err(|e| io_error(path, "create", std::io::Error::other(e)))?;
     for record in records {
         writer
             .serialize(record)
-            .map_err(|e| io_error(&csv_path, "write", std::io::Error::other(e)))?;
+            .map_err(|e| io_error(path, "write", std::io::Error::other(e)))?;
     }
-    writer
-        .flush()
-        .map_err(|e| io_error(&csv_path, "write", e))?;
+    writer.flush().map_err(|e| io_error(path, "write", e))
+}
+
+/// Writes `runs.csv` and `summary.json` into `out`.
+pub fn write_files(out: &Path, records: &[RunRecord]) -> Result<()> {
+    fs::create_dir_all(out).map_err(|e| io_error(out, "create folder", e))?;
+    write_csv(&out.join("runs.csv"), records)?;
     let json_path = out.join("summary.json");
     let summary = Summary {
         generated_by: "lodestore bench",

@@ -174,17 +174,7 @@ fn ratio(value: f64, base: f64) -> String {
 /// Writes `thor.csv`, `thor.json` and the plots into `out`.
 pub fn write_files(out: &Path, records: &[ThorRecord]) -> Result<()> {
     std::fs::create_dir_all(out).map_err(|e| io_error(out, "create folder", e))?;
-    let csv_path = out.join("thor.csv");
-    let mut writer = csv::Writer::from_path(&csv_path)
-        .map_err(|e| io_error(&csv_path, "create", std::io::Error::other(e)))?;
-    for record in records {
-        writer
-            .serialize(record)
-            .map_err(|e| io_error(&csv_path, "write", std::io::Error::other(e)))?;
-    }
-    writer
-        .flush()
-        .map_err(|e| io_error(&csv_path, "write", e))?;
+    super::write_csv(&out.join("thor.csv"), records)?;
     let json_path = out.join("thor.json");
     let json = serde_json::json!({
         "generated_by": "lodestore bench thor",

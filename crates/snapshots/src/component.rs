@@ -258,18 +258,10 @@ impl Snapshots {
         let (mut from_log, mut from_archive) = (Vec::new(), Vec::new());
         for (page, mut copies) in by_page {
             copies.sort_unstable();
-            let mut previous = 0;
-            let mut serves = false;
+            let copy_times: Vec<u64> = copies.iter().map(|&(time, _)| time).collect();
             let mut newest_kept = None;
-            for (time, staged) in copies {
-                // A copy serves the snapshots in (the page's previous copy, its time]; a copy
-                // both staged and archived is decided once.
-                if time != previous {
-                    let first_after = times.partition_point(|&t| t <= previous);
-                    serves = times.get(first_after).is_some_and(|&t| t <= time);
-                    previous = time;
-                }
-                if serves {
+            for ((time, staged), read) in copies.into_iter().zip(copies_read(&copy_times, &times)) {
+                if read {
                     newest_kept = Some(time);
                 } else if staged {
                     from_log.push((page, time));
@@ -361,6 +353,25 @@ impl Snapshots {
             .collect();
         Some((newest, needed))
     }
+}
+
+/// Which of a page's copies (their times, ascending; a copy both staged and archived appears
+/// twice) some snapshot still reads: a copy made at time t serves the snapshots after the
+/// page's previous copy and at or before t (`snapshots`: their times, ascending).
+pub(crate) fn copies_read(copies: &[u64], snapshots: &[u64]) -> Vec<bool> {
+    let mut previous = 0;
+    let mut read = false;
+    copies
+        .iter()
+        .map(|&time| {
+            if time != previous {
+                let first_after = snapshots.partition_point(|&t| t <= previous);
+                read = snapshots.get(first_after).is_some_and(|&t| t <= time);
+                previous = time;
+            }
+            read
+        })
+        .collect()
 }
 
 fn now_us() -> u64 {
@@ -610,5 +621,49 @@ impl PageVersions for Snapshots {
 
     fn close(&self) -> Result<()> {
         self.archive_all()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::copies_read;
+    use proptest::prelude::*;
+
+    /// The copy a read as of `snapshot` gets: the oldest at or after it.
+    fn answer(copies: &[u64], snapshot: u64) -> Option<u64> {
+        copies.iter().copied().filter(|&t| t >= snapshot).min()
+    }
+
+    proptest! {
+        /// Retention keeps exactly what the remaining snapshots read: every one of them gets
+        /// the same copy from what is kept as from everything, and every copy kept is some
+        /// remaining snapshot's answer.
+        #[test]
+        fn retention_keeps_exactly_what_remaining_snapshots_read(
+            copies in proptest::collection::btree_set(1u64..200, 0..20),
+            snapshots in proptest::collection::btree_set(1u64..200, 0..20),
+            deleted in proptest::collection::vec(any::<bool>(), 20),
+        ) {
+            let copies: Vec<u64> = copies.into_iter().collect();
+            let remaining: Vec<u64> = snapshots
+                .iter()
+                .zip(&deleted)
+                .filter(|(_, gone)| !**gone)
+                .map(|(t, _)| *t)
+                .collect();
+            let read = copies_read(&copies, &remaining);
+            let kept: Vec<u64> = copies
+                .iter()
+                .zip(&read)
+                .filter(|(_, r)| **r)
+                .map(|(t, _)| *t)
+                .collect();
+            for &snapshot in &remaining {
+                prop_assert_eq!(answer(&kept, snapshot), answer(&copies, snapshot));
+            }
+            for &copy in &kept {
+                prop_assert!(remaining.iter().any(|&s| answer(&copies, s) == Some(copy)));
+            }
+        }
     }
 }

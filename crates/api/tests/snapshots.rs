@@ -497,6 +497,30 @@ fn a_damaged_or_missing_archive_is_named_and_current_work_goes_on() {
         other => panic!("read the past without its archive: {other:?}"),
     }
     assert!(!fs.exists(&archive), "an empty archive was made");
+    drop(session);
+    drop(store);
+    // An archive damaged where its index cannot be rebuilt (its header) is left as it is for
+    // salvage: the store opens, and reads of the past fail naming it.
+    let file = fs.open(&archive, lodestore::OpenMode::CreateNew).unwrap();
+    file.write_at(0, b"not an archive of page copies at all")
+        .unwrap();
+    let store = Store::open(path, opts()).unwrap();
+    let mut session = store.session().unwrap();
+    {
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[5u8; 500]).unwrap();
+        txn.commit().unwrap();
+    }
+    match session
+        .begin_as_of(AsOf::Snapshot(snapshot.id))
+        .and_then(|mut past| past.read_all(oid))
+    {
+        Err(Error::CorruptFile { path, reason }) => {
+            assert_eq!(path, archive);
+            assert!(reason.contains("damaged"), "{reason}");
+        }
+        other => panic!("read the past from a damaged archive: {other:?}"),
+    }
 }
 
 #[test]

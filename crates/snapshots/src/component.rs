@@ -127,7 +127,7 @@ impl Snapshots {
                 tracing::error!(path = %archive_path.display(), "the snapshot archive is missing; reads as of a snapshot will fail");
                 Some(Arc::new(crate::archive::UnavailableArchive {
                     reason: damage(),
-                    path: archive_path,
+                    path: archive_path.clone(),
                 }) as Arc<dyn Archive>)
             }
             other => other,
@@ -146,11 +146,23 @@ impl Snapshots {
         }
         let archive: Arc<dyn Archive> = match archive {
             Some(archive) => archive,
-            None => Arc::new(LocalArchive::open(
-                fs.clone(),
-                &dir.join(LOCAL_ARCHIVE_FILE),
-                page_size,
-            )?),
+            None => match LocalArchive::open(fs.clone(), &archive_path, page_size) {
+                Ok(local) => Arc::new(local),
+                // A damaged archive is left as it is for salvage; the store serves the present,
+                // and reads of the past fail naming it.
+                Err(
+                    e @ (Error::CorruptFile { .. }
+                    | Error::UnsupportedFormat { .. }
+                    | Error::CorruptArchive { .. }),
+                ) => {
+                    tracing::error!(error = %e, "the snapshot archive is damaged; reads as of a snapshot will fail");
+                    Arc::new(crate::archive::UnavailableArchive {
+                        reason: format!("damaged: {e}"),
+                        path: archive_path,
+                    })
+                }
+                Err(e) => return Err(e),
+            },
         };
         let listed = archive.newest_times();
         let map_complete = listed.is_some();

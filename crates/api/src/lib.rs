@@ -37,6 +37,7 @@ mod object;
 mod offline;
 mod options;
 mod read;
+mod retry;
 mod store;
 mod transaction;
 
@@ -65,5 +66,6 @@ pub use offline::{
 };
 pub use options::{paired_method, Options};
 pub use read::ReadTransaction;
+pub use retry::RetryPolicy;
 pub use store::{Session, Store};
 pub use transaction::{PendingCommit, Transaction};

@@ -450,6 +450,56 @@ impl Session {
         Ok(Transaction::new(&mut self.client))
     }
 
+    /// Runs `work` in a transaction and commits it, returning what `work` returned. When the
+    /// transaction is chosen as a deadlock victim or times out waiting for a lock (in `work`
+    /// or at commit), it is aborted and `work` runs again, up to ten attempts in all with a
+    /// growing random pause between them; then `Error::RetriesExhausted` says how many were
+    /// made and what the last failure was. Any other error aborts the transaction and is
+    /// returned at once. `work` may run several times, so it should not act outside the
+    /// transaction before it returns.
+    pub fn transact<T>(
+        &mut self,
+        work: impl FnMut(&mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.transact_with(&crate::RetryPolicy::default(), work)
+    }
+
+    /// [`Session::transact`] with a retry policy of one's own.
+    pub fn transact_with<T>(
+        &mut self,
+        policy: &crate::RetryPolicy,
+        mut work: impl FnMut(&mut Transaction<'_>) -> Result<T>,
+    ) -> Result<T> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let outcome = {
+                let mut txn = self.begin()?;
+                match work(&mut txn) {
+                    Ok(value) => txn.commit().map(|_| value),
+                    Err(e) => {
+                        // Abort now so the locks go before any pause (dropping does it too).
+                        let _ = txn.abort();
+                        Err(e)
+                    }
+                }
+            };
+            match outcome {
+                Err(e) if e.is_retryable() => {
+                    if attempt >= policy.attempts_max() {
+                        return Err(lodestore_core::Error::RetriesExhausted {
+                            attempts: attempt,
+                            last: Box::new(e),
+                        });
+                    }
+                    tracing::debug!(attempt, error = %e, "transaction retried");
+                    std::thread::sleep(policy.pause(attempt, random()));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Starts a read-only transaction that sees the store as it was at a snapshot: no locks,
     /// never waits for writers, never sees what a transaction had not committed then. A time
     /// names the newest snapshot at or before it; a time before the first snapshot is an
@@ -559,4 +609,10 @@ impl Drop for Store {
             tracing::debug!(error = %e, "session counters were not kept");
         }
     }
+}
+
+/// A random number for a retry's pause: the sessions that deadlocked draw apart.
+fn random() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::Instant::now())
 }

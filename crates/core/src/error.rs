@@ -153,6 +153,11 @@ pub enum Error {
     #[error("permission denied: {reason}")]
     PermissionDenied { reason: String },
 
+    /// A transaction kept failing with retryable errors (deadlock victim, lock timeout) and
+    /// was given up after `attempts` runs; `last` is the last error.
+    #[error("gave up after {attempts} attempts: {last}")]
+    RetriesExhausted { attempts: u32, last: Box<Error> },
+
     /// No snapshot answers the request: an unknown id, or a time before the first snapshot.
     #[error("no such snapshot: {reason}")]
     NoSuchSnapshot { reason: String },

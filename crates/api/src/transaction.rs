@@ -79,6 +79,86 @@ impl<'s> Transaction<'s> {
         })
     }
 
+    /// Several objects at once, read in place: every reference lives as long as the others,
+    /// until the next call on the transaction. The objects must all fit the client cache at
+    /// once (an error says when they do not).
+    ///
+    /// ```
+    /// # use lodestore::{Oid, Options, Persistent, Store};
+    /// # #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    /// # #[repr(C)]
+    /// # struct Account { balance: i64 }
+    /// # impl Persistent for Account { const TYPE_ID: u32 = 1; }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::create(dir.path().join("s"), Options::new())?;
+    /// # let mut session = store.session()?;
+    /// let mut txn = session.begin()?;
+    /// let a = txn.alloc(&Account { balance: 10 })?;
+    /// let b = txn.alloc(&Account { balance: 20 })?;
+    /// let total = txn.alloc(&Account { balance: 0 })?;
+    /// let ([a, b], sum) = txn.get_many_and_mut([a, b], total)?;
+    /// sum.balance = a.balance + b.balance;
+    /// # txn.commit()?;
+    /// # Ok::<(), lodestore::Error>(())
+    /// ```
+    ///
+    /// Rust's borrowing rules keep every reference from outliving the next call: this does not
+    /// compile.
+    ///
+    /// ```compile_fail,E0499
+    /// # use lodestore::{Oid, Options, Persistent, Store};
+    /// # #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    /// # #[repr(C)]
+    /// # struct Account { balance: i64 }
+    /// # impl Persistent for Account { const TYPE_ID: u32 = 1; }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::create(dir.path().join("s"), Options::new())?;
+    /// # let mut session = store.session()?;
+    /// let mut txn = session.begin()?;
+    /// let a = txn.alloc(&Account { balance: 10 })?;
+    /// let b = txn.alloc(&Account { balance: 20 })?;
+    /// let [first, second] = txn.get_many([a, b])?;
+    /// txn.get_mut(a)?.balance = 0; // the transaction is still borrowed by `first`
+    /// let stale = first.balance + second.balance;
+    /// # Ok::<(), lodestore::Error>(())
+    /// ```
+    pub fn get_many<T: Persistent, const N: usize>(
+        &mut self,
+        oids: [Oid<T>; N],
+    ) -> Result<[&T; N]> {
+        check_alignment::<T>(oids.first().map_or(RawOid::NULL, |o| o.raw()))?;
+        let raw = oids.map(|oid| oid.raw());
+        let (bytes, _) =
+            self.client()
+                .objects_many(raw, Some((TypeId(T::TYPE_ID), size_of::<T>())), None)?;
+        typed_many(raw, bytes)
+    }
+
+    /// Several objects to read and one more to write, at once, in place: the references live
+    /// together until the next call on the transaction (see [`Transaction::get_many`]). The
+    /// object written must be none of those read.
+    #[allow(clippy::type_complexity)]
+    pub fn get_many_and_mut<T: Persistent, U: Persistent, const N: usize>(
+        &mut self,
+        reads: [Oid<T>; N],
+        write: Oid<U>,
+    ) -> Result<([&T; N], &mut U)> {
+        check_alignment::<T>(reads.first().map_or(RawOid::NULL, |o| o.raw()))?;
+        check_alignment::<U>(write.raw())?;
+        let raw = reads.map(|oid| oid.raw());
+        let (bytes, written) = self.client().objects_many(
+            raw,
+            Some((TypeId(T::TYPE_ID), size_of::<T>())),
+            Some((write.raw(), Some((TypeId(U::TYPE_ID), size_of::<U>())))),
+        )?;
+        let written = written.expect("a write was asked for");
+        let written = bytemuck::try_from_bytes_mut(written).map_err(|_| Error::Misaligned {
+            oid: write.raw(),
+            align: align_of::<U>(),
+        })?;
+        Ok((typed_many(raw, bytes)?, written))
+    }
+
     /// A copy of the object `oid`.
     pub fn read<T: Persistent>(&mut self, oid: Oid<T>) -> Result<T> {
         self.get(oid).copied()
@@ -250,4 +330,21 @@ fn check_alignment<T>(oid: RawOid) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Typed views of objects' bytes.
+fn typed_many<'a, T: Persistent, const N: usize>(
+    oids: [RawOid; N],
+    bytes: [&'a [u8]; N],
+) -> Result<[&'a T; N]> {
+    let mut typed: [Option<&'a T>; N] = [None; N];
+    for ((slot, bytes), oid) in typed.iter_mut().zip(bytes).zip(oids) {
+        *slot = Some(
+            bytemuck::try_from_bytes(bytes).map_err(|_| Error::Misaligned {
+                oid,
+                align: align_of::<T>(),
+            })?,
+        );
+    }
+    Ok(typed.map(|t| t.expect("every one filled above")))
 }

@@ -210,6 +210,20 @@ impl ClientCache {
         }
     }
 
+    /// A pointer to the start of `frame` in the application's view, made without a reference
+    /// to it, for views of several objects at once (`ClientSession::objects_many`). Reading
+    /// through it is as `frame`; writing, as `frame_mut`.
+    pub fn frame_ptr(&mut self, frame: FrameId) -> *mut u8 {
+        assert!(frame < self.capacity());
+        let base = match &mut self.arena {
+            Arena::Plain(map) => map.as_mut_ptr(),
+            Arena::Protected(arena) => arena.user(),
+            Arena::Written(arena) => arena.user(),
+        };
+        // The offset stays inside the mapping: `frame` is below the capacity.
+        base.wrapping_add(frame * self.page_size)
+    }
+
     /// Number of the last fill of `frame` ([`ClientCache::fill_mut`]), unique in the life of
     /// the cache: what is known of a frame's contents (its record bounds) holds only while its
     /// fill number stays the same.

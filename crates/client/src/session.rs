@@ -798,6 +798,85 @@ impl ClientSession {
         Ok(&mut self.cache.frame_mut(frame)[record.payload()])
     }
 
+    /// The bytes of several small objects at once, each of type `expected` (any when
+    /// `None`), and, with `write`, the bytes of one more for writing (of type `write_expected`),
+    /// which must be none of the others. All stay valid together: the caller's borrow of the
+    /// session keeps every frame where it is. Refused when they do not all fit the client
+    /// cache at once.
+    #[allow(clippy::type_complexity)]
+    pub fn objects_many<const N: usize>(
+        &mut self,
+        reads: [Oid; N],
+        expected: Option<(TypeId, usize)>,
+        write: Option<(Oid, Option<(TypeId, usize)>)>,
+    ) -> Result<([&[u8]; N], Option<&mut [u8]>)> {
+        if let Some((target, _)) = write {
+            if reads.contains(&target) {
+                return Err(Error::InvalidArgument(format!(
+                    "object {target} asked for both to read and to write at once"
+                )));
+            }
+        }
+        // Bringing one page in may evict another asked for: look again, a few times.
+        const ROUNDS_MAX: usize = 3;
+        for _ in 0..ROUNDS_MAX {
+            let mut found = [(0 as FrameId, 0usize, 0usize); N];
+            for (slot, &oid) in found.iter_mut().zip(&reads) {
+                let (frame, record) = self.record(oid, LockMode::Shared)?;
+                self.check_small(oid, frame, &record, expected)?;
+                *slot = (frame, record.payload().start, record.payload_len);
+            }
+            // The write is prepared last: nothing may run between it and the caller's write.
+            let written = match write {
+                Some((oid, write_expected)) => {
+                    let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+                    self.check_small(oid, frame, &record, write_expected)?;
+                    check_writable(oid, &record)?;
+                    let prepared = Write::Object {
+                        slot: oid.slot(),
+                        object: record.payload(),
+                        range: record.payload(),
+                    };
+                    let frame = self.write_to(frame, oid.page(), prepared)?;
+                    Some((frame, record.payload().start, record.payload_len))
+                }
+                None => None,
+            };
+            let resident = found
+                .iter()
+                .zip(&reads)
+                .all(|((frame, ..), oid)| self.cache.peek(oid.page()) == Some(*frame));
+            if !resident {
+                continue;
+            }
+            let reads = found.map(|(frame, start, len)| {
+                let at = self.cache.frame_ptr(frame).wrapping_add(start);
+                // SAFETY: `frame` holds the object's page (checked just above) and
+                // `start..start + len` is its payload, inside the frame. The arena is one
+                // mapping that never moves, and frames stay put while the caller holds these
+                // borrows, which keep the session borrowed: no cache operation runs until
+                // they end. Different objects' payloads never overlap (a slotted page's
+                // records are disjoint), and the written object is none of these, so the
+                // shared views and the exclusive one do not alias.
+                unsafe { std::slice::from_raw_parts(at.cast_const(), len) }
+            });
+            let written = written.map(|(frame, start, len)| {
+                let at = self.cache.frame_ptr(frame).wrapping_add(start);
+                // SAFETY: as above. The write was prepared by `write_to` as `object_bytes_mut`
+                // prepares it, and with page protection the first write faults into the
+                // capture handler as for any object written in place.
+                unsafe { std::slice::from_raw_parts_mut(at, len) }
+            });
+            return Ok((reads, written));
+        }
+        Err(Error::InvalidArgument(format!(
+            "{} objects at once do not stay in a client cache of {} pages; ask for fewer or \
+             give the session a larger cache",
+            N + usize::from(write.is_some()),
+            self.cache.capacity()
+        )))
+    }
+
     /// Allocates a zero-filled object of `len` bytes.
     pub fn alloc(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
         if type_id.is_reserved() {

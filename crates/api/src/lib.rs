@@ -68,4 +68,4 @@ pub use options::{paired_method, Options};
 pub use read::ReadTransaction;
 pub use retry::RetryPolicy;
 pub use store::{Session, Store};
-pub use transaction::{PendingCommit, Transaction};
+pub use transaction::{ObjectsOf, PendingCommit, Transaction};

@@ -159,6 +159,41 @@ impl<'s> Transaction<'s> {
         Ok((typed_many(raw, bytes)?, written))
     }
 
+    /// Every object of type `T`, in OID order, as an iterator of references to them (their
+    /// OIDs). A scan: it reads every page of the store, locking each shared for the rest of
+    /// the transaction, so it costs a read of the whole store and holds writers of any page
+    /// off until the transaction ends. Collect the OIDs to read the objects in the same
+    /// transaction:
+    ///
+    /// ```
+    /// # use lodestore::{Oid, Options, Persistent, Store};
+    /// # #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    /// # #[repr(C)]
+    /// # struct Part { weight: u64 }
+    /// # impl Persistent for Part { const TYPE_ID: u32 = 3; }
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::create(dir.path().join("s"), Options::new())?;
+    /// # let mut session = store.session()?;
+    /// let mut txn = session.begin()?;
+    /// # for weight in 1..=3 { txn.alloc(&Part { weight })?; }
+    /// let parts: Vec<Oid<Part>> = txn.objects_of::<Part>().collect::<Result<_, _>>()?;
+    /// let mut total = 0;
+    /// for part in parts {
+    ///     total += txn.get(part)?.weight;
+    /// }
+    /// # assert_eq!(total, 6);
+    /// # Ok::<(), lodestore::Error>(())
+    /// ```
+    pub fn objects_of<T: Persistent>(&mut self) -> ObjectsOf<'_, 's, T> {
+        ObjectsOf {
+            txn: self,
+            next_page: lodestore_storage::directory::DIRECTORY_PAGE.0,
+            found: Vec::new().into_iter(),
+            done: false,
+            kind: std::marker::PhantomData,
+        }
+    }
+
     /// A copy of the object `oid`.
     pub fn read<T: Persistent>(&mut self, oid: Oid<T>) -> Result<T> {
         self.get(oid).copied()
@@ -347,4 +382,38 @@ fn typed_many<'a, T: Persistent, const N: usize>(
         );
     }
     Ok(typed.map(|t| t.expect("every one filled above")))
+}
+
+/// The objects of one type, page by page (see [`Transaction::objects_of`]).
+pub struct ObjectsOf<'t, 's, T> {
+    txn: &'t mut Transaction<'s>,
+    next_page: u32,
+    found: std::vec::IntoIter<RawOid>,
+    done: bool,
+    kind: std::marker::PhantomData<T>,
+}
+
+impl<T: Persistent> Iterator for ObjectsOf<'_, '_, T> {
+    type Item = Result<Oid<T>>;
+
+    fn next(&mut self) -> Option<Result<Oid<T>>> {
+        loop {
+            if let Some(oid) = self.found.next() {
+                return Some(Ok(Oid::from_raw(oid)));
+            }
+            if self.done {
+                return None;
+            }
+            let page = lodestore_core::PageId(self.next_page);
+            self.next_page += 1;
+            match self.txn.client().objects_on_page(page, TypeId(T::TYPE_ID)) {
+                Ok(Some(found)) => self.found = found.into_iter(),
+                Ok(None) => self.done = true,
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+            }
+        }
+    }
 }

@@ -115,3 +115,55 @@ fn requests_that_cannot_be_honoured_say_why() {
     ));
     txn.commit().unwrap();
 }
+
+#[test]
+fn objects_of_a_type_are_found_by_a_scan_with_the_transactions_own_changes() {
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(C)]
+    struct Small {
+        n: u64,
+    }
+    impl Persistent for Small {
+        const TYPE_ID: u32 = 23;
+    }
+    let fs = Arc::new(MemoryFileSystem::new());
+    let store = Store::create(
+        "/s",
+        Options::new()
+            .file_system(fs)
+            .page_size(4096)
+            .client_cache_bytes(8 * 4096),
+    )
+    .unwrap();
+    let mut session = store.session().unwrap();
+    // Many pages of two types, interleaved, and a page of a large object between them.
+    let (mut smalls, cells): (Vec<Oid<Small>>, Vec<Oid<Cell>>) = {
+        let mut txn = session.begin().unwrap();
+        let mut smalls = Vec::new();
+        let mut cells = Vec::new();
+        for n in 0..900u64 {
+            smalls.push(txn.alloc(&Small { n }).unwrap());
+            if n % 100 == 0 {
+                cells.push(txn.alloc(&cell(n as i64)).unwrap());
+                txn.alloc_bytes(99, &vec![7u8; 10_000]).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+        (smalls, cells)
+    };
+    let mut txn = session.begin().unwrap();
+    txn.free(smalls.remove(17)).unwrap();
+    smalls.push(txn.alloc(&Small { n: 5000 }).unwrap());
+    let mut found: Vec<Oid<Small>> = txn.objects_of::<Small>().collect::<Result<_, _>>().unwrap();
+    let found_cells: Vec<Oid<Cell>> = txn.objects_of::<Cell>().collect::<Result<_, _>>().unwrap();
+    found.sort_by_key(|o| o.raw().0);
+    smalls.sort_by_key(|o| o.raw().0);
+    assert_eq!(
+        found, smalls,
+        "the scan sees the transaction's own frees and allocations"
+    );
+    assert_eq!(found_cells, cells);
+    let sum: u64 = found.iter().map(|&o| txn.get(o).unwrap().n).sum();
+    assert_eq!(sum, (0..900u64).sum::<u64>() - 17 + 5000);
+    txn.commit().unwrap();
+}

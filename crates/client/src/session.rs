@@ -798,6 +798,32 @@ impl ClientSession {
         Ok(&mut self.cache.frame_mut(frame)[record.payload()])
     }
 
+    /// The objects of type `type_id` on `page`, in slot order, the page locked shared; `None`
+    /// when the store has no such page (the end of a scan). Pages that hold no objects
+    /// (space maps, large objects' data, free pages) give an empty list.
+    pub fn objects_on_page(&mut self, page: PageId, type_id: TypeId) -> Result<Option<Vec<Oid>>> {
+        if lodestore_storage::spacemap::is_map_page(page, self.page_size) {
+            return Ok(Some(Vec::new()));
+        }
+        let frame = match self.page(page, LockMode::Shared) {
+            Err(Error::NoSuchPage { .. }) => return Ok(None),
+            other => other?,
+        };
+        let bytes = self.cache.frame(frame);
+        if page::kind(bytes) != Some(PageKind::Slotted) {
+            return Ok(Some(Vec::new()));
+        }
+        let mut found = Vec::new();
+        for slot in slotted::live_slots(bytes) {
+            let record =
+                slotted::record(bytes, slot).map_err(|reason| self.corrupt(page, reason))?;
+            if record.is_some_and(|r| r.type_id == type_id) {
+                found.push(Oid::new(self.volume, page, slot));
+            }
+        }
+        Ok(Some(found))
+    }
+
     /// The bytes of several small objects at once, each of type `expected` (any when
     /// `None`), and, with `write`, the bytes of one more for writing (of type `write_expected`),
     /// which must be none of the others. All stay valid together: the caller's borrow of the

@@ -90,6 +90,8 @@ pub struct SnapshotStats {
     pub archive_bytes: u64,
     /// Pages whose committed image active transactions keep.
     pub pre_images: usize,
+    /// Why the archive cannot serve, when it cannot: reads of the past then fail.
+    pub archive_unavailable: Option<String>,
 }
 
 impl Snapshots {
@@ -340,6 +342,7 @@ impl Snapshots {
             snapshot_log_bytes: log.bytes(),
             archive_bytes: self.archive.bytes(),
             pre_images: inner.pre_images.values().map(HashMap::len).sum(),
+            archive_unavailable: self.archive.unavailable(),
         }
     }
 

@@ -147,6 +147,16 @@ pub fn verify_snapshots(
     _rng: &mut StdRng,
     report: &mut CampaignReport,
 ) -> Result<(), Failure> {
+    // A media fault may have left the archive unusable: the store serves the present and
+    // says so, naming it, which is all that can be asked after such damage.
+    if let Some(reason) = store
+        .snapshot_stats()
+        .and_then(|stats| stats.archive_unavailable)
+    {
+        return Err(Failure::Detected(format!(
+            "the snapshot archive is unusable: {reason}"
+        )));
+    }
     let listed: Vec<u64> = store
         .snapshots()
         .map_err(|e| Failure::Detected(format!("listing the snapshots failed: {e}")))?

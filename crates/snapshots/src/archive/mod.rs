@@ -52,6 +52,11 @@ pub trait Archive: Send + Sync {
 
     /// Bytes the archive holds.
     fn bytes(&self) -> u64;
+
+    /// Why the archive cannot serve at all, if it cannot (missing or damaged beyond use).
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
 }
 
 /// An archive that cannot be reached (a local archive file that is missing): every request
@@ -94,5 +99,9 @@ impl Archive for UnavailableArchive {
 
     fn bytes(&self) -> u64 {
         0
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        Some(self.error().to_string())
     }
 }

@@ -31,6 +31,7 @@
 pub struct ReadmeExamples;
 
 mod as_of;
+pub mod collections;
 pub mod counters;
 mod folder;
 mod object;
@@ -42,6 +43,10 @@ mod store;
 mod transaction;
 
 pub use as_of::{AsOf, AsOfTransaction};
+pub use collections::key::{Key, KeyBytes, Packed, Value};
+pub use collections::map::{BTreeMap, BTreeSet, Keys};
+pub use collections::range::Range;
+pub use collections::tree::TreeReport;
 pub use counters::{Counters, CountersByScheme};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};

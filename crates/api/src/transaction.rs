@@ -18,7 +18,7 @@ pub struct Transaction<'s> {
 }
 
 impl<'s> Transaction<'s> {
-    fn client(&mut self) -> &mut ClientSession {
+    pub(crate) fn client(&mut self) -> &mut ClientSession {
         self.client
             .as_deref_mut()
             .expect("a live transaction has its session")

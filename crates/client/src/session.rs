@@ -1061,8 +1061,49 @@ impl ClientSession {
 
     /// Frees `oid` (and the pages of a large object).
     pub fn free(&mut self, oid: Oid) -> Result<()> {
-        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        let (_, record) = self.record(oid, LockMode::Shared)?;
         check_writable(oid, &record)?;
+        self.free_any(oid)
+    }
+
+    /// Allocates a zero-filled object of one of the library's collection types, which
+    /// [`Self::alloc`] refuses because they are Lodestore's own.
+    pub fn alloc_collection_object(&mut self, type_id: TypeId, len: usize) -> Result<Oid> {
+        assert!(
+            type_id.is_collection(),
+            "type {type_id} is not a collection type"
+        );
+        self.alloc_any(type_id, len as u64)
+    }
+
+    /// The bytes of collection object `oid` for writing, if its type and size are `expected`.
+    pub fn collection_bytes_mut(
+        &mut self,
+        oid: Oid,
+        expected: (TypeId, usize),
+    ) -> Result<&mut [u8]> {
+        assert!(expected.0.is_collection(), "not a collection type");
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        self.check_small(oid, frame, &record, Some(expected))?;
+        let write = Write::Object {
+            slot: oid.slot(),
+            object: record.payload(),
+            range: record.payload(),
+        };
+        let frame = self.write_to(frame, oid.page(), write)?;
+        Ok(&mut self.cache.frame_mut(frame)[record.payload()])
+    }
+
+    /// Frees collection object `oid`, if its type and size are `expected`.
+    pub fn free_collection_object(&mut self, oid: Oid, expected: (TypeId, usize)) -> Result<()> {
+        assert!(expected.0.is_collection(), "not a collection type");
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        self.check_small(oid, frame, &record, Some(expected))?;
+        self.free_any(oid)
+    }
+
+    fn free_any(&mut self, oid: Oid) -> Result<()> {
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
         if record.large {
             let pages: Vec<PageId> = self.descriptor(oid, frame, &record)?.pages().collect();
             let id = self.active()?.id;

@@ -170,6 +170,29 @@ pub enum Error {
         time_us: u64,
         reason: String,
     },
+
+    /// `oid` is not a collection of the key and value types asked for.
+    #[error("object {oid} is not the collection asked for: {reason}")]
+    NotACollection { oid: Oid, reason: String },
+
+    /// A node of a collection failed its checks.
+    #[error("collection {collection}: node {node} is damaged: {reason}")]
+    CorruptCollection {
+        collection: Oid,
+        node: Oid,
+        reason: String,
+    },
+
+    /// A key or value is longer than the collection allows.
+    #[error(
+        "collection {collection}: {what} of {len} bytes is longer than the limit of {max} bytes"
+    )]
+    EntryTooLong {
+        collection: Oid,
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
 }
 
 impl Error {

@@ -17,9 +17,18 @@ impl TypeId {
     pub const RESERVED_MIN: u32 = 0xFFFF_0000;
     /// The named-roots directory.
     pub const ROOT_DIRECTORY: TypeId = TypeId(0xFFFF_0001);
+    /// A persistent collection's header (the library's ordered maps and sets).
+    pub const COLLECTION: TypeId = TypeId(0xFFFF_0010);
+    /// A node of a persistent collection's B+-tree.
+    pub const COLLECTION_NODE: TypeId = TypeId(0xFFFF_0011);
 
     pub fn is_reserved(self) -> bool {
         self.0 >= Self::RESERVED_MIN
+    }
+
+    /// Objects of the library's collections: written only through the collection code.
+    pub fn is_collection(self) -> bool {
+        self == Self::COLLECTION || self == Self::COLLECTION_NODE
     }
 }
 

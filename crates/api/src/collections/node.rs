@@ -1,0 +1,407 @@
+//! A B+-tree node: one object that fills a page. A 16-byte header, then an array of 2-byte
+//! entry offsets sorted by key, then free space, then the entries, packed from the end of the
+//! node towards the front:
+//!
+//! ```text
+//! 0  magic u16   2 version u8   3 level u8 (0 = leaf)   4 count u16
+//! 6  heap_start u16 (lowest entry byte)   8 garbage u16 (bytes of dead entries)
+//! 10 reserved (zero) to 16, then offsets[count], ..., entries
+//! entry: key_len u16, value_len u16, key, value
+//! ```
+//!
+//! An inner node's values are its children's OIDs (8 bytes, little-endian); its first key is
+//! empty and stands for "below every other key". Inserting into a node with room writes the
+//! new entry and shifts the offsets after it, so a change touches few bytes and the loggers
+//! that diff pages log little. Nodes rely on the page checksum against damage on disk; every
+//! access is bounds-checked, so a node that passed it but is still wrong (a bug, or a node of
+//! another store) gives an error rather than a panic, and `check` verifies the order.
+
+use std::ops::Range;
+
+pub const MAGIC: u16 = 0x4E4C; // "LN"
+pub const VERSION: u8 = 1;
+pub const HEADER_BYTES: usize = 16;
+const OFFSET_BYTES: usize = 2;
+const ENTRY_HEADER_BYTES: usize = 4;
+
+/// Why a node is unreadable (the caller adds the collection and node).
+pub type Damage = String;
+
+/// The largest key plus value one entry may hold in a node of `node_len` bytes: small enough
+/// that any node split in two by bytes leaves each half room for one more entry.
+pub fn entry_max(node_len: usize) -> usize {
+    (node_len - HEADER_BYTES) / 4 - OFFSET_BYTES - ENTRY_HEADER_BYTES
+}
+
+/// Bytes one entry takes in a node, its offset included.
+pub fn entry_bytes(key_len: usize, value_len: usize) -> usize {
+    OFFSET_BYTES + ENTRY_HEADER_BYTES + key_len + value_len
+}
+
+fn get_u16(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn put_u16(bytes: &mut [u8], at: usize, value: u16) {
+    bytes[at..at + 2].copy_from_slice(&value.to_le_bytes());
+}
+
+/// A node's header fields, read and checked against the node's length.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub level: u8,
+    pub count: usize,
+    pub heap_start: usize,
+    pub garbage: usize,
+}
+
+impl Header {
+    pub fn read(node: &[u8]) -> Result<Header, Damage> {
+        if node.len() < HEADER_BYTES || node.len() > u16::MAX as usize {
+            return Err(format!("a node of {} bytes", node.len()));
+        }
+        let magic = get_u16(node, 0);
+        if magic != MAGIC {
+            return Err(format!("not a tree node (magic {magic:#06x})"));
+        }
+        if node[2] != VERSION {
+            return Err(format!(
+                "node format version {} (this build reads {VERSION})",
+                node[2]
+            ));
+        }
+        let header = Header {
+            level: node[3],
+            count: get_u16(node, 4) as usize,
+            heap_start: get_u16(node, 6) as usize,
+            garbage: get_u16(node, 8) as usize,
+        };
+        let offsets_end = HEADER_BYTES + header.count * OFFSET_BYTES;
+        if offsets_end > header.heap_start || header.heap_start > node.len() {
+            return Err(format!(
+                "{} entries with their data from byte {} do not fit {} bytes",
+                header.count,
+                header.heap_start,
+                node.len()
+            ));
+        }
+        if header.garbage > node.len() - header.heap_start {
+            return Err(format!(
+                "{} bytes of garbage in a smaller heap",
+                header.garbage
+            ));
+        }
+        Ok(header)
+    }
+
+    fn write(&self, node: &mut [u8]) {
+        put_u16(node, 0, MAGIC);
+        node[2] = VERSION;
+        node[3] = self.level;
+        put_u16(node, 4, self.count as u16);
+        put_u16(node, 6, self.heap_start as u16);
+        put_u16(node, 8, self.garbage as u16);
+        node[10..HEADER_BYTES].fill(0);
+    }
+
+    /// Bytes free between the offsets and the entries.
+    pub fn free(&self) -> usize {
+        self.heap_start - HEADER_BYTES - self.count * OFFSET_BYTES
+    }
+
+    /// Bytes the live entries and their offsets take.
+    pub fn used(&self, node_len: usize) -> usize {
+        self.count * OFFSET_BYTES + (node_len - self.heap_start - self.garbage)
+    }
+}
+
+/// A node read in place.
+#[derive(Clone, Copy)]
+pub struct Node<'a> {
+    pub bytes: &'a [u8],
+    pub header: Header,
+}
+
+impl<'a> Node<'a> {
+    pub fn read(bytes: &'a [u8]) -> Result<Node<'a>, Damage> {
+        Ok(Node {
+            bytes,
+            header: Header::read(bytes)?,
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.header.count
+    }
+
+    pub fn is_leaf(&self) -> bool {
+        self.header.level == 0
+    }
+
+    /// Where entry `i`'s key and value lie.
+    fn ranges(&self, i: usize) -> Result<(Range<usize>, Range<usize>), Damage> {
+        debug_assert!(i < self.header.count);
+        let at = get_u16(self.bytes, HEADER_BYTES + i * OFFSET_BYTES) as usize;
+        if at < self.header.heap_start || at + ENTRY_HEADER_BYTES > self.bytes.len() {
+            return Err(format!("entry {i} at byte {at} lies outside the entries"));
+        }
+        let key_len = get_u16(self.bytes, at) as usize;
+        let value_len = get_u16(self.bytes, at + 2) as usize;
+        let key = at + ENTRY_HEADER_BYTES..at + ENTRY_HEADER_BYTES + key_len;
+        let value = key.end..key.end + value_len;
+        if value.end > self.bytes.len() {
+            return Err(format!("entry {i} at byte {at} runs past the node"));
+        }
+        Ok((key, value))
+    }
+
+    pub fn key(&self, i: usize) -> Result<&'a [u8], Damage> {
+        let (key, _) = self.ranges(i)?;
+        Ok(&self.bytes[key])
+    }
+
+    pub fn value(&self, i: usize) -> Result<&'a [u8], Damage> {
+        let (_, value) = self.ranges(i)?;
+        Ok(&self.bytes[value])
+    }
+
+    pub fn entry(&self, i: usize) -> Result<(&'a [u8], &'a [u8]), Damage> {
+        let (key, value) = self.ranges(i)?;
+        Ok((&self.bytes[key], &self.bytes[value]))
+    }
+
+    /// Where `key` is among the entries: `Ok(i)` if entry `i` has it, `Err(i)` if it would go
+    /// before entry `i`.
+    pub fn search(&self, key: &[u8]) -> Result<Result<usize, usize>, Damage> {
+        let (mut lo, mut hi) = (0, self.header.count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.key(mid)?.cmp(key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(Ok(mid)),
+            }
+        }
+        Ok(Err(lo))
+    }
+
+    /// The child of an inner node whose keys include `key`: the last entry whose key is at
+    /// most `key` (the empty first key is below every key).
+    pub fn child_for(&self, key: &[u8]) -> Result<usize, Damage> {
+        if self.header.count == 0 {
+            return Err("an inner node without children".into());
+        }
+        Ok(match self.search(key)? {
+            Ok(i) => i,
+            Err(i) => i.saturating_sub(1),
+        })
+    }
+
+    /// Child `i`'s OID.
+    pub fn child(&self, i: usize) -> Result<lodestore_core::Oid, Damage> {
+        let value = self.value(i)?;
+        let raw: [u8; 8] = value
+            .try_into()
+            .map_err(|_| format!("child {i} is {} bytes, not an OID", value.len()))?;
+        let oid = lodestore_core::Oid(u64::from_le_bytes(raw));
+        if oid.is_null() {
+            return Err(format!("child {i} is the null OID"));
+        }
+        Ok(oid)
+    }
+
+    /// Every entry, copied.
+    pub fn entries(&self) -> Result<Vec<Entry>, Damage> {
+        (0..self.header.count)
+            .map(|i| {
+                let (key, value) = self.entry(i)?;
+                Ok((key.to_vec(), value.to_vec()))
+            })
+            .collect()
+    }
+}
+
+/// An entry copied out of a node: key and value bytes.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// Formats `node` as an empty node of `level`.
+pub fn init(node: &mut [u8], level: u8) {
+    debug_assert!(node.len() <= u16::MAX as usize);
+    let header = Header {
+        level,
+        count: 0,
+        heap_start: node.len(),
+        garbage: 0,
+    };
+    header.write(node);
+    node[HEADER_BYTES..].fill(0);
+}
+
+/// Writes `entries` (sorted) into `node` as a fresh node of `level`. The caller made sure
+/// they fit.
+pub fn build(node: &mut [u8], level: u8, entries: &[Entry]) {
+    debug_assert!(bytes_of(entries) + HEADER_BYTES <= node.len());
+    init(node, level);
+    for (i, (key, value)) in entries.iter().enumerate() {
+        append(node, i, key, value);
+    }
+}
+
+/// Bytes `entries` take in a node, offsets included.
+pub fn bytes_of(entries: &[Entry]) -> usize {
+    entries
+        .iter()
+        .map(|(k, v)| entry_bytes(k.len(), v.len()))
+        .sum()
+}
+
+/// Whether `entries` fit a node of `node_len` bytes.
+pub fn fits(entries: &[Entry], node_len: usize) -> bool {
+    HEADER_BYTES + bytes_of(entries) <= node_len
+}
+
+/// Writes one entry at index `i` of the offsets; the node has room.
+fn append(node: &mut [u8], i: usize, key: &[u8], value: &[u8]) {
+    let mut header = Header::read(node).expect("a node this module formatted");
+    let len = ENTRY_HEADER_BYTES + key.len() + value.len();
+    debug_assert!(header.free() >= len + OFFSET_BYTES);
+    let at = header.heap_start - len;
+    put_u16(node, at, key.len() as u16);
+    put_u16(node, at + 2, value.len() as u16);
+    node[at + ENTRY_HEADER_BYTES..at + ENTRY_HEADER_BYTES + key.len()].copy_from_slice(key);
+    node[at + ENTRY_HEADER_BYTES + key.len()..at + len].copy_from_slice(value);
+    let offsets = HEADER_BYTES + i * OFFSET_BYTES;
+    let offsets_end = HEADER_BYTES + header.count * OFFSET_BYTES;
+    node.copy_within(offsets..offsets_end, offsets + OFFSET_BYTES);
+    put_u16(node, offsets, at as u16);
+    header.count += 1;
+    header.heap_start = at;
+    header.write(node);
+}
+
+/// Inserts an entry at index `i` in place, compacting the node first if its free space is
+/// fragmented. False (and the node untouched) if it does not fit even so.
+pub fn insert_at(node: &mut [u8], i: usize, key: &[u8], value: &[u8]) -> Result<bool, Damage> {
+    let header = Header::read(node)?;
+    let need = entry_bytes(key.len(), value.len());
+    if header.free() < need {
+        if header.free() + header.garbage < need {
+            return Ok(false);
+        }
+        let entries = Node::read(node)?.entries()?;
+        build(node, header.level, &entries);
+    }
+    append(node, i, key, value);
+    Ok(true)
+}
+
+/// Removes entry `i` in place; its bytes become garbage until the node is next compacted.
+pub fn remove_at(node: &mut [u8], i: usize) -> Result<(), Damage> {
+    let view = Node::read(node)?;
+    let (key, value) = view.entry(i)?;
+    let dead = ENTRY_HEADER_BYTES + key.len() + value.len();
+    let mut header = view.header;
+    let offsets = HEADER_BYTES + i * OFFSET_BYTES;
+    let offsets_end = HEADER_BYTES + header.count * OFFSET_BYTES;
+    node.copy_within(offsets + OFFSET_BYTES..offsets_end, offsets);
+    put_u16(node, offsets_end - OFFSET_BYTES, 0);
+    header.count -= 1;
+    header.garbage += dead;
+    if header.count == 0 {
+        header.heap_start = node.len();
+        header.garbage = 0;
+    }
+    header.write(node);
+    Ok(())
+}
+
+/// Replaces entry `i`'s value in place when the new one has the same length. False if not.
+pub fn overwrite_value(node: &mut [u8], i: usize, value: &[u8]) -> Result<bool, Damage> {
+    let (_, range) = Node::read(node)?.ranges(i)?;
+    if range.len() != value.len() {
+        return Ok(false);
+    }
+    node[range].copy_from_slice(value);
+    Ok(true)
+}
+
+/// Where to split `entries` so each half holds about half the bytes; both halves non-empty.
+pub fn split_point(entries: &[Entry]) -> usize {
+    debug_assert!(entries.len() >= 2);
+    let total = bytes_of(entries);
+    let mut running = 0;
+    for (i, (key, value)) in entries.iter().enumerate() {
+        running += entry_bytes(key.len(), value.len());
+        if running * 2 >= total {
+            return (i + 1).clamp(1, entries.len() - 1);
+        }
+    }
+    entries.len() - 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    const LEN: usize = 1024;
+
+    proptest! {
+        /// Entries inserted and removed in place read back as a sorted map holds them.
+        #[test]
+        fn a_node_holds_what_a_map_holds(
+            ops in proptest::collection::vec((any::<bool>(), 0u8..40, 0usize..30), 1..200)
+        ) {
+            let mut node = vec![0u8; LEN];
+            init(&mut node, 0);
+            let mut model = BTreeMap::new();
+            for (insert, key, value_len) in ops {
+                let key = vec![key];
+                let found = Node::read(&node).unwrap().search(&key).unwrap();
+                match (insert, found) {
+                    (true, Ok(_)) | (false, Err(_)) => {}
+                    (true, Err(i)) => {
+                        let value = vec![key[0]; value_len];
+                        if insert_at(&mut node, i, &key, &value).unwrap() {
+                            model.insert(key, value);
+                        }
+                    }
+                    (false, Ok(i)) => {
+                        remove_at(&mut node, i).unwrap();
+                        model.remove(&key);
+                    }
+                }
+                let view = Node::read(&node).unwrap();
+                let entries: BTreeMap<_, _> = view.entries().unwrap().into_iter().collect();
+                prop_assert_eq!(&entries, &model);
+                prop_assert_eq!(view.entries().unwrap().len(), model.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_header_is_an_error_not_a_panic() {
+        let mut node = vec![0u8; LEN];
+        init(&mut node, 0);
+        insert_at(&mut node, 0, b"key", b"value").unwrap();
+        let mut bad = node.clone();
+        bad[0] ^= 1;
+        assert!(Node::read(&bad).is_err());
+        let mut bad = node.clone();
+        put_u16(&mut bad, 4, 600);
+        assert!(Node::read(&bad).is_err());
+        let mut bad = node.clone();
+        put_u16(&mut bad, HEADER_BYTES, (LEN - 2) as u16);
+        assert!(Node::read(&bad).unwrap().entry(0).is_err());
+    }
+
+    #[test]
+    fn a_split_leaves_both_halves_room_for_the_largest_entry() {
+        let max = entry_max(LEN);
+        let entries: Vec<Entry> = (0..3u8).map(|i| (vec![i], vec![0; max - 1])).collect();
+        assert!(!fits(&entries, LEN) || entries.len() < 4);
+        let at = split_point(&entries);
+        assert!(fits(&entries[..at], LEN) && fits(&entries[at..], LEN));
+    }
+}

@@ -1,0 +1,187 @@
+//! Range scans over a collection, in both directions. A scan reads one leaf at a time into a
+//! buffer and finds the next leaf by descending again from the root to the key where the
+//! leaf's range ends (its fence), so leaves need no sibling links: a split or merge then
+//! touches only the nodes on one path, never a neighbour's.
+
+use super::key::{Key, Value};
+use super::node::Entry;
+use super::tree::Tree;
+use crate::Transaction;
+use lodestore_core::{Error, Result};
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::ops::Bound;
+
+/// The entries of a collection within a range, in key order (and in reverse with `.rev()`),
+/// read inside a transaction. Each item is the entry or the error that ended the scan.
+pub struct Range<'t, 's, K, V> {
+    txn: &'t mut Transaction<'s>,
+    tree: Tree,
+    /// What is left to yield: keys after `low` and before `high`. Each item yielded from
+    /// either end narrows it, so the two ends never yield an entry twice.
+    low: Bound<Vec<u8>>,
+    high: Bound<Vec<u8>>,
+    front: VecDeque<Entry>,
+    /// Where the leaf after the front buffer starts; `Some(None)` when there is none.
+    front_next: Option<Option<Vec<u8>>>,
+    back: VecDeque<Entry>,
+    back_next: Option<Option<Vec<u8>>>,
+    done: bool,
+    kinds: PhantomData<fn() -> (K, V)>,
+}
+
+fn above(low: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    match low {
+        Bound::Unbounded => true,
+        Bound::Included(l) => key >= l.as_slice(),
+        Bound::Excluded(l) => key > l.as_slice(),
+    }
+}
+
+fn below(high: &Bound<Vec<u8>>, key: &[u8]) -> bool {
+    match high {
+        Bound::Unbounded => true,
+        Bound::Included(h) => key <= h.as_slice(),
+        Bound::Excluded(h) => key < h.as_slice(),
+    }
+}
+
+fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match bound {
+        Bound::Unbounded => Bound::Unbounded,
+        Bound::Included(k) => Bound::Included(k),
+        Bound::Excluded(k) => Bound::Excluded(k),
+    }
+}
+
+impl<'t, 's, K: Key, V: Value> Range<'t, 's, K, V> {
+    pub(crate) fn new(
+        txn: &'t mut Transaction<'s>,
+        tree: Tree,
+        low: Bound<Vec<u8>>,
+        high: Bound<Vec<u8>>,
+    ) -> Self {
+        Range {
+            txn,
+            tree,
+            low,
+            high,
+            front: VecDeque::new(),
+            front_next: None,
+            back: VecDeque::new(),
+            back_next: None,
+            done: false,
+            kinds: PhantomData,
+        }
+    }
+
+    fn decode(&self, (key, value): Entry) -> Result<(K, V)> {
+        let damaged = |what: &str| Error::CorruptCollection {
+            collection: self.tree.header,
+            node: self.tree.header,
+            reason: format!("a stored {what} that is not one of the collection's type"),
+        };
+        let key = K::read_key(&key).ok_or_else(|| damaged("key"))?;
+        let value = V::read_value(&value).ok_or_else(|| damaged("value"))?;
+        Ok((key, value))
+    }
+
+    fn fail(&mut self, error: Error) -> Option<Result<(K, V)>> {
+        self.done = true;
+        Some(Err(error))
+    }
+
+    /// The next entry from the front, as bytes.
+    fn next_entry(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(entry) = self.front.pop_front() {
+                if !below(&self.high, &entry.0) {
+                    return Ok(None);
+                }
+                self.low = Bound::Excluded(entry.0.clone());
+                return Ok(Some(entry));
+            }
+            let from = match &self.front_next {
+                None => borrowed(&self.low),
+                Some(Some(fence)) => Bound::Included(fence.as_slice()),
+                Some(None) => return Ok(None),
+            };
+            if let Bound::Included(k) | Bound::Excluded(k) = from {
+                if !below(&self.high, k) {
+                    return Ok(None);
+                }
+            }
+            let scan = self.tree.scan_forward(self.txn, from)?;
+            self.front = scan.entries.into();
+            self.front_next = Some(scan.fence);
+        }
+    }
+
+    /// The next entry from the back, as bytes.
+    fn next_back_entry(&mut self) -> Result<Option<Entry>> {
+        loop {
+            if let Some(entry) = self.back.pop_front() {
+                if !above(&self.low, &entry.0) {
+                    return Ok(None);
+                }
+                self.high = Bound::Excluded(entry.0.clone());
+                return Ok(Some(entry));
+            }
+            let to = match &self.back_next {
+                None => borrowed(&self.high),
+                Some(Some(fence)) => Bound::Excluded(fence.as_slice()),
+                Some(None) => return Ok(None),
+            };
+            if let Bound::Included(k) | Bound::Excluded(k) = to {
+                if !above(&self.low, k) {
+                    return Ok(None);
+                }
+            }
+            let scan = self.tree.scan_backward(self.txn, to)?;
+            self.back = scan.entries.into();
+            self.back_next = Some(scan.fence);
+        }
+    }
+}
+
+impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
+    type Item = Result<(K, V)>;
+
+    fn next(&mut self) -> Option<Result<(K, V)>> {
+        if self.done {
+            return None;
+        }
+        match self.next_entry() {
+            Ok(Some(entry)) => match self.decode(entry) {
+                Ok(item) => Some(Ok(item)),
+                Err(e) => self.fail(e),
+            },
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+}
+
+impl<K: Key, V: Value> DoubleEndedIterator for Range<'_, '_, K, V> {
+    fn next_back(&mut self) -> Option<Result<(K, V)>> {
+        if self.done {
+            return None;
+        }
+        match self.next_back_entry() {
+            Ok(Some(entry)) => match self.decode(entry) {
+                Ok(item) => Some(Ok(item)),
+                Err(e) => self.fail(e),
+            },
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => self.fail(e),
+        }
+    }
+}
+
+impl<K: Key, V: Value> std::iter::FusedIterator for Range<'_, '_, K, V> {}

@@ -1,0 +1,681 @@
+//! The B+-tree itself, on bytes: keys and values as the typed layer encoded them. Every node
+//! is an object of its own filling a page, so a node is also the unit of locking.
+//!
+//! Locking (strict two-phase, page locks, as for any object): a lookup locks the header and
+//! every node on its path shared. An insert or remove locks the header and the inner nodes
+//! on its path shared and the leaf exclusive; only a split or merge locks the parent (and its
+//! parent, up to where the change stops) exclusive, and only a split of the root or a collapse
+//! of it writes the header. So concurrent writers to different leaves go on side by side, and
+//! writers meet only on a leaf they share or on a split, whose exclusive lock on the parent
+//! waits for every other writer below it (and can make one of two splitters a deadlock victim,
+//! which `Session::transact` retries).
+
+use super::header::{Meta, HEADER_LEN};
+use super::node::{self, Entry, Node};
+use crate::Transaction;
+use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
+use std::ops::Bound;
+
+/// A tree by its header's OID.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Tree {
+    pub header: RawOid,
+    /// The key and value kinds the caller expects.
+    pub kinds: (u64, u64),
+}
+
+/// What `check` found in a sound tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TreeReport {
+    /// Entries in the leaves.
+    pub entries: u64,
+    /// Nodes, inner and leaves.
+    pub nodes: u64,
+    /// Levels of inner nodes above the leaves.
+    pub height: u32,
+}
+
+/// The leaf a range scan reads next, its entries in the range, and where the next leaf's keys
+/// begin (scanning forward) or end (scanning backward); `None` when this is the last.
+pub(crate) struct LeafScan {
+    pub entries: Vec<Entry>,
+    pub fence: Option<Vec<u8>>,
+}
+
+/// The inner nodes on the way to a leaf: each node and the child taken.
+type Path = Vec<(RawOid, usize)>;
+
+fn node_type(meta: &Meta) -> (TypeId, usize) {
+    (TypeId::COLLECTION_NODE, meta.node_len)
+}
+
+impl Tree {
+    fn damaged(&self, node: RawOid, reason: impl Into<String>) -> Error {
+        Error::CorruptCollection {
+            collection: self.header,
+            node,
+            reason: reason.into(),
+        }
+    }
+
+    /// A node that is not a node of the expected type and size is damage in this tree, not
+    /// a caller's mistake.
+    fn node_error(&self, node: RawOid, error: Error) -> Error {
+        match error {
+            Error::TypeMismatch {
+                found, found_len, ..
+            } => self.damaged(
+                node,
+                format!("a child that is an object of type {found}, {found_len} bytes"),
+            ),
+            Error::ObjectNotFound { .. } => self.damaged(node, "a child that does not exist"),
+            other => other,
+        }
+    }
+
+    /// Creates an empty tree: a header and one empty leaf.
+    pub fn create(txn: &mut Transaction<'_>, kinds: (u64, u64), flags: u16) -> Result<Tree> {
+        let page_size = txn.client().page_size();
+        let node_len = lodestore_storage::slotted::payload_max(page_size).min(u16::MAX as usize);
+        let entry_max = node::entry_max(node_len);
+        let key_max = (entry_max / 2).min(1024);
+        let value_max = entry_max - key_max;
+        let root = txn
+            .client()
+            .alloc_collection_object(TypeId::COLLECTION_NODE, node_len)?;
+        let meta = Meta {
+            flags,
+            key_kind: kinds.0,
+            value_kind: kinds.1,
+            root,
+            height: 0,
+            node_len,
+            key_max,
+            value_max,
+        };
+        node::init(
+            txn.client().collection_bytes_mut(root, node_type(&meta))?,
+            0,
+        );
+        let header = txn
+            .client()
+            .alloc_collection_object(TypeId::COLLECTION, HEADER_LEN)?;
+        let tree = Tree { header, kinds };
+        tree.write_meta(txn, &meta)?;
+        Ok(tree)
+    }
+
+    /// The header, checked against the kinds expected.
+    pub fn meta(&self, txn: &mut Transaction<'_>) -> Result<Meta> {
+        let bytes = txn
+            .client()
+            .object_bytes(self.header, Some((TypeId::COLLECTION, HEADER_LEN)))
+            .map_err(|e| match e {
+                Error::TypeMismatch {
+                    found, found_len, ..
+                } => Error::NotACollection {
+                    oid: self.header,
+                    reason: format!("it is an object of type {found}, {found_len} bytes"),
+                },
+                other => other,
+            })?;
+        let meta = Meta::decode(bytes).map_err(|reason| self.damaged(self.header, reason))?;
+        if (meta.key_kind, meta.value_kind) != self.kinds {
+            return Err(Error::NotACollection {
+                oid: self.header,
+                reason: format!(
+                    "its keys and values are of kinds {:#x} and {:#x}, not {:#x} and {:#x}",
+                    meta.key_kind, meta.value_kind, self.kinds.0, self.kinds.1
+                ),
+            });
+        }
+        Ok(meta)
+    }
+
+    fn write_meta(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<()> {
+        txn.client()
+            .collection_bytes_mut(self.header, (TypeId::COLLECTION, HEADER_LEN))?
+            .copy_from_slice(&meta.encode());
+        Ok(())
+    }
+
+    /// Runs `f` on node `oid`, locked shared, checked to be at `level`.
+    fn read<R>(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        f: impl FnOnce(Node<'_>) -> std::result::Result<R, node::Damage>,
+    ) -> Result<R> {
+        let bytes = txn
+            .client()
+            .object_bytes(oid, Some(node_type(meta)))
+            .map_err(|e| self.node_error(oid, e))?;
+        let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
+        if node.header.level as u32 != level {
+            return Err(self.damaged(
+                oid,
+                format!(
+                    "a node at level {} where {level} belongs",
+                    node.header.level
+                ),
+            ));
+        }
+        f(node).map_err(|r| self.damaged(oid, r))
+    }
+
+    /// Runs `f` on node `oid`'s bytes, locked exclusive, checked to be at `level`.
+    fn write<R>(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        f: impl FnOnce(&mut [u8]) -> std::result::Result<R, node::Damage>,
+    ) -> Result<R> {
+        let bytes = txn
+            .client()
+            .collection_bytes_mut(oid, node_type(meta))
+            .map_err(|e| self.node_error(oid, e))?;
+        let header = node::Header::read(bytes).map_err(|r| self.damaged(oid, r))?;
+        if header.level as u32 != level {
+            return Err(self.damaged(
+                oid,
+                format!("a node at level {} where {level} belongs", header.level),
+            ));
+        }
+        f(bytes).map_err(|r| self.damaged(oid, r))
+    }
+
+    fn alloc_node(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<RawOid> {
+        txn.client()
+            .alloc_collection_object(TypeId::COLLECTION_NODE, meta.node_len)
+    }
+
+    fn free_node(&self, txn: &mut Transaction<'_>, meta: &Meta, oid: RawOid) -> Result<()> {
+        txn.client()
+            .free_collection_object(oid, node_type(meta))
+            .map_err(|e| self.node_error(oid, e))
+    }
+
+    /// The inner nodes from the root down to the leaf whose keys include `key`, locked
+    /// shared, and that leaf.
+    fn path_to(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        key: &[u8],
+    ) -> Result<(Path, RawOid)> {
+        let mut path = Vec::with_capacity(meta.height as usize);
+        let mut oid = meta.root;
+        for level in (1..=meta.height).rev() {
+            let (i, child) = self.read(txn, meta, oid, level, |n| {
+                let i = n.child_for(key)?;
+                Ok((i, n.child(i)?))
+            })?;
+            path.push((oid, i));
+            oid = child;
+        }
+        Ok((path, oid))
+    }
+
+    pub fn check_key(&self, meta: &Meta, key: &[u8]) -> Result<()> {
+        if key.len() > meta.key_max {
+            return Err(Error::EntryTooLong {
+                collection: self.header,
+                what: "key",
+                len: key.len(),
+                max: meta.key_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// The value stored under `key`.
+    pub fn get(&self, txn: &mut Transaction<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let meta = self.meta(txn)?;
+        if key.len() > meta.key_max {
+            return Ok(None);
+        }
+        let (_, leaf) = self.path_to(txn, &meta, key)?;
+        self.read(txn, &meta, leaf, 0, |n| match n.search(key)? {
+            Ok(i) => Ok(Some(n.value(i)?.to_vec())),
+            Err(_) => Ok(None),
+        })
+    }
+
+    /// Stores `value` under `key`; the value it replaced, if any.
+    pub fn insert(
+        &self,
+        txn: &mut Transaction<'_>,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>> {
+        let mut meta = self.meta(txn)?;
+        self.check_key(&meta, key)?;
+        if value.len() > meta.value_max {
+            return Err(Error::EntryTooLong {
+                collection: self.header,
+                what: "value",
+                len: value.len(),
+                max: meta.value_max,
+            });
+        }
+        let (path, leaf) = self.path_to(txn, &meta, key)?;
+        // The leaf is locked exclusive from the start: a shared lock upgraded later would let
+        // two inserters into one leaf deadlock.
+        let (old, at, inserted) = self.write(txn, &meta, leaf, 0, |bytes| {
+            let found = Node::read(bytes)?.search(key)?;
+            let (old, at) = match found {
+                Ok(i) => {
+                    let old = Node::read(bytes)?.value(i)?.to_vec();
+                    if node::overwrite_value(bytes, i, value)? {
+                        return Ok((Some(old), i, true));
+                    }
+                    node::remove_at(bytes, i)?;
+                    (Some(old), i)
+                }
+                Err(i) => (None, i),
+            };
+            let inserted = node::insert_at(bytes, at, key, value)?;
+            Ok((old, at, inserted))
+        })?;
+        if !inserted {
+            let mut entries = self.read(txn, &meta, leaf, 0, |n| n.entries())?;
+            entries.insert(at, (key.to_vec(), value.to_vec()));
+            self.split(txn, &mut meta, path, leaf, entries)?;
+        }
+        Ok(old)
+    }
+
+    /// Splits node `oid` (at the bottom of `path`), which `entries` overfill, and inserts the
+    /// new node's separator into the parent, splitting upwards as far as needed.
+    fn split(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &mut Meta,
+        mut path: Path,
+        mut oid: RawOid,
+        mut entries: Vec<Entry>,
+    ) -> Result<()> {
+        let mut level = 0u32;
+        loop {
+            let mut right = entries.split_off(node::split_point(&entries));
+            let separator = right[0].0.clone();
+            if level > 0 {
+                // An inner node's first key is implied; the separator moves up.
+                right[0].0.clear();
+            }
+            let new = self.alloc_node(txn, meta)?;
+            self.write_fresh(txn, meta, new, level, &right)?;
+            self.write(txn, meta, oid, level, |bytes| {
+                node::build(bytes, level as u8, &entries);
+                Ok(())
+            })?;
+            let child = new.0.to_le_bytes();
+            let Some((parent, i)) = path.pop() else {
+                // The root split: a new root above the two halves.
+                let root = self.alloc_node(txn, meta)?;
+                let entries = vec![
+                    (Vec::new(), oid.0.to_le_bytes().to_vec()),
+                    (separator, child.to_vec()),
+                ];
+                self.write_fresh(txn, meta, root, level + 1, &entries)?;
+                meta.root = root;
+                meta.height += 1;
+                return self.write_meta(txn, meta);
+            };
+            level += 1;
+            let inserted = self.write(txn, meta, parent, level, |bytes| {
+                node::insert_at(bytes, i + 1, &separator, &child)
+            })?;
+            if inserted {
+                return Ok(());
+            }
+            entries = self.read(txn, meta, parent, level, |n| n.entries())?;
+            entries.insert(i + 1, (separator, child.to_vec()));
+            oid = parent;
+        }
+    }
+
+    /// Formats a freshly allocated node with `entries`.
+    fn write_fresh(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        entries: &[Entry],
+    ) -> Result<()> {
+        debug_assert!(node::fits(entries, meta.node_len));
+        let bytes = txn.client().collection_bytes_mut(oid, node_type(meta))?;
+        node::build(bytes, level as u8, entries);
+        Ok(())
+    }
+
+    /// Removes `key`; the value it had, if any.
+    pub fn remove(&self, txn: &mut Transaction<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut meta = self.meta(txn)?;
+        if key.len() > meta.key_max {
+            return Ok(None);
+        }
+        let (path, leaf) = self.path_to(txn, &meta, key)?;
+        let old = self.write(txn, &meta, leaf, 0, |bytes| {
+            let node = Node::read(bytes)?;
+            match node.search(key)? {
+                Ok(i) => {
+                    let old = node.value(i)?.to_vec();
+                    node::remove_at(bytes, i)?;
+                    Ok(Some(old))
+                }
+                Err(_) => Ok(None),
+            }
+        })?;
+        if old.is_some() {
+            self.rebalance(txn, &mut meta, path, leaf)?;
+        }
+        Ok(old)
+    }
+
+    /// After a removal from node `oid`: merges it with a sibling when it is under a quarter
+    /// full and the two fit in one node, removing the separator from the parent and going on
+    /// upwards; collapses a root left with one child. Nodes are merged but never
+    /// redistributed, so a node may stay sparse when its sibling is too full to merge with;
+    /// every leaf stays at the same depth.
+    fn rebalance(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &mut Meta,
+        mut path: Path,
+        mut oid: RawOid,
+    ) -> Result<()> {
+        let mut level = 0u32;
+        loop {
+            let header = self.read(txn, meta, oid, level, |n| Ok(n.header))?;
+            let Some((parent, _)) = path.last().copied() else {
+                return self.collapse_root(txn, meta);
+            };
+            if header.used(meta.node_len) * 4 >= meta.node_len {
+                return Ok(());
+            }
+            let i = path.pop().expect("checked above").1;
+            level += 1;
+            let (left_at, right_at) = if i > 0 { (i - 1, i) } else { (0, 1) };
+            let sibling = self.read(txn, meta, parent, level, |n| {
+                if right_at >= n.count() {
+                    return Ok(None);
+                }
+                Ok(Some((
+                    n.child(left_at)?,
+                    n.child(right_at)?,
+                    n.key(right_at)?.to_vec(),
+                )))
+            })?;
+            let Some((left, right, separator)) = sibling else {
+                // An only child: nothing to merge with here; see whether the parent can.
+                oid = parent;
+                continue;
+            };
+            let child_level = level - 1;
+            let mut merged = self.read(txn, meta, left, child_level, |n| n.entries())?;
+            let mut right_entries = self.read(txn, meta, right, child_level, |n| n.entries())?;
+            if child_level > 0 {
+                // The separator comes down as the right node's first key.
+                let Some(first) = right_entries.first_mut() else {
+                    return Err(self.damaged(right, "an inner node without children"));
+                };
+                first.0 = separator;
+            }
+            merged.append(&mut right_entries);
+            if !node::fits(&merged, meta.node_len) {
+                return Ok(());
+            }
+            self.write(txn, meta, left, child_level, |bytes| {
+                node::build(bytes, child_level as u8, &merged);
+                Ok(())
+            })?;
+            self.free_node(txn, meta, right)?;
+            self.write(txn, meta, parent, level, |bytes| {
+                node::remove_at(bytes, right_at)
+            })?;
+            oid = parent;
+        }
+    }
+
+    /// While the root is an inner node with one child, makes the child the root.
+    fn collapse_root(&self, txn: &mut Transaction<'_>, meta: &mut Meta) -> Result<()> {
+        let mut changed = false;
+        while meta.height > 0 {
+            let only = self.read(txn, meta, meta.root, meta.height, |n| {
+                Ok(if n.count() == 1 {
+                    Some(n.child(0)?)
+                } else {
+                    None
+                })
+            })?;
+            let Some(child) = only else { break };
+            self.free_node(txn, meta, meta.root)?;
+            meta.root = child;
+            meta.height -= 1;
+            changed = true;
+        }
+        if changed {
+            self.write_meta(txn, meta)?;
+        }
+        Ok(())
+    }
+
+    /// The leaf holding the first keys at or after `from`, with its entries from there on.
+    pub fn scan_forward(&self, txn: &mut Transaction<'_>, from: Bound<&[u8]>) -> Result<LeafScan> {
+        let meta = self.meta(txn)?;
+        let mut oid = meta.root;
+        let mut fence = None;
+        for level in (1..=meta.height).rev() {
+            let (child, upper) = self.read(txn, &meta, oid, level, |n| {
+                let i = match from {
+                    Bound::Unbounded => 0,
+                    Bound::Included(k) | Bound::Excluded(k) => n.child_for(k)?,
+                };
+                let upper = if i + 1 < n.count() {
+                    Some(n.key(i + 1)?.to_vec())
+                } else {
+                    None
+                };
+                Ok((n.child(i)?, upper))
+            })?;
+            fence = upper.or(fence);
+            oid = child;
+        }
+        let entries = self.read(txn, &meta, oid, 0, |n| {
+            let start = match from {
+                Bound::Unbounded => 0,
+                Bound::Included(k) => n.search(k)?.unwrap_or_else(|i| i),
+                Bound::Excluded(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
+            };
+            (start..n.count())
+                .map(|i| n.entry(i).map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect()
+        })?;
+        Ok(LeafScan { entries, fence })
+    }
+
+    /// The leaf holding the last keys at or before `to`, with its entries up to there, last
+    /// first; the fence is the lowest key that leaf can hold.
+    pub fn scan_backward(&self, txn: &mut Transaction<'_>, to: Bound<&[u8]>) -> Result<LeafScan> {
+        let meta = self.meta(txn)?;
+        let mut oid = meta.root;
+        let mut fence = None;
+        for level in (1..=meta.height).rev() {
+            let (child, lower) = self.read(txn, &meta, oid, level, |n| {
+                let i = match to {
+                    Bound::Unbounded => n.count().saturating_sub(1),
+                    Bound::Included(k) => n.child_for(k)?,
+                    // The last child that can hold a key below `k`.
+                    Bound::Excluded(k) => match n.search(k)? {
+                        Ok(i) | Err(i) => i.saturating_sub(1),
+                    },
+                };
+                let lower = if i > 0 {
+                    Some(n.key(i)?.to_vec())
+                } else {
+                    None
+                };
+                Ok((n.child(i)?, lower))
+            })?;
+            fence = lower.or(fence);
+            oid = child;
+        }
+        let entries = self.read(txn, &meta, oid, 0, |n| {
+            let end = match to {
+                Bound::Unbounded => n.count(),
+                Bound::Included(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
+                Bound::Excluded(k) => n.search(k)?.unwrap_or_else(|i| i),
+            };
+            (0..end)
+                .rev()
+                .map(|i| n.entry(i).map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect()
+        })?;
+        Ok(LeafScan { entries, fence })
+    }
+
+    /// Visits every node, parents before children, with its level.
+    fn walk(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        mut visit: impl FnMut(RawOid, u32, Node<'_>) -> std::result::Result<(), node::Damage>,
+    ) -> Result<()> {
+        let mut stack = vec![(meta.root, meta.height)];
+        while let Some((oid, level)) = stack.pop() {
+            let children = self.read(txn, meta, oid, level, |n| {
+                visit(oid, level, n)?;
+                if n.is_leaf() {
+                    return Ok(Vec::new());
+                }
+                (0..n.count()).rev().map(|i| n.child(i)).collect()
+            })?;
+            stack.extend(children.into_iter().map(|c| (c, level - 1)));
+        }
+        Ok(())
+    }
+
+    /// Entries in the tree, counted by reading every leaf.
+    pub fn len(&self, txn: &mut Transaction<'_>) -> Result<u64> {
+        let meta = self.meta(txn)?;
+        let mut entries = 0;
+        self.walk(txn, &meta, |_, level, n| {
+            if level == 0 {
+                entries += n.count() as u64;
+            }
+            Ok(())
+        })?;
+        Ok(entries)
+    }
+
+    /// Frees every node and leaves one empty leaf.
+    pub fn clear(&self, txn: &mut Transaction<'_>) -> Result<()> {
+        let mut meta = self.meta(txn)?;
+        self.free_all(txn, &meta)?;
+        meta.root = self.alloc_node(txn, &meta)?;
+        meta.height = 0;
+        self.write_fresh(txn, &meta, meta.root, 0, &[])?;
+        self.write_meta(txn, &meta)
+    }
+
+    /// Frees every node and the header.
+    pub fn destroy(&self, txn: &mut Transaction<'_>) -> Result<()> {
+        let meta = self.meta(txn)?;
+        self.free_all(txn, &meta)?;
+        txn.client()
+            .free_collection_object(self.header, (TypeId::COLLECTION, HEADER_LEN))
+    }
+
+    fn free_all(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<()> {
+        let mut nodes = Vec::new();
+        self.walk(txn, meta, |oid, _, _| {
+            nodes.push(oid);
+            Ok(())
+        })?;
+        for oid in nodes {
+            self.free_node(txn, meta, oid)?;
+        }
+        Ok(())
+    }
+
+    /// Verifies the whole tree: every node readable and at its level, keys strictly
+    /// increasing within each node and within the bounds its parent gives it, every leaf at
+    /// the same depth, no node reached twice.
+    pub fn check(&self, txn: &mut Transaction<'_>) -> Result<TreeReport> {
+        let meta = self.meta(txn)?;
+        let mut report = TreeReport {
+            height: meta.height,
+            ..TreeReport::default()
+        };
+        let mut seen = std::collections::HashSet::new();
+        // Each node with the bounds its keys must keep: at least `low`, below `high`.
+        type Bounds = (Option<Vec<u8>>, Option<Vec<u8>>);
+        let mut stack: Vec<(RawOid, u32, Bounds)> = vec![(meta.root, meta.height, (None, None))];
+        while let Some((oid, level, (low, high))) = stack.pop() {
+            if !seen.insert(oid) {
+                return Err(self.damaged(oid, "a node reached twice"));
+            }
+            report.nodes += 1;
+            let children = self.read(txn, &meta, oid, level, |n| {
+                let mut previous: Option<&[u8]> = None;
+                let mut children = Vec::new();
+                if level > 0 && n.count() == 0 {
+                    return Err("an inner node without children".into());
+                }
+                for i in 0..n.count() {
+                    let (key, value) = n.entry(i)?;
+                    let implied = level > 0 && i == 0;
+                    if implied && !key.is_empty() {
+                        return Err("an inner node whose first key is not empty".into());
+                    }
+                    if !implied {
+                        if key.len() > meta.key_max {
+                            return Err(format!("entry {i}: a key of {} bytes", key.len()));
+                        }
+                        if previous.is_some_and(|p| p >= key) {
+                            return Err(format!("entry {i}: keys out of order"));
+                        }
+                        if low.as_deref().is_some_and(|l| key < l)
+                            || high.as_deref().is_some_and(|h| key >= h)
+                        {
+                            return Err(format!(
+                                "entry {i}: a key outside the range its parent gives it"
+                            ));
+                        }
+                        previous = Some(key);
+                    }
+                    if level == 0 {
+                        if value.len() > meta.value_max {
+                            return Err(format!("entry {i}: a value of {} bytes", value.len()));
+                        }
+                        continue;
+                    }
+                    let child_low = if implied {
+                        low.clone()
+                    } else {
+                        Some(key.to_vec())
+                    };
+                    let child_high = if i + 1 < n.count() {
+                        Some(n.key(i + 1)?.to_vec())
+                    } else {
+                        high.clone()
+                    };
+                    children.push((n.child(i)?, level - 1, (child_low, child_high)));
+                }
+                if level == 0 {
+                    return Ok((Vec::new(), n.count() as u64));
+                }
+                Ok((children, 0))
+            })?;
+            report.entries += children.1;
+            stack.extend(children.0);
+        }
+        Ok(report)
+    }
+}

@@ -1,0 +1,309 @@
+//! Persistent collections against `std::collections::BTreeMap`: random inserts, removes,
+//! lookups and range scans in both directions, in transactions that commit or abort, across
+//! a reopen, with `check` verifying order and balance after each transaction.
+
+use lodestore::{BTreeMap, BTreeSet, Error, Oid, Options, Persistent, Store};
+use proptest::prelude::*;
+use std::collections::BTreeMap as StdMap;
+use std::ops::Bound;
+
+const PAGE_SIZE: usize = 4096;
+
+fn options() -> Options {
+    Options::new().page_size(PAGE_SIZE)
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Insert(u16, u16),
+    Remove(u16),
+    Get(u16),
+    Range(Bound<u16>, Bound<u16>, bool),
+}
+
+fn bound() -> impl Strategy<Value = Bound<u16>> {
+    prop_oneof![
+        Just(Bound::Unbounded),
+        (0u16..600).prop_map(Bound::Included),
+        (0u16..600).prop_map(Bound::Excluded),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u16..600, 0u16..300).prop_map(|(k, v)| Op::Insert(k, v)),
+        3 => (0u16..600).prop_map(Op::Remove),
+        1 => (0u16..600).prop_map(Op::Get),
+        1 => (bound(), bound(), any::<bool>()).prop_map(|(l, h, r)| Op::Range(l, h, r)),
+    ]
+}
+
+/// A key long enough that a few hundred of them need many leaves of a 4 KiB page, and whose
+/// bytes order as `k` does.
+fn key_of(k: u16) -> Vec<u8> {
+    let mut key = k.to_be_bytes().to_vec();
+    key.resize(2 + (k as usize % 7) * 9, b'k');
+    key
+}
+
+fn value_of(k: u16, v: u16) -> Vec<u8> {
+    vec![(k ^ v) as u8; v as usize % 61]
+}
+
+fn valid_range(low: Bound<u16>, high: Bound<u16>) -> bool {
+    // std panics on a range whose start is after its end; skip those.
+    match (low, high) {
+        (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) => {
+            l < h || (l == h && matches!((low, high), (Bound::Included(_), Bound::Included(_))))
+        }
+        _ => true,
+    }
+}
+
+fn map_bound(bound: Bound<u16>) -> Bound<Vec<u8>> {
+    bound.map(key_of)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_collection_holds_what_std_holds(
+        txns in proptest::collection::vec((proptest::collection::vec(op(), 1..120), any::<bool>()), 1..8),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        let mut model: StdMap<Vec<u8>, Vec<u8>> = StdMap::new();
+        {
+            let store = Store::create(&path, options()).unwrap();
+            let mut session = store.session().unwrap();
+            let mut txn = session.begin().unwrap();
+            let map: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::create(&mut txn).unwrap();
+            txn.set_root("map", map.oid()).unwrap();
+            txn.commit().unwrap();
+            for (ops, commit) in txns {
+                let mut txn = session.begin().unwrap();
+                let mut scratch = model.clone();
+                for op in ops {
+                    match op {
+                        Op::Insert(k, v) => {
+                            let old = map.insert(&mut txn, &key_of(k), &value_of(k, v)).unwrap();
+                            prop_assert_eq!(old, scratch.insert(key_of(k), value_of(k, v)));
+                        }
+                        Op::Remove(k) => {
+                            prop_assert_eq!(map.remove(&mut txn, &key_of(k)).unwrap(), scratch.remove(&key_of(k)));
+                        }
+                        Op::Get(k) => {
+                            prop_assert_eq!(map.get(&mut txn, &key_of(k)).unwrap(), scratch.get(&key_of(k)).cloned());
+                        }
+                        Op::Range(low, high, reverse) if valid_range(low, high) => {
+                            let range = (map_bound(low), map_bound(high));
+                            let expected: Vec<_> = scratch.range(range.clone()).map(|(k, v)| (k.clone(), v.clone())).collect();
+                            let scan = map.range(&mut txn, range);
+                            let got: Vec<_> = if reverse {
+                                let mut got: Vec<_> = scan.rev().collect::<Result<_, _>>().unwrap();
+                                got.reverse();
+                                got
+                            } else {
+                                scan.collect::<Result<_, _>>().unwrap()
+                            };
+                            prop_assert_eq!(got, expected);
+                        }
+                        Op::Range(..) => {}
+                    }
+                }
+                let report = map.check(&mut txn).unwrap();
+                prop_assert_eq!(report.entries, scratch.len() as u64);
+                prop_assert_eq!(map.len(&mut txn).unwrap(), scratch.len() as u64);
+                if commit {
+                    txn.commit().unwrap();
+                    model = scratch;
+                } else {
+                    txn.abort().unwrap();
+                }
+            }
+        }
+        let store = Store::open(&path, options()).unwrap();
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        let root = txn.root("map").unwrap().unwrap();
+        let map: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::open(&mut txn, root).unwrap();
+        map.check(&mut txn).unwrap();
+        let all: Vec<_> = map.iter(&mut txn).collect::<Result<_, _>>().unwrap();
+        let expected: Vec<_> = model.into_iter().collect();
+        prop_assert_eq!(all, expected);
+    }
+}
+
+/// Both ends of one scan meet in the middle without yielding an entry twice.
+#[test]
+fn a_scan_from_both_ends_yields_each_entry_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s"), options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let map: BTreeMap<u64, u64> = BTreeMap::create(&mut txn).unwrap();
+    // Shuffled, so that leaves are split at many places and the tree has inner levels.
+    let mut keys: Vec<u64> = (0..30_000).collect();
+    keys.sort_by_key(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for &k in &keys {
+        map.insert(&mut txn, &(k * 3), &k).unwrap();
+    }
+    assert!(map.check(&mut txn).unwrap().height >= 2);
+    let all: Vec<u64> = map.keys(&mut txn).collect::<Result<_, _>>().unwrap();
+    assert_eq!(all, (0..30_000).map(|k| k * 3).collect::<Vec<_>>());
+    let back: Vec<u64> = map.keys(&mut txn).rev().collect::<Result<_, _>>().unwrap();
+    assert!(back.iter().rev().eq(all.iter()));
+    let mut scan = map.range(&mut txn, 10..=50_000);
+    let mut seen = Vec::new();
+    loop {
+        let front = scan.next().transpose().unwrap();
+        let back = scan.next_back().transpose().unwrap();
+        seen.extend(front.map(|(k, _)| k));
+        seen.extend(back.map(|(k, _)| k));
+        if front.is_none() && back.is_none() {
+            break;
+        }
+    }
+    seen.sort_unstable();
+    let expected: Vec<u64> = all
+        .into_iter()
+        .filter(|k| (10..=50_000).contains(k))
+        .collect();
+    assert_eq!(seen, expected);
+    assert_eq!(map.first(&mut txn).unwrap(), Some((0, 0)));
+    assert_eq!(map.last(&mut txn).unwrap(), Some((89_997, 29_999)));
+}
+
+/// Inserting in order and removing everything leaves one empty leaf, and the pages are
+/// freed for reuse.
+#[test]
+fn removing_every_key_shrinks_the_tree_to_one_leaf() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s"), options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let map: BTreeMap<u32, u128> = BTreeMap::create(&mut txn).unwrap();
+    for k in 0..20_000u32 {
+        map.insert(&mut txn, &k, &(k as u128)).unwrap();
+    }
+    let full = map.check(&mut txn).unwrap();
+    assert_eq!(full.entries, 20_000);
+    assert!(full.height >= 2, "{full:?}");
+    txn.commit().unwrap();
+    let mut txn = session.begin().unwrap();
+    for k in (0..20_000u32).rev() {
+        assert_eq!(map.remove(&mut txn, &k).unwrap(), Some(k as u128));
+    }
+    let empty = map.check(&mut txn).unwrap();
+    assert_eq!((empty.entries, empty.nodes, empty.height), (0, 1, 0));
+    assert!(map.is_empty(&mut txn).unwrap());
+    txn.commit().unwrap();
+}
+
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Part {
+    weight: u64,
+}
+impl Persistent for Part {
+    const TYPE_ID: u32 = 7;
+}
+
+/// A map from names to objects, and a set, embedded in an object of the application's.
+#[test]
+fn maps_of_objects_and_sets() {
+    #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    #[repr(C)]
+    struct Catalog {
+        by_name: BTreeMap<String, Oid<Part>>,
+        heavy: BTreeSet<i64>,
+    }
+    impl Persistent for Catalog {
+        const TYPE_ID: u32 = 8;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s"), options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let catalog = Catalog {
+        by_name: BTreeMap::create(&mut txn).unwrap(),
+        heavy: BTreeSet::create(&mut txn).unwrap(),
+    };
+    let catalog = txn.alloc(&catalog).unwrap();
+    txn.set_root("catalog", catalog).unwrap();
+    for (name, weight) in [("bolt", 3i64), ("anvil", 50), ("nut", 1), ("beam", 400)] {
+        let part = txn
+            .alloc(&Part {
+                weight: weight as u64,
+            })
+            .unwrap();
+        let c = txn.read(catalog).unwrap();
+        c.by_name.insert(&mut txn, name, &part).unwrap();
+        if weight > 10 {
+            assert!(c.heavy.insert(&mut txn, &-weight).unwrap());
+        }
+    }
+    txn.commit().unwrap();
+
+    let mut txn = session.begin().unwrap();
+    let c = txn.read(catalog).unwrap();
+    let anvil = c.by_name.get(&mut txn, "anvil").unwrap().unwrap();
+    assert_eq!(txn.get(anvil).unwrap().weight, 50);
+    let names: Vec<String> = c
+        .by_name
+        .range::<str, _>(&mut txn, (Bound::Included("b"), Bound::Excluded("c")))
+        .map(|e| e.unwrap().0)
+        .collect();
+    assert_eq!(names, ["beam", "bolt"]);
+    let heavy: Vec<i64> = c.heavy.iter(&mut txn).collect::<Result<_, _>>().unwrap();
+    assert_eq!(heavy, [-400, -50]);
+    assert!(!c.heavy.insert(&mut txn, &-50).unwrap());
+    assert!(c.heavy.remove(&mut txn, &-400).unwrap());
+    assert_eq!(c.heavy.first(&mut txn).unwrap(), Some(-50));
+}
+
+/// Bad input: keys over the limit, an OID that is not a collection, a collection opened with
+/// the wrong types, a damaged node; each a named error, and the store still usable.
+#[test]
+fn bad_input_gives_named_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s"), options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let map: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::create(&mut txn).unwrap();
+    let key_max = map.key_max(&mut txn).unwrap();
+    let value_max = map.value_max(&mut txn).unwrap();
+    assert!(key_max >= 400 && value_max >= 400, "{key_max} {value_max}");
+    let too_long = vec![1u8; key_max + 1];
+    match map.insert(&mut txn, &too_long, &vec![]) {
+        Err(Error::EntryTooLong {
+            collection,
+            what: "key",
+            len,
+            max,
+        }) => {
+            assert_eq!((collection, len, max), (map.oid(), key_max + 1, key_max));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        map.insert(&mut txn, &vec![1], &vec![0; value_max + 1]),
+        Err(Error::EntryTooLong { what: "value", .. })
+    ));
+    assert_eq!(map.get(&mut txn, &too_long).unwrap(), None);
+    map.insert(&mut txn, &vec![0; key_max], &vec![0; value_max])
+        .unwrap();
+
+    let part = txn.alloc(&Part { weight: 1 }).unwrap();
+    let err = BTreeMap::<u64, u64>::open(&mut txn, part.raw()).unwrap_err();
+    assert!(matches!(err, Error::NotACollection { .. }), "{err}");
+    let err = BTreeMap::<u64, u64>::open(&mut txn, map.oid()).unwrap_err();
+    assert!(matches!(err, Error::NotACollection { .. }), "{err}");
+    assert!(err.to_string().contains("kinds"), "{err}");
+    // The collection's objects are the library's: no direct writes or frees.
+    assert!(txn.bytes_mut(map.oid()).is_err());
+    assert!(txn.free(map.oid()).is_err());
+    map.check(&mut txn).unwrap();
+    txn.commit().unwrap();
+}

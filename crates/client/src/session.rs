@@ -786,9 +786,22 @@ impl ClientSession {
         oid: Oid,
         expected: Option<(TypeId, usize)>,
     ) -> Result<&mut [u8]> {
+        self.small_bytes_mut(oid, expected, false)
+    }
+
+    /// The bytes of small object `oid` for writing, locked exclusive and checked against
+    /// `expected`; objects of Lodestore's reserved types only for the collection code.
+    fn small_bytes_mut(
+        &mut self,
+        oid: Oid,
+        expected: Option<(TypeId, usize)>,
+        collection: bool,
+    ) -> Result<&mut [u8]> {
         let (frame, record) = self.record(oid, LockMode::Exclusive)?;
         self.check_small(oid, frame, &record, expected)?;
-        check_writable(oid, &record)?;
+        if !collection {
+            check_writable(oid, &record)?;
+        }
         let write = Write::Object {
             slot: oid.slot(),
             object: record.payload(),
@@ -1083,15 +1096,7 @@ impl ClientSession {
         expected: (TypeId, usize),
     ) -> Result<&mut [u8]> {
         assert!(expected.0.is_collection(), "not a collection type");
-        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
-        self.check_small(oid, frame, &record, Some(expected))?;
-        let write = Write::Object {
-            slot: oid.slot(),
-            object: record.payload(),
-            range: record.payload(),
-        };
-        let frame = self.write_to(frame, oid.page(), write)?;
-        Ok(&mut self.cache.frame_mut(frame)[record.payload()])
+        self.small_bytes_mut(oid, Some(expected), true)
     }
 
     /// Frees collection object `oid`, if its type and size are `expected`.

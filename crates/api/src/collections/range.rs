@@ -144,18 +144,12 @@ impl<'t, 's, K: Key, V: Value> Range<'t, 's, K, V> {
     }
 }
 
-impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
-    type Item = Result<(K, V)>;
-
-    fn next(&mut self) -> Option<Result<(K, V)>> {
-        if self.done {
-            return None;
-        }
-        match self.next_entry() {
-            Ok(Some(entry)) => match self.decode(entry) {
-                Ok(item) => Some(Ok(item)),
-                Err(e) => self.fail(e),
-            },
+impl<K: Key, V: Value> Range<'_, '_, K, V> {
+    /// The item for what one end of the scan found: the entry decoded, or the end of the
+    /// scan, or the error that ends it.
+    fn item(&mut self, found: Result<Option<Entry>>) -> Option<Result<(K, V)>> {
+        match found.and_then(|entry| entry.map(|e| self.decode(e)).transpose()) {
+            Ok(Some(item)) => Some(Ok(item)),
             Ok(None) => {
                 self.done = true;
                 None
@@ -165,22 +159,25 @@ impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
     }
 }
 
+impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
+    type Item = Result<(K, V)>;
+
+    fn next(&mut self) -> Option<Result<(K, V)>> {
+        if self.done {
+            return None;
+        }
+        let found = self.next_entry();
+        self.item(found)
+    }
+}
+
 impl<K: Key, V: Value> DoubleEndedIterator for Range<'_, '_, K, V> {
     fn next_back(&mut self) -> Option<Result<(K, V)>> {
         if self.done {
             return None;
         }
-        match self.next_back_entry() {
-            Ok(Some(entry)) => match self.decode(entry) {
-                Ok(item) => Some(Ok(item)),
-                Err(e) => self.fail(e),
-            },
-            Ok(None) => {
-                self.done = true;
-                None
-            }
-            Err(e) => self.fail(e),
-        }
+        let found = self.next_back_entry();
+        self.item(found)
     }
 }
 

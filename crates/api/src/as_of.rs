@@ -79,6 +79,15 @@ impl<'s> AsOfTransaction<'s> {
         self.reader.object_info(oid.into())
     }
 
+    /// The bytes of a small object of any type, checked against `expected`.
+    pub(crate) fn object_bytes_of(
+        &mut self,
+        oid: RawOid,
+        expected: Option<(TypeId, usize)>,
+    ) -> Result<&[u8]> {
+        self.reader.object_bytes(oid, expected)
+    }
+
     /// The bytes of a small object, in place.
     pub fn bytes(&mut self, oid: impl Into<RawOid>) -> Result<&[u8]> {
         self.reader.object_bytes(oid.into(), None)

@@ -4,7 +4,7 @@
 
 use crate::object::{Oid, Persistent};
 use lodestore_client::ObjectInfo;
-use lodestore_core::{Error, Oid as RawOid, Result};
+use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
 use std::collections::BTreeMap;
 
 /// Reading objects and roots inside a transaction. References returned by `get` live until
@@ -21,6 +21,12 @@ pub trait ReadTransaction {
 
     /// Every named root.
     fn roots(&mut self) -> Result<BTreeMap<String, RawOid>>;
+
+    /// The bytes of a small object of any type, reserved ones included, checked against the
+    /// type and length expected: how collections read their nodes in either kind of
+    /// transaction. Not for applications, which read typed objects with `get`.
+    #[doc(hidden)]
+    fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]>;
 
     /// A copy of the object `oid`.
     fn read<T: Persistent>(&mut self, oid: Oid<T>) -> Result<T> {
@@ -66,6 +72,10 @@ impl ReadTransaction for crate::Transaction<'_> {
     fn roots(&mut self) -> Result<BTreeMap<String, RawOid>> {
         crate::Transaction::roots(self)
     }
+
+    fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
+        self.client().object_bytes(oid, expected)
+    }
 }
 
 impl ReadTransaction for crate::AsOfTransaction<'_> {
@@ -83,5 +93,9 @@ impl ReadTransaction for crate::AsOfTransaction<'_> {
 
     fn roots(&mut self) -> Result<BTreeMap<String, RawOid>> {
         crate::AsOfTransaction::roots(self)
+    }
+
+    fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
+        self.object_bytes_of(oid, expected)
     }
 }

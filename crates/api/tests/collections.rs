@@ -307,3 +307,47 @@ fn bad_input_gives_named_errors() {
     map.check(&mut txn).unwrap();
     txn.commit().unwrap();
 }
+
+/// A collection reads through a read-only transaction as of a snapshot exactly as it was
+/// when the snapshot was taken, while the present has moved on, and `check` runs there too.
+#[test]
+fn a_collection_reads_as_of_a_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("store"), options().snapshots(true)).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let map: BTreeMap<u32, u64> = BTreeMap::create(&mut txn).unwrap();
+    for k in 0..2_000u32 {
+        map.insert(&mut txn, &k, &u64::from(k)).unwrap();
+    }
+    txn.commit().unwrap();
+    let snapshot = store.snapshot().unwrap();
+    let mut txn = session.begin().unwrap();
+    for k in (0..2_000u32).step_by(2) {
+        map.remove(&mut txn, &k).unwrap();
+    }
+    map.insert(&mut txn, &5_000, &1).unwrap();
+    txn.commit().unwrap();
+
+    let mut past = session
+        .begin_as_of(lodestore::AsOf::Snapshot(snapshot.id))
+        .unwrap();
+    assert_eq!(map.len(&mut past).unwrap(), 2_000);
+    assert_eq!(map.get(&mut past, &10).unwrap(), Some(10));
+    assert_eq!(map.get(&mut past, &5_000).unwrap(), None);
+    let last: Vec<u32> = map
+        .range(&mut past, 1_995..)
+        .rev()
+        .map(|e| e.map(|(k, _)| k))
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(last, [1_999, 1_998, 1_997, 1_996, 1_995]);
+    assert_eq!(map.check(&mut past).unwrap().entries, 2_000);
+    past.finish().unwrap();
+
+    let mut now = session.begin().unwrap();
+    assert_eq!(map.len(&mut now).unwrap(), 1_001);
+    assert_eq!(map.get(&mut now, &10).unwrap(), None);
+    assert_eq!(map.last(&mut now).unwrap(), Some((5_000, 1)));
+    now.abort().unwrap();
+}

@@ -33,6 +33,10 @@ pub struct CampaignArgs {
     /// Every chunk's store keeps snapshots (see `lodestore torture --snapshots`).
     #[arg(long)]
     snapshots: bool,
+    /// Every chunk's workload also changes a collection (see `lodestore torture
+    /// --collections`).
+    #[arg(long)]
+    collections: bool,
     /// Folder for each chunk's JSON report and summary.json.
     #[arg(long, default_value = "target/lodestore-campaign")]
     out: PathBuf,
@@ -46,6 +50,7 @@ struct Chunk {
     crashes: u64,
     sessions: u8,
     snapshots: bool,
+    collections: bool,
 }
 
 impl Chunk {
@@ -66,6 +71,9 @@ impl Chunk {
         if self.snapshots {
             arguments.push("--snapshots".into());
         }
+        if self.collections {
+            arguments.push("--collections".into());
+        }
         arguments
     }
 
@@ -84,7 +92,14 @@ impl Chunk {
 }
 
 /// Every method with every scheme, `points` spread evenly, cut into chunks.
-fn plan(points: u64, chunk: u64, seed_base: u64, sessions: u8, snapshots: bool) -> Vec<Chunk> {
+/// `features`: snapshots and collections in every chunk's workload.
+fn plan(
+    points: u64,
+    chunk: u64,
+    seed_base: u64,
+    sessions: u8,
+    (snapshots, collections): (bool, bool),
+) -> Vec<Chunk> {
     let schemes = Scheme::all();
     let pairs: Vec<(RecoveryMethodKind, &'static str)> = RecoveryMethodKind::ALL
         .into_iter()
@@ -103,6 +118,7 @@ fn plan(points: u64, chunk: u64, seed_base: u64, sessions: u8, snapshots: bool) 
                 crashes,
                 sessions,
                 snapshots,
+                collections,
             });
             left -= crashes;
         }
@@ -177,10 +193,10 @@ pub fn run(args: &CampaignArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, "create folder", e))?;
     let exe = std::env::current_exe().map_err(|e| Error::io("lodestore", "find itself", e))?;
-    if args.snapshots && args.sessions > 1 {
+    if (args.snapshots || args.collections) && args.sessions > 1 {
         return Err(Error::InvalidArgument(
-            "--snapshots runs with one session; several sessions with snapshots are not \
-             modelled yet"
+            "--snapshots and --collections run with one session; several sessions with \
+             them are not modelled yet"
                 .into(),
         ));
     }
@@ -189,7 +205,7 @@ pub fn run(args: &CampaignArgs) -> Result<ExitCode> {
         args.chunk,
         args.seed_base,
         args.sessions,
-        args.snapshots,
+        (args.snapshots, args.collections),
     );
     let total: u64 = chunks.iter().map(|c| c.crashes).sum();
     eprintln!(
@@ -316,7 +332,7 @@ mod tests {
 
     #[test]
     fn the_plan_covers_every_method_and_scheme_with_distinct_seeds() {
-        let chunks = plan(1_000_000, 10_000, 5, 1, false);
+        let chunks = plan(1_000_000, 10_000, 5, 1, (false, false));
         let pairs = RecoveryMethodKind::ALL.len() * Scheme::all().len();
         let total: u64 = chunks.iter().map(|c| c.crashes).sum();
         assert!(total >= 1_000_000 && total < 1_000_000 + pairs as u64);

@@ -16,6 +16,7 @@
 //! read, but the failure must be a named error: wrong bytes returned as good are a violation.
 //! Iterations are deterministic for a seed, so a failing campaign replays with one command.
 
+mod collection;
 mod interleaved;
 mod oracle;
 mod workload;
@@ -60,6 +61,9 @@ pub struct CampaignOptions {
     /// The store keeps snapshots; the workload takes them, reads as of them and archives
     /// their pages, and the oracle checks every one after each crash.
     pub snapshots: bool,
+    /// The workload also changes and reads a collection (a B+-tree map), and the oracle
+    /// compares its entries and checks the tree after each crash.
+    pub collections: bool,
 }
 
 impl Default for CampaignOptions {
@@ -75,6 +79,7 @@ impl Default for CampaignOptions {
             page_size: 4096,
             sessions: 1,
             snapshots: false,
+            collections: false,
         }
     }
 }
@@ -121,6 +126,13 @@ pub struct CampaignReport {
     pub snapshots_in_flight_survived: u64,
     /// Snapshot checks the oracle ran after crashes (one snapshot read whole each).
     pub snapshots_verified: u64,
+    /// Collection steps of the workload (batches of inserts or removes, scans).
+    pub collection_steps: u64,
+    /// Trees the oracle checked and read whole after crashes, and the most entries and
+    /// greatest height one had.
+    pub collection_checks: u64,
+    pub collection_entries_max: u64,
+    pub collection_height_max: u32,
     pub violations: Vec<Violation>,
     pub elapsed_ms: u64,
 }
@@ -148,6 +160,8 @@ struct Subject {
     snapshot_in_flight: Option<Model>,
     /// A snapshot whose deletion the crash cut.
     deletion_in_flight: Option<u64>,
+    /// The collection the workload changes, with collections on.
+    map: Option<collection::Map>,
 }
 
 pub(crate) fn store_options(
@@ -193,7 +207,21 @@ impl Subject {
     fn fresh(options: &CampaignOptions) -> Result<Subject, String> {
         let fs = Arc::new(SimFileSystem::new());
         let path = Path::new("/torture/store").to_path_buf();
-        drop(Store::create(&path, subject_options(&fs, options)).map_err(|e| e.to_string())?);
+        let store =
+            Store::create(&path, subject_options(&fs, options)).map_err(|e| e.to_string())?;
+        let map = if options.collections {
+            let created = (|| {
+                let mut session = store.session()?;
+                let mut txn = session.begin()?;
+                let map = collection::create(&mut txn)?;
+                txn.commit()?;
+                Ok::<_, lodestore::Error>(map)
+            })();
+            Some(created.map_err(|e| format!("creating the collection failed: {e}"))?)
+        } else {
+            None
+        };
+        drop(store);
         Ok(Subject {
             fs,
             path,
@@ -204,6 +232,7 @@ impl Subject {
             snapshots: Vec::new(),
             snapshot_in_flight: None,
             deletion_in_flight: None,
+            map,
         })
     }
 }
@@ -215,6 +244,10 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
         (1..=SESSIONS_MAX).contains(&options.sessions),
         "a campaign runs 1 to {SESSIONS_MAX} sessions, not {}",
         options.sessions
+    );
+    assert!(
+        !options.collections || options.sessions == 1,
+        "collections run with one session"
     );
     let mut report = CampaignReport {
         method: options.method.name().to_string(),
@@ -277,6 +310,9 @@ fn violation(
     if options.snapshots {
         reproduce.push_str(" --snapshots");
     }
+    if options.collections {
+        reproduce.push_str(" --collections");
+    }
     Violation {
         crash,
         fault: fault.map_or("none", |f| f.name()).to_string(),
@@ -318,7 +354,7 @@ fn iteration(
         Err(error) => return Err(format!("recovery failed: {error}")),
     };
     subject.fs.disarm();
-    match oracle::verify(subject) {
+    match oracle::verify(&store, subject, report) {
         Ok(in_flight) => {
             if media {
                 report.media_faults_survived += 1;

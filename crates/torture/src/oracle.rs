@@ -1,6 +1,6 @@
 //! The oracle: does the recovered store hold exactly what it should?
 
-use crate::{CampaignReport, Delta, Model, Subject};
+use crate::{collection, CampaignReport, Delta, Model, Subject};
 use lodestore::{AsOf, Error, RawOid, Session, Store};
 use rand::rngs::StdRng;
 
@@ -21,13 +21,33 @@ pub struct InFlight {
 /// Compares the store's objects with the model: equal to the acknowledged commits plus some
 /// of the commits in flight at the crash, each whole, applied in the order they were appended.
 /// Makes the matching model the committed one.
-pub fn verify(subject: &mut Subject) -> Result<InFlight, Failure> {
+pub fn verify(
+    store: &Store,
+    subject: &mut Subject,
+    report: &mut CampaignReport,
+) -> Result<InFlight, Failure> {
     let mut stored = Model::new();
     lodestore::objects(subject.fs.as_ref(), &subject.path, |object| {
         stored.insert(object.oid, object.bytes);
         Ok(())
     })
     .map_err(|e| Failure::Detected(format!("reading the recovered store failed: {e}")))?;
+    if let Some(map) = subject.map {
+        let read = || {
+            let mut session = store.session()?;
+            let mut txn = session.begin()?;
+            let found = collection::read_all(&mut txn, map)?;
+            txn.abort()?;
+            Ok::<_, Error>(found)
+        };
+        let (entries, tree) = read().map_err(|e| {
+            Failure::Detected(format!("reading the recovered collection failed: {e}"))
+        })?;
+        report.collection_checks += 1;
+        report.collection_entries_max = report.collection_entries_max.max(tree.entries);
+        report.collection_height_max = report.collection_height_max.max(tree.height);
+        stored.extend(entries);
+    }
     let report = lodestore::check(subject.fs.as_ref(), &subject.path)
         .map_err(|e| Failure::Detected(format!("check could not run: {e}")))?;
     if !report.is_sound() {
@@ -186,19 +206,20 @@ pub fn verify_snapshots(
         .session()
         .map_err(|e| Failure::Detected(format!("a session for reading snapshots failed: {e}")))?;
     for (id, model) in &subject.snapshots {
-        compare_as_of(&mut session, *id, model, &subject.committed)?;
+        compare_as_of(&mut session, *id, model, &subject.committed, subject.map)?;
         report.snapshots_verified += 1;
     }
     Ok(())
 }
 
 /// Reads snapshot `id` and compares it with `model`: every object of the model with its
-/// bytes, and no object of `also` that the model lacks.
+/// bytes, no object of `also` that the model lacks, and the collection's entries.
 pub fn compare_as_of(
     session: &mut Session,
     id: u64,
     model: &Model,
     also: &Model,
+    map: Option<collection::Map>,
 ) -> Result<(), Failure> {
     let detected =
         |what: String, e: Error| Failure::Detected(format!("snapshot {id}: {what}: {e}"));
@@ -208,6 +229,7 @@ pub fn compare_as_of(
     for oid in model
         .keys()
         .chain(also.keys().filter(|k| !model.contains_key(k)))
+        .filter(|k| !collection::is_pseudo(**k))
     {
         match (txn.read_all(*oid), model.get(oid)) {
             (Ok(bytes), Some(expected)) if &bytes == expected => {}
@@ -219,6 +241,9 @@ pub fn compare_as_of(
                     expected.len()
                 )))
             }
+            // The slot held one of Lodestore's own objects then (a collection's node
+            // since freed), not an application object.
+            (Ok(_), None) if txn.info(*oid).is_ok_and(|info| info.type_id.is_reserved()) => {}
             (Ok(_), None) => {
                 return Err(Failure::Wrong(format!(
                     "snapshot {id}: object {oid} exists as of it but was not committed before it"
@@ -226,6 +251,18 @@ pub fn compare_as_of(
             }
             (Err(Error::ObjectNotFound { .. }), None) => {}
             (Err(e), _) => return Err(detected(format!("reading object {oid}"), e)),
+        }
+    }
+    if let Some(map) = map {
+        let (found, _) = collection::read_all(&mut txn, map)
+            .map_err(|e| detected("reading the collection as of it".into(), e))?;
+        let expected = collection::of_model(model);
+        if found != expected {
+            return Err(Failure::Wrong(format!(
+                "snapshot {id}: the collection as of it differs from what was committed \
+                 before it: {}",
+                collection::difference(&expected, &found)
+            )));
         }
     }
     txn.finish()

@@ -1,7 +1,7 @@
 //! The workload of one crash point: a few transactions of allocations, frees, updates and
 //! reads of small and large objects, committed or aborted, until the crash stops it.
 
-use crate::{CampaignReport, Model, Subject};
+use crate::{collection, CampaignReport, Model, Subject};
 use lodestore::{Error, RawOid, Store, Transaction};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -45,7 +45,7 @@ pub fn run(
             Err(_) if subject.fs.has_crashed() => return Ok(()),
             Err(e) => return Err(format!("begin failed: {e}")),
         };
-        match operations(&mut txn, &mut working, rng) {
+        match operations(&mut txn, &mut working, subject.map, rng, report) {
             Ok(()) => {}
             Err(error) => match classify(error, subject)? {
                 Stop::Crashed => return Ok(()),
@@ -111,7 +111,8 @@ fn snapshot_step(
         }
         2..4 if !subject.snapshots.is_empty() => {
             let (id, model) = &subject.snapshots[rng.random_range(0..subject.snapshots.len())];
-            match crate::oracle::compare_as_of(session, *id, model, &subject.committed) {
+            match crate::oracle::compare_as_of(session, *id, model, &subject.committed, subject.map)
+            {
                 Ok(()) => report.as_of_reads += 1,
                 Err(_) if subject.fs.has_crashed() => return Ok(false),
                 Err(crate::oracle::Failure::Detected(m) | crate::oracle::Failure::Wrong(m)) => {
@@ -183,20 +184,35 @@ fn classify(error: Error, subject: &Subject) -> Result<Stop, String> {
     }
 }
 
+/// The objects of the model, without the collection's entries.
+fn objects(model: &Model) -> impl Iterator<Item = &RawOid> {
+    model.keys().take_while(|oid| !collection::is_pseudo(**oid))
+}
+
 fn pick(model: &Model, rng: &mut StdRng) -> Option<RawOid> {
-    if model.is_empty() {
+    let count = objects(model).count();
+    if count == 0 {
         return None;
     }
-    model.keys().nth(rng.random_range(0..model.len())).copied()
+    objects(model).nth(rng.random_range(0..count)).copied()
 }
 
 fn operations(
     txn: &mut Transaction<'_>,
     working: &mut Model,
+    map: Option<collection::Map>,
     rng: &mut StdRng,
+    report: &mut CampaignReport,
 ) -> lodestore::Result<()> {
     for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
-        let crowded = working.len() >= OBJECTS_MAX;
+        if let Some(map) = map {
+            if rng.random_range(0..3) == 0 {
+                report.collection_steps += 1;
+                collection::step(txn, map, working, rng)?;
+                continue;
+            }
+        }
+        let crowded = objects(working).count() >= OBJECTS_MAX;
         match rng.random_range(0..100) {
             0..40 if !crowded => {
                 let size = if rng.random_range(0..12) == 0 {

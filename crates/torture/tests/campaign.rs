@@ -7,8 +7,10 @@
 //! that a crash cuts several, run under each recovery method.
 //! Snapshots under each recovery method: snapshots taken, read as of themselves and archived
 //! in the workload, and every acknowledged one checked after each crash.
+//! Collections under each recovery method: a B+-tree map changed in the workload, checked and
+//! compared entry by entry after each crash (and as of every snapshot in one campaign).
 //! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N
-//! [--sessions 4] [--snapshots]`.
+//! [--sessions 4] [--snapshots] [--collections]`.
 
 use lodestore::{RecoveryMethodKind, Scheme};
 use lodestore_torture::{run, CampaignOptions, CampaignReport};
@@ -205,4 +207,51 @@ fn crash_campaign_snapshots_redo_at_server() {
 #[test]
 fn crash_campaign_snapshots_whole_page_logging() {
     with_snapshots(42, RecoveryMethodKind::Wpl, Scheme::WPL, 1_500);
+}
+
+fn with_collections(
+    seed: u64,
+    method: RecoveryMethodKind,
+    scheme: Scheme,
+    crashes: u64,
+    snapshots: bool,
+) {
+    let report = campaign(CampaignOptions {
+        seed,
+        method,
+        scheme,
+        crashes,
+        snapshots,
+        collections: true,
+        ..CampaignOptions::default()
+    });
+    // The map was changed in most transactions and checked after most crashes, and it grew
+    // past one leaf, so splits, merges and root changes happened under the crashes.
+    assert!(report.collection_steps > crashes, "{report:?}");
+    assert!(report.collection_checks > crashes / 2, "{report:?}");
+    assert!(report.collection_height_max >= 1, "{report:?}");
+    assert!(report.collection_entries_max > 300, "{report:?}");
+    if snapshots {
+        assert!(report.snapshots_verified > crashes, "{report:?}");
+    }
+}
+
+#[test]
+fn crash_campaign_collections_esm() {
+    with_collections(50, RecoveryMethodKind::Esm, Scheme::SD_ESM, 2_000, false);
+}
+
+#[test]
+fn crash_campaign_collections_redo_at_server() {
+    with_collections(51, RecoveryMethodKind::Redo, Scheme::PD_REDO, 2_000, false);
+}
+
+#[test]
+fn crash_campaign_collections_whole_page_logging() {
+    with_collections(52, RecoveryMethodKind::Wpl, Scheme::WPL, 2_000, false);
+}
+
+#[test]
+fn crash_campaign_collections_with_snapshots() {
+    with_collections(53, RecoveryMethodKind::Esm, Scheme::PD_ESM, 1_500, true);
 }

@@ -1,11 +1,12 @@
 //! Typed collections: `BTreeMap<K, V>` and `BTreeSet<K>`, in the spirit of `std`'s, stored in
 //! the store. A handle is the header's OID and nothing else, so it is `Pod` and objects hold
-//! collections as plain fields; every operation takes the transaction it runs in.
+//! collections as plain fields; every operation takes the transaction it runs in. Reads take
+//! any [`ReadTransaction`], so a collection reads the same as of a snapshot as it does now.
 
 use super::key::{Key, KeyBytes, Value};
 use super::range::Range;
 use super::tree::{Tree, TreeReport};
-use crate::Transaction;
+use crate::{ReadTransaction, Transaction};
 use bytemuck::{Pod, Zeroable};
 use lodestore_core::{Oid as RawOid, Result};
 use std::borrow::Borrow;
@@ -36,7 +37,7 @@ fn encode_bound<Q: KeyBytes + ?Sized>(bound: Bound<&Q>) -> Bound<Vec<u8>> {
 }
 
 /// The keys of a range of entries (see [`BTreeMap::keys`] and [`BTreeSet::range`]).
-pub type Keys<'t, 's, K, V> = std::iter::Map<Range<'t, 's, K, V>, fn(Result<(K, V)>) -> Result<K>>;
+pub type Keys<'t, K, V> = std::iter::Map<Range<'t, K, V>, fn(Result<(K, V)>) -> Result<K>>;
 
 fn key_of<K, V>(entry: Result<(K, V)>) -> Result<K> {
     entry.map(|(k, _)| k)
@@ -150,7 +151,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
     }
 
     /// The value stored under `key`.
-    pub fn get<Q>(self, txn: &mut Transaction<'_>, key: &Q) -> Result<Option<V>>
+    pub fn get<Q>(self, txn: &mut impl ReadTransaction, key: &Q) -> Result<Option<V>>
     where
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
@@ -160,7 +161,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
     }
 
     /// Whether the map holds `key`.
-    pub fn contains_key<Q>(self, txn: &mut Transaction<'_>, key: &Q) -> Result<bool>
+    pub fn contains_key<Q>(self, txn: &mut impl ReadTransaction, key: &Q) -> Result<bool>
     where
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
@@ -191,7 +192,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
     }
 
     /// The entries with keys in `range`, in order; `.rev()` for the reverse.
-    pub fn range<'t, 's, Q, R>(self, txn: &'t mut Transaction<'s>, range: R) -> Range<'t, 's, K, V>
+    pub fn range<'t, Q, R>(self, txn: &'t mut impl ReadTransaction, range: R) -> Range<'t, K, V>
     where
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
@@ -203,33 +204,33 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
     }
 
     /// Every entry, in order.
-    pub fn iter<'t, 's>(self, txn: &'t mut Transaction<'s>) -> Range<'t, 's, K, V> {
+    pub fn iter<'t>(self, txn: &'t mut impl ReadTransaction) -> Range<'t, K, V> {
         Range::new(txn, self.tree(), Bound::Unbounded, Bound::Unbounded)
     }
 
     /// Every key, in order.
-    pub fn keys<'t, 's>(self, txn: &'t mut Transaction<'s>) -> Keys<'t, 's, K, V> {
+    pub fn keys<'t>(self, txn: &'t mut impl ReadTransaction) -> Keys<'t, K, V> {
         self.iter(txn).map(key_of)
     }
 
     /// The entry with the smallest key.
-    pub fn first(self, txn: &mut Transaction<'_>) -> Result<Option<(K, V)>> {
+    pub fn first(self, txn: &mut impl ReadTransaction) -> Result<Option<(K, V)>> {
         self.iter(txn).next().transpose()
     }
 
     /// The entry with the largest key.
-    pub fn last(self, txn: &mut Transaction<'_>) -> Result<Option<(K, V)>> {
+    pub fn last(self, txn: &mut impl ReadTransaction) -> Result<Option<(K, V)>> {
         self.iter(txn).next_back().transpose()
     }
 
     /// The number of entries. It reads every leaf (the header keeps no count, so that
     /// writers to different leaves do not all write the header).
-    pub fn len(self, txn: &mut Transaction<'_>) -> Result<u64> {
+    pub fn len(self, txn: &mut impl ReadTransaction) -> Result<u64> {
         self.tree().len(txn)
     }
 
     /// Whether the map has no entries.
-    pub fn is_empty(self, txn: &mut Transaction<'_>) -> Result<bool> {
+    pub fn is_empty(self, txn: &mut impl ReadTransaction) -> Result<bool> {
         Ok(self.first(txn)?.is_none())
     }
 
@@ -244,7 +245,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
     }
 
     /// Verifies the tree's order and balance; what it holds if it is sound.
-    pub fn check(self, txn: &mut Transaction<'_>) -> Result<TreeReport> {
+    pub fn check(self, txn: &mut impl ReadTransaction) -> Result<TreeReport> {
         self.tree().check(txn)
     }
 }
@@ -301,7 +302,7 @@ impl<K: Key> BTreeSet<K> {
     }
 
     /// Whether the set holds `key`.
-    pub fn contains<Q>(self, txn: &mut Transaction<'_>, key: &Q) -> Result<bool>
+    pub fn contains<Q>(self, txn: &mut impl ReadTransaction, key: &Q) -> Result<bool>
     where
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
@@ -328,7 +329,7 @@ impl<K: Key> BTreeSet<K> {
     }
 
     /// The keys in `range`, in order; `.rev()` for the reverse.
-    pub fn range<'t, 's, Q, R>(self, txn: &'t mut Transaction<'s>, range: R) -> Keys<'t, 's, K, ()>
+    pub fn range<'t, Q, R>(self, txn: &'t mut impl ReadTransaction, range: R) -> Keys<'t, K, ()>
     where
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
@@ -338,27 +339,27 @@ impl<K: Key> BTreeSet<K> {
     }
 
     /// Every key, in order.
-    pub fn iter<'t, 's>(self, txn: &'t mut Transaction<'s>) -> Keys<'t, 's, K, ()> {
+    pub fn iter<'t>(self, txn: &'t mut impl ReadTransaction) -> Keys<'t, K, ()> {
         self.map.keys(txn)
     }
 
     /// The smallest key.
-    pub fn first(self, txn: &mut Transaction<'_>) -> Result<Option<K>> {
+    pub fn first(self, txn: &mut impl ReadTransaction) -> Result<Option<K>> {
         Ok(self.map.first(txn)?.map(|(k, ())| k))
     }
 
     /// The largest key.
-    pub fn last(self, txn: &mut Transaction<'_>) -> Result<Option<K>> {
+    pub fn last(self, txn: &mut impl ReadTransaction) -> Result<Option<K>> {
         Ok(self.map.last(txn)?.map(|(k, ())| k))
     }
 
     /// The number of keys (reads every leaf).
-    pub fn len(self, txn: &mut Transaction<'_>) -> Result<u64> {
+    pub fn len(self, txn: &mut impl ReadTransaction) -> Result<u64> {
         self.map.len(txn)
     }
 
     /// Whether the set is empty.
-    pub fn is_empty(self, txn: &mut Transaction<'_>) -> Result<bool> {
+    pub fn is_empty(self, txn: &mut impl ReadTransaction) -> Result<bool> {
         self.map.is_empty(txn)
     }
 
@@ -373,7 +374,7 @@ impl<K: Key> BTreeSet<K> {
     }
 
     /// Verifies the tree's order and balance.
-    pub fn check(self, txn: &mut Transaction<'_>) -> Result<TreeReport> {
+    pub fn check(self, txn: &mut impl ReadTransaction) -> Result<TreeReport> {
         self.map.check(txn)
     }
 }

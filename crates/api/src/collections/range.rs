@@ -5,8 +5,7 @@
 
 use super::key::{Key, Value};
 use super::node::Entry;
-use super::tree::Tree;
-use crate::Transaction;
+use super::tree::{NodeReader, Tree};
 use lodestore_core::{Error, Result};
 use std::collections::VecDeque;
 use std::marker::PhantomData;
@@ -14,8 +13,8 @@ use std::ops::Bound;
 
 /// The entries of a collection within a range, in key order (and in reverse with `.rev()`),
 /// read inside a transaction. Each item is the entry or the error that ended the scan.
-pub struct Range<'t, 's, K, V> {
-    txn: &'t mut Transaction<'s>,
+pub struct Range<'t, K, V> {
+    txn: &'t mut dyn NodeReader,
     tree: Tree,
     /// What is left to yield: keys after `low` and before `high`. Each item yielded from
     /// either end narrows it, so the two ends never yield an entry twice.
@@ -54,9 +53,9 @@ fn borrowed(bound: &Bound<Vec<u8>>) -> Bound<&[u8]> {
     }
 }
 
-impl<'t, 's, K: Key, V: Value> Range<'t, 's, K, V> {
+impl<'t, K: Key, V: Value> Range<'t, K, V> {
     pub(crate) fn new(
-        txn: &'t mut Transaction<'s>,
+        txn: &'t mut dyn NodeReader,
         tree: Tree,
         low: Bound<Vec<u8>>,
         high: Bound<Vec<u8>>,
@@ -144,7 +143,7 @@ impl<'t, 's, K: Key, V: Value> Range<'t, 's, K, V> {
     }
 }
 
-impl<K: Key, V: Value> Range<'_, '_, K, V> {
+impl<K: Key, V: Value> Range<'_, K, V> {
     /// The item for what one end of the scan found: the entry decoded, or the end of the
     /// scan, or the error that ends it.
     fn item(&mut self, found: Result<Option<Entry>>) -> Option<Result<(K, V)>> {
@@ -159,7 +158,7 @@ impl<K: Key, V: Value> Range<'_, '_, K, V> {
     }
 }
 
-impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
+impl<K: Key, V: Value> Iterator for Range<'_, K, V> {
     type Item = Result<(K, V)>;
 
     fn next(&mut self) -> Option<Result<(K, V)>> {
@@ -171,7 +170,7 @@ impl<K: Key, V: Value> Iterator for Range<'_, '_, K, V> {
     }
 }
 
-impl<K: Key, V: Value> DoubleEndedIterator for Range<'_, '_, K, V> {
+impl<K: Key, V: Value> DoubleEndedIterator for Range<'_, K, V> {
     fn next_back(&mut self) -> Option<Result<(K, V)>> {
         if self.done {
             return None;
@@ -181,4 +180,4 @@ impl<K: Key, V: Value> DoubleEndedIterator for Range<'_, '_, K, V> {
     }
 }
 
-impl<K: Key, V: Value> std::iter::FusedIterator for Range<'_, '_, K, V> {}
+impl<K: Key, V: Value> std::iter::FusedIterator for Range<'_, K, V> {}

@@ -12,7 +12,20 @@
 
 use super::header::{Meta, HEADER_LEN};
 use super::node::{self, Entry, Node};
-use crate::Transaction;
+use crate::{ReadTransaction, Transaction};
+
+/// What the tree's reads need of a transaction: the bytes of its objects, reserved ones
+/// included. Object safe, so a scan keeps `&mut dyn NodeReader` whatever the transaction's
+/// kind.
+pub(crate) trait NodeReader {
+    fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]>;
+}
+
+impl<T: ReadTransaction + ?Sized> NodeReader for T {
+    fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
+        ReadTransaction::object_bytes(self, oid, expected)
+    }
+}
 use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
 use std::ops::Bound;
 
@@ -106,9 +119,8 @@ impl Tree {
     }
 
     /// The header, checked against the kinds expected.
-    pub fn meta(&self, txn: &mut Transaction<'_>) -> Result<Meta> {
+    pub fn meta<T: NodeReader + ?Sized>(&self, txn: &mut T) -> Result<Meta> {
         let bytes = txn
-            .client()
             .object_bytes(self.header, Some((TypeId::COLLECTION, HEADER_LEN)))
             .map_err(|e| match e {
                 Error::TypeMismatch {
@@ -140,16 +152,15 @@ impl Tree {
     }
 
     /// Runs `f` on node `oid`, locked shared, checked to be at `level`.
-    fn read<R>(
+    fn read<T: NodeReader + ?Sized, R>(
         &self,
-        txn: &mut Transaction<'_>,
+        txn: &mut T,
         meta: &Meta,
         oid: RawOid,
         level: u32,
         f: impl FnOnce(Node<'_>) -> std::result::Result<R, node::Damage>,
     ) -> Result<R> {
         let bytes = txn
-            .client()
             .object_bytes(oid, Some(node_type(meta)))
             .map_err(|e| self.node_error(oid, e))?;
         let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
@@ -201,9 +212,9 @@ impl Tree {
 
     /// The inner nodes from the root down to the leaf whose keys include `key`, locked
     /// shared, and that leaf.
-    fn path_to(
+    fn path_to<T: NodeReader + ?Sized>(
         &self,
-        txn: &mut Transaction<'_>,
+        txn: &mut T,
         meta: &Meta,
         key: &[u8],
     ) -> Result<(Path, RawOid)> {
@@ -233,7 +244,7 @@ impl Tree {
     }
 
     /// The value stored under `key`.
-    pub fn get(&self, txn: &mut Transaction<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    pub fn get<T: NodeReader + ?Sized>(&self, txn: &mut T, key: &[u8]) -> Result<Option<Vec<u8>>> {
         let meta = self.meta(txn)?;
         if key.len() > meta.key_max {
             return Ok(None);
@@ -467,7 +478,11 @@ impl Tree {
     }
 
     /// The leaf holding the first keys at or after `from`, with its entries from there on.
-    pub fn scan_forward(&self, txn: &mut Transaction<'_>, from: Bound<&[u8]>) -> Result<LeafScan> {
+    pub fn scan_forward<T: NodeReader + ?Sized>(
+        &self,
+        txn: &mut T,
+        from: Bound<&[u8]>,
+    ) -> Result<LeafScan> {
         let meta = self.meta(txn)?;
         let mut oid = meta.root;
         let mut fence = None;
@@ -502,7 +517,11 @@ impl Tree {
 
     /// The leaf holding the last keys at or before `to`, with its entries up to there, last
     /// first; the fence is the lowest key that leaf can hold.
-    pub fn scan_backward(&self, txn: &mut Transaction<'_>, to: Bound<&[u8]>) -> Result<LeafScan> {
+    pub fn scan_backward<T: NodeReader + ?Sized>(
+        &self,
+        txn: &mut T,
+        to: Bound<&[u8]>,
+    ) -> Result<LeafScan> {
         let meta = self.meta(txn)?;
         let mut oid = meta.root;
         let mut fence = None;
@@ -541,9 +560,9 @@ impl Tree {
     }
 
     /// Visits every node, parents before children, with its level.
-    fn walk(
+    fn walk<T: NodeReader + ?Sized>(
         &self,
-        txn: &mut Transaction<'_>,
+        txn: &mut T,
         meta: &Meta,
         mut visit: impl FnMut(RawOid, u32, Node<'_>) -> std::result::Result<(), node::Damage>,
     ) -> Result<()> {
@@ -562,7 +581,7 @@ impl Tree {
     }
 
     /// Entries in the tree, counted by reading every leaf.
-    pub fn len(&self, txn: &mut Transaction<'_>) -> Result<u64> {
+    pub fn len<T: NodeReader + ?Sized>(&self, txn: &mut T) -> Result<u64> {
         let meta = self.meta(txn)?;
         let mut entries = 0;
         self.walk(txn, &meta, |_, level, n| {
@@ -607,7 +626,7 @@ impl Tree {
     /// Verifies the whole tree: every node readable and at its level, keys strictly
     /// increasing within each node and within the bounds its parent gives it, every leaf at
     /// the same depth, no node reached twice.
-    pub fn check(&self, txn: &mut Transaction<'_>) -> Result<TreeReport> {
+    pub fn check<T: NodeReader + ?Sized>(&self, txn: &mut T) -> Result<TreeReport> {
         let meta = self.meta(txn)?;
         let mut report = TreeReport {
             height: meta.height,

@@ -136,6 +136,16 @@ impl SimFileSystem {
         self.lock().operations
     }
 
+    /// Every file's durable bytes, by path: what the crash left, once `recover` resolved it.
+    /// For copying a crashed store out to inspect it.
+    pub fn durable_files(&self) -> Vec<(PathBuf, Vec<u8>)> {
+        self.lock()
+            .files
+            .iter()
+            .map(|(path, file)| (path.clone(), file.durable.clone()))
+            .collect()
+    }
+
     /// Crashes now, if it has not already.
     pub fn crash_now(&self) {
         self.lock().crashed = true;

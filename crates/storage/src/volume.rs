@@ -222,6 +222,7 @@ impl Volume {
         self.read_page_unverified(id, buf)?;
         let kind =
             page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))?;
+        page::upgrade_in_memory(buf);
         let structure = match kind {
             PageKind::Slotted => slotted::validate(buf),
             PageKind::SpaceMap => spacemap::validate(buf, id),
@@ -239,6 +240,7 @@ impl Volume {
         self.read_page_unverified(id, buf)?;
         let kind =
             page::verify(buf, id, self.volume_id).map_err(|reason| self.corrupt(id, reason))?;
+        page::upgrade_in_memory(buf);
         if kind == PageKind::SpaceMap {
             spacemap::validate(buf, id).map_err(|reason| self.corrupt(id, reason))?;
         }

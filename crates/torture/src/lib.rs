@@ -50,6 +50,10 @@ pub struct CampaignOptions {
     pub seed: u64,
     /// Crash points to simulate.
     pub crashes: u64,
+    /// The first crash point: a campaign from here starts with a fresh store, which replays
+    /// a longer campaign's later points quickly when that campaign's store was fresh there
+    /// too (a violation's reproduction names such a point).
+    pub first_crash: u64,
     /// Crash at exactly this I/O of every workload instead of a random one.
     pub every: Option<u64>,
     /// Also inject media faults (flipped bits, misdirected writes) in about 1 of 20 crashes.
@@ -74,6 +78,7 @@ impl Default for CampaignOptions {
             recovery_buffer_bytes: RECOVERY_BUFFER_PAGES_DEFAULT * 4096,
             seed: 1,
             crashes: 1000,
+            first_crash: 0,
             every: None,
             media_faults: true,
             page_size: 4096,
@@ -162,6 +167,8 @@ struct Subject {
     deletion_in_flight: Option<u64>,
     /// The collection the workload changes, with collections on.
     map: Option<collection::Map>,
+    /// The crash point from which a campaign that starts with a fresh store replays this one.
+    fresh_from: u64,
 }
 
 pub(crate) fn store_options(
@@ -233,6 +240,7 @@ impl Subject {
             snapshot_in_flight: None,
             deletion_in_flight: None,
             map,
+            fresh_from: 0,
         })
     }
 }
@@ -262,19 +270,25 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
             report.violations.push(violation(
                 options,
                 0,
+                0,
                 None,
                 format!("create failed: {message}"),
             ));
             return report;
         }
     };
-    for crash in 0..options.crashes {
+    subject.fresh_from = options.first_crash;
+    for crash in options.first_crash..options.crashes {
         let mut rng =
             StdRng::seed_from_u64(options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crash);
-        if let Err(message) = iteration(options, &mut subject, &mut rng, &mut report) {
-            report
-                .violations
-                .push(violation(options, crash, subject.last_fault, message));
+        if let Err(message) = iteration(options, crash, &mut subject, &mut rng, &mut report) {
+            report.violations.push(violation(
+                options,
+                crash,
+                subject.fresh_from,
+                subject.last_fault,
+                message,
+            ));
             break;
         }
         report.crashes += 1;
@@ -287,6 +301,7 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
 fn violation(
     options: &CampaignOptions,
     crash: u64,
+    fresh_from: u64,
     fault: Option<Fault>,
     message: String,
 ) -> Violation {
@@ -298,6 +313,9 @@ fn violation(
         options.seed,
         crash + 1
     );
+    if fresh_from > 0 {
+        reproduce.push_str(&format!(" --from {fresh_from}"));
+    }
     if let Some(every) = options.every {
         reproduce.push_str(&format!(" --every {every}"));
     }
@@ -324,12 +342,14 @@ fn violation(
 /// One crash point: open (recovering), verify, run a workload until the crash, crash.
 fn iteration(
     options: &CampaignOptions,
+    crash_point: u64,
     subject: &mut Subject,
     rng: &mut StdRng,
     report: &mut CampaignReport,
 ) -> Result<(), String> {
     if subject.snapshots.len() >= workload::SNAPSHOTS_MAX {
         *subject = Subject::fresh(options)?;
+        subject.fresh_from = crash_point;
     }
     let media = subject.media_outstanding;
     // Sometimes the crash hits recovery itself.
@@ -349,6 +369,7 @@ fn iteration(
             report.media_faults_detected += 1;
             let _ = error;
             *subject = Subject::fresh(options)?;
+            subject.fresh_from = crash_point + 1;
             return Ok(());
         }
         Err(error) => return Err(format!("recovery failed: {error}")),
@@ -370,6 +391,7 @@ fn iteration(
             report.media_faults_detected += 1;
             drop(store);
             *subject = Subject::fresh(options)?;
+            subject.fresh_from = crash_point + 1;
             return Ok(());
         }
         Err(oracle::Failure::Detected(message)) | Err(oracle::Failure::Wrong(message)) => {
@@ -383,6 +405,7 @@ fn iteration(
                 report.media_faults_detected += 1;
                 drop(store);
                 *subject = Subject::fresh(options)?;
+                subject.fresh_from = crash_point + 1;
                 return Ok(());
             }
             Err(oracle::Failure::Detected(message)) | Err(oracle::Failure::Wrong(message)) => {
@@ -426,10 +449,30 @@ fn crash(
             outcome.writes_kept
         );
     }
+    if let Some(dir) = std::env::var_os("LODESTORE_TORTURE_EXPORT") {
+        export(&subject.fs, Path::new(&dir), report.crashes);
+    }
     subject.last_fault = Some(fault);
     subject.media_outstanding |= fault.is_media();
     *report
         .crashes_by_fault
         .entry(fault.name().to_string())
         .or_default() += 1;
+}
+
+/// Copies what a crash left of the store out to `dir/crash-N`, to inspect with the command
+/// line tools (`LODESTORE_TORTURE_EXPORT=dir`).
+fn export(fs: &SimFileSystem, dir: &Path, crash: u64) {
+    let to = dir.join(format!("crash-{crash}"));
+    for (path, bytes) in fs.durable_files() {
+        let relative = path.strip_prefix("/").unwrap_or(&path);
+        let target = to.join(relative);
+        let written = target
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&target, bytes));
+        if let Err(e) = written {
+            eprintln!("exporting {} failed: {e}", target.display());
+        }
+    }
 }

@@ -46,6 +46,9 @@ pub fn verify(
         report.collection_checks += 1;
         report.collection_entries_max = report.collection_entries_max.max(tree.entries);
         report.collection_height_max = report.collection_height_max.max(tree.height);
+        if std::env::var_os("LODESTORE_TORTURE_TRACE").is_some() {
+            eprintln!("verify: collection {:?}: {tree:?}", map.oid());
+        }
         stored.extend(entries);
     }
     let report = lodestore::check(subject.fs.as_ref(), &subject.path)
@@ -84,6 +87,18 @@ pub fn verify(
                 cut,
                 survived: u64::from(subset.count_ones()),
             });
+        }
+    }
+    if std::env::var_os("LODESTORE_TORTURE_TRACE").is_some() {
+        let show = |m: &Model| -> Vec<String> { m.keys().map(|k| format!("{k:?}")).collect() };
+        eprintln!("committed: {:?}", show(&subject.committed));
+        eprintln!("stored:    {:?}", show(&stored));
+        for delta in &in_flight {
+            let keys: Vec<String> = delta
+                .iter()
+                .map(|(k, v)| format!("{k:?}{}", if v.is_some() { "+" } else { "-" }))
+                .collect();
+            eprintln!("in flight: {keys:?}");
         }
     }
     let whom = if in_flight.is_empty() {

@@ -359,6 +359,38 @@ impl Store {
         }
     }
 
+    /// Runs `read` in a read-only transaction of the latest committed state that takes no
+    /// locks: it never waits for a writer, no writer waits for it, and it sees every
+    /// transaction committed before it began and nothing after, however long it runs (what
+    /// LMDB and redb readers give). Built on snapshots: a snapshot is taken for it, read as of
+    /// itself, and deleted when `read` returns, so the store must keep snapshots
+    /// ([`Options::snapshots`]). Costs: taking and deleting the snapshot (a sync of the
+    /// snapshot history each), and while the reader runs, a copy of each page a writer changes
+    /// for the first time since (Thor's copy-on-write, in the snapshot log).
+    pub fn read_latest<R>(
+        &self,
+        session: &mut Session,
+        read: impl FnOnce(&mut AsOfTransaction<'_>) -> Result<R>,
+    ) -> Result<R> {
+        let snapshot = self.snapshot().map_err(|e| match e {
+            lodestore_core::Error::Unsupported(reason) => lodestore_core::Error::Unsupported(
+                format!("a reader of the latest state needs Options::snapshots(true): {reason}"),
+            ),
+            other => other,
+        })?;
+        let outcome = session
+            .begin_as_of(AsOf::Snapshot(snapshot.id))
+            .and_then(|mut txn| {
+                let result = read(&mut txn);
+                let finished = txn.finish();
+                let value = result?;
+                finished.map(|()| value)
+            });
+        let deleted = self.delete_snapshot(snapshot.id);
+        let value = outcome?;
+        deleted.map(|_| value)
+    }
+
     /// Every snapshot of the store, oldest first (none when it keeps no snapshots).
     pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
         match &self.backend {

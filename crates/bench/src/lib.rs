@@ -3,6 +3,7 @@
 //! CSV, `summary.json` and plots).
 
 pub mod experiments;
+pub mod kv;
 pub mod lists;
 pub mod oo1;
 pub mod oo7;

@@ -4,7 +4,9 @@ mod args;
 mod bench;
 mod bench_detect;
 mod bench_diff;
+mod bench_kv;
 mod bench_net;
+mod bench_readers;
 mod bench_suite;
 mod campaign;
 mod demo;
@@ -309,6 +311,43 @@ enum BenchCommand {
         #[arg(long, default_value_t = 2000, value_parser = args::requests)]
         requests: usize,
     },
+    /// Ordered keys against redb and LMDB (heed), each with default settings and durable
+    /// commits, in the same run: inserts in sorted and in random order (transactions of
+    /// 10,000), point lookups and range scans of 1,000 keys, on u64 keys with u64 values in a
+    /// Lodestore `BTreeMap`, a redb table and an LMDB database. Every store's reads must add up
+    /// to the same checksum. Prints operations per second with Lodestore's ratio to each peer
+    /// (medians of the runs) and the bytes each store took on disk.
+    Kv {
+        /// Folder for the benchmark stores (emptied and removed as it goes).
+        path: PathBuf,
+        /// Keys in each store.
+        #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1_000..=100_000_000))]
+        keys: u64,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 3, value_parser = args::runs)]
+        runs: usize,
+        /// Also write every run's figures to this CSV file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+        /// Run Lodestore alone, without the peers (for profiling it).
+        #[arg(long)]
+        lodestore_only: bool,
+    },
+    /// What a long reader costs writers: two writer threads moving units between 20,000
+    /// accounts of a collection (durable commits) alone, next to a reader scanning every
+    /// account again and again inside one `Store::read_latest` (no locks), and next to the
+    /// same reader in an ordinary transaction (shared locks held to its end). Prints writers'
+    /// commits per second as a ratio to alone, and the reader's scans (medians of the runs).
+    Readers {
+        /// Folder for the benchmark store.
+        path: PathBuf,
+        /// Seconds per mode and run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 3, value_parser = args::runs)]
+        runs: usize,
+    },
     /// Page-diffing throughput (GB/s on one core) for a large object's data page and for a
     /// page of small objects, unchanged and changed as updates change them, and for the 64-byte
     /// blocks sub-page diffing compares, next to a plain comparison of the same bytes measured
@@ -463,6 +502,18 @@ fn main() -> ExitCode {
                 csv,
             }) => bench_diff::diff(page_size, seconds, csv.as_deref()),
             Some(BenchCommand::Detect { path, runs }) => bench_detect::detect(&path, runs),
+            Some(BenchCommand::Readers {
+                path,
+                seconds,
+                runs,
+            }) => bench_readers::readers(&path, seconds, runs),
+            Some(BenchCommand::Kv {
+                path,
+                keys,
+                runs,
+                csv,
+                lodestore_only,
+            }) => bench_kv::kv(&path, keys, runs, csv.as_deref(), lodestore_only),
             Some(BenchCommand::Net {
                 path,
                 runs,

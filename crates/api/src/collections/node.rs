@@ -38,6 +38,12 @@ pub fn entry_bytes(key_len: usize, value_len: usize) -> usize {
     OFFSET_BYTES + ENTRY_HEADER_BYTES + key_len + value_len
 }
 
+#[cold]
+fn entry_damage(i: usize, at: usize, what: &str) -> Damage {
+    format!("entry {i} at byte {at} {what}")
+}
+
+#[inline]
 fn get_u16(bytes: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([bytes[at], bytes[at + 1]])
 }
@@ -138,33 +144,43 @@ impl<'a> Node<'a> {
         self.header.level == 0
     }
 
-    /// Where entry `i`'s key and value lie.
+    /// Bytes the entries take (their heap), a bound on what copying them needs.
+    pub fn bytes_used(&self) -> usize {
+        self.bytes.len() - self.header.heap_start
+    }
+
+    /// Where entry `i`'s key and value lie. On every step of a search, so the checks are
+    /// inline and the error's formatting is not.
+    #[inline]
     fn ranges(&self, i: usize) -> Result<(Range<usize>, Range<usize>), Damage> {
         debug_assert!(i < self.header.count);
         let at = get_u16(self.bytes, HEADER_BYTES + i * OFFSET_BYTES) as usize;
         if at < self.header.heap_start || at + ENTRY_HEADER_BYTES > self.bytes.len() {
-            return Err(format!("entry {i} at byte {at} lies outside the entries"));
+            return Err(entry_damage(i, at, "lies outside the entries"));
         }
         let key_len = get_u16(self.bytes, at) as usize;
         let value_len = get_u16(self.bytes, at + 2) as usize;
         let key = at + ENTRY_HEADER_BYTES..at + ENTRY_HEADER_BYTES + key_len;
         let value = key.end..key.end + value_len;
         if value.end > self.bytes.len() {
-            return Err(format!("entry {i} at byte {at} runs past the node"));
+            return Err(entry_damage(i, at, "runs past the node"));
         }
         Ok((key, value))
     }
 
+    #[inline]
     pub fn key(&self, i: usize) -> Result<&'a [u8], Damage> {
         let (key, _) = self.ranges(i)?;
         Ok(&self.bytes[key])
     }
 
+    #[inline]
     pub fn value(&self, i: usize) -> Result<&'a [u8], Damage> {
         let (_, value) = self.ranges(i)?;
         Ok(&self.bytes[value])
     }
 
+    #[inline]
     pub fn entry(&self, i: usize) -> Result<(&'a [u8], &'a [u8]), Damage> {
         let (key, value) = self.ranges(i)?;
         Ok((&self.bytes[key], &self.bytes[value]))

@@ -4,10 +4,8 @@
 //! touches only the nodes on one path, never a neighbour's.
 
 use super::key::{Key, Value};
-use super::node::Entry;
-use super::tree::{NodeReader, Tree};
+use super::tree::{Entries, NodeReader, Tree};
 use lodestore_core::{Error, Result};
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::ops::Bound;
 
@@ -20,10 +18,10 @@ pub struct Range<'t, K, V> {
     /// either end narrows it, so the two ends never yield an entry twice.
     low: Bound<Vec<u8>>,
     high: Bound<Vec<u8>>,
-    front: VecDeque<Entry>,
+    front: Entries,
     /// Where the leaf after the front buffer starts; `Some(None)` when there is none.
     front_next: Option<Option<Vec<u8>>>,
-    back: VecDeque<Entry>,
+    back: Entries,
     back_next: Option<Option<Vec<u8>>>,
     done: bool,
     kinds: PhantomData<fn() -> (K, V)>,
@@ -42,6 +40,19 @@ fn below(high: &Bound<Vec<u8>>, key: &[u8]) -> bool {
         Bound::Unbounded => true,
         Bound::Included(h) => key <= h.as_slice(),
         Bound::Excluded(h) => key < h.as_slice(),
+    }
+}
+
+/// Makes `bound` exclude `key` and what lies beyond it, reusing its buffer: each item a scan
+/// yields moves one end, and allocating a key per item would cost more than the item.
+fn set_excluded(bound: &mut Bound<Vec<u8>>, key: &[u8]) {
+    match bound {
+        Bound::Excluded(kept) | Bound::Included(kept) => {
+            kept.clear();
+            kept.extend_from_slice(key);
+            *bound = Bound::Excluded(std::mem::take(kept));
+        }
+        Bound::Unbounded => *bound = Bound::Excluded(key.to_vec()),
     }
 }
 
@@ -65,23 +76,23 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
             tree,
             low,
             high,
-            front: VecDeque::new(),
+            front: Entries::default(),
             front_next: None,
-            back: VecDeque::new(),
+            back: Entries::default(),
             back_next: None,
             done: false,
             kinds: PhantomData,
         }
     }
 
-    fn decode(&self, (key, value): Entry) -> Result<(K, V)> {
+    fn decode(tree: &Tree, key: &[u8], value: &[u8]) -> Result<(K, V)> {
         let damaged = |what: &str| Error::CorruptCollection {
-            collection: self.tree.header,
-            node: self.tree.header,
+            collection: tree.header,
+            node: tree.header,
             reason: format!("a stored {what} that is not one of the collection's type"),
         };
-        let key = K::read_key(&key).ok_or_else(|| damaged("key"))?;
-        let value = V::read_value(&value).ok_or_else(|| damaged("value"))?;
+        let key = K::read_key(key).ok_or_else(|| damaged("key"))?;
+        let value = V::read_value(value).ok_or_else(|| damaged("value"))?;
         Ok((key, value))
     }
 
@@ -90,15 +101,17 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
         Some(Err(error))
     }
 
-    /// The next entry from the front, as bytes.
-    fn next_entry(&mut self) -> Result<Option<Entry>> {
+    /// The next entry from the front.
+    fn next_entry(&mut self) -> Result<Option<(K, V)>> {
         loop {
-            if let Some(entry) = self.front.pop_front() {
-                if !below(&self.high, &entry.0) {
+            if let Some((key, value)) = self.front.front() {
+                if !below(&self.high, key) {
                     return Ok(None);
                 }
-                self.low = Bound::Excluded(entry.0.clone());
-                return Ok(Some(entry));
+                let item = Self::decode(&self.tree, key, value)?;
+                set_excluded(&mut self.low, key);
+                self.front.pop_front();
+                return Ok(Some(item));
             }
             let from = match &self.front_next {
                 None => borrowed(&self.low),
@@ -111,20 +124,22 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
                 }
             }
             let scan = self.tree.scan_forward(self.txn, from)?;
-            self.front = scan.entries.into();
+            self.front = scan.entries;
             self.front_next = Some(scan.fence);
         }
     }
 
-    /// The next entry from the back, as bytes.
-    fn next_back_entry(&mut self) -> Result<Option<Entry>> {
+    /// The next entry from the back.
+    fn next_back_entry(&mut self) -> Result<Option<(K, V)>> {
         loop {
-            if let Some(entry) = self.back.pop_front() {
-                if !above(&self.low, &entry.0) {
+            if let Some((key, value)) = self.back.front() {
+                if !above(&self.low, key) {
                     return Ok(None);
                 }
-                self.high = Bound::Excluded(entry.0.clone());
-                return Ok(Some(entry));
+                let item = Self::decode(&self.tree, key, value)?;
+                set_excluded(&mut self.high, key);
+                self.back.pop_front();
+                return Ok(Some(item));
             }
             let to = match &self.back_next {
                 None => borrowed(&self.high),
@@ -137,7 +152,7 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
                 }
             }
             let scan = self.tree.scan_backward(self.txn, to)?;
-            self.back = scan.entries.into();
+            self.back = scan.entries;
             self.back_next = Some(scan.fence);
         }
     }
@@ -146,8 +161,8 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
 impl<K: Key, V: Value> Range<'_, K, V> {
     /// The item for what one end of the scan found: the entry decoded, or the end of the
     /// scan, or the error that ends it.
-    fn item(&mut self, found: Result<Option<Entry>>) -> Option<Result<(K, V)>> {
-        match found.and_then(|entry| entry.map(|e| self.decode(e)).transpose()) {
+    fn item(&mut self, found: Result<Option<(K, V)>>) -> Option<Result<(K, V)>> {
+        match found {
             Ok(Some(item)) => Some(Ok(item)),
             Ok(None) => {
                 self.done = true;

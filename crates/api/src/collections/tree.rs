@@ -51,8 +51,60 @@ pub struct TreeReport {
 /// The leaf a range scan reads next, its entries in the range, and where the next leaf's keys
 /// begin (scanning forward) or end (scanning backward); `None` when this is the last.
 pub(crate) struct LeafScan {
-    pub entries: Vec<Entry>,
+    pub entries: Entries,
     pub fence: Option<Vec<u8>>,
+}
+
+/// Entries copied out of a leaf, in the order a scan yields them: keys and values in one
+/// buffer, so a scan allocates per leaf, not per entry.
+#[derive(Default)]
+pub(crate) struct Entries {
+    bytes: Vec<u8>,
+    /// Each entry's start in `bytes`, key length and value length.
+    spans: std::collections::VecDeque<(usize, usize, usize)>,
+}
+
+impl Entries {
+    fn with_capacity(entries: usize, bytes: usize) -> Entries {
+        Entries {
+            bytes: Vec::with_capacity(bytes),
+            spans: std::collections::VecDeque::with_capacity(entries),
+        }
+    }
+
+    fn push(&mut self, key: &[u8], value: &[u8]) {
+        self.spans
+            .push_back((self.bytes.len(), key.len(), value.len()));
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+    }
+
+    /// The next entry's key and value.
+    pub fn front(&self) -> Option<(&[u8], &[u8])> {
+        let &(at, key_len, value_len) = self.spans.front()?;
+        let key_end = at + key_len;
+        Some((
+            &self.bytes[at..key_end],
+            &self.bytes[key_end..key_end + value_len],
+        ))
+    }
+
+    pub fn pop_front(&mut self) {
+        self.spans.pop_front();
+    }
+
+    /// Copies entries `indexes` of leaf `n`.
+    fn copy_from(
+        n: &Node<'_>,
+        indexes: impl ExactSizeIterator<Item = usize>,
+    ) -> std::result::Result<Entries, node::Damage> {
+        let mut out = Entries::with_capacity(indexes.len(), n.bytes_used());
+        for i in indexes {
+            let (key, value) = n.entry(i)?;
+            out.push(key, value);
+        }
+        Ok(out)
+    }
 }
 
 /// The inner nodes on the way to a leaf: each node and the child taken.
@@ -508,9 +560,7 @@ impl Tree {
                 Bound::Included(k) => n.search(k)?.unwrap_or_else(|i| i),
                 Bound::Excluded(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
             };
-            (start..n.count())
-                .map(|i| n.entry(i).map(|(k, v)| (k.to_vec(), v.to_vec())))
-                .collect()
+            Entries::copy_from(&n, start..n.count())
         })?;
         Ok(LeafScan { entries, fence })
     }
@@ -551,10 +601,7 @@ impl Tree {
                 Bound::Included(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
                 Bound::Excluded(k) => n.search(k)?.unwrap_or_else(|i| i),
             };
-            (0..end)
-                .rev()
-                .map(|i| n.entry(i).map(|(k, v)| (k.to_vec(), v.to_vec())))
-                .collect()
+            Entries::copy_from(&n, (0..end).rev())
         })?;
         Ok(LeafScan { entries, fence })
     }

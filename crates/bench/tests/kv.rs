@@ -10,7 +10,10 @@ fn every_engine_reads_back_what_it_wrote() {
     let mut checksums = Vec::new();
     for engine in EngineKind::ALL {
         let figures = kv::run(engine, &dir.path().join(engine.name()), 3_000, 7).unwrap();
-        assert!(figures.ops_per_s.iter().all(|&ops| ops > 0.0), "{figures:?}");
+        assert!(
+            figures.ops_per_s.iter().all(|&ops| ops > 0.0),
+            "{figures:?}"
+        );
         checksums.push(figures.read_checksum);
     }
     assert!(checksums.windows(2).all(|w| w[0] == w[1]), "{checksums:?}");

@@ -62,9 +62,17 @@ pub fn recover_in_memory(file_system: Arc<dyn FileSystem>, path: &Path) -> Resul
     })
 }
 
-/// Verifies every page of the store in `path`. `Err` only when it cannot be opened at all.
+/// Verifies every page of the store in `path`, then (when the pages are sound) every
+/// collection: order, key bounds, equal depth, no node that no collection reaches. `Err` only
+/// when it cannot be opened at all.
 pub fn check(file_system: &dyn FileSystem, path: &Path) -> Result<CheckReport> {
-    lodestore_server::check::check(file_system, path)
+    let mut report = lodestore_server::check::check(file_system, path)?;
+    // Collections are walked only over sound pages: the page check names any other damage.
+    if report.is_sound() {
+        let volume = Volume::open(file_system, path, None, OpenMode::ReadOnly)?;
+        crate::collections::offline::check_collections(&volume, &mut report)?;
+    }
+    Ok(report)
 }
 
 /// Counters of the sessions of earlier processes on the store in `path`, by scheme (summed

@@ -7,8 +7,11 @@ use lodestore::{Error, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Marks a template whose generation finished.
+/// Marks a template whose generation finished; it holds [`TEMPLATE_FORMAT`].
 const READY_MARKER: &str = "lodestore-bench-ready";
+/// What a template is generated as; a template marked with another is generated again. Raise
+/// it when a generator or a schema changes (2: the OO1 index became a collection).
+const TEMPLATE_FORMAT: &str = "2";
 
 fn io_error(path: &Path, operation: &'static str, source: std::io::Error) -> Error {
     Error::Io {
@@ -26,7 +29,8 @@ pub fn template(
     generate: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let folder = out.join("templates").join(name);
-    if folder.join(READY_MARKER).exists() {
+    let marker = fs::read_to_string(folder.join(READY_MARKER)).ok();
+    if marker.as_deref() == Some(TEMPLATE_FORMAT) {
         tracing::info!(template = %folder.display(), "reusing the generated database");
         return Ok(folder);
     }
@@ -35,7 +39,8 @@ pub fn template(
     }
     fs::create_dir_all(&folder).map_err(|e| io_error(&folder, "create folder", e))?;
     generate(&folder.join("store"))?;
-    fs::write(folder.join(READY_MARKER), b"").map_err(|e| io_error(&folder, "write marker", e))?;
+    fs::write(folder.join(READY_MARKER), TEMPLATE_FORMAT)
+        .map_err(|e| io_error(&folder, "write marker", e))?;
     Ok(folder)
 }
 

@@ -8,10 +8,12 @@
 //! - [`tree`]: lookups, inserts with splits, removes with merges, scans, `check`.
 //! - [`range`]: range iterators in both directions.
 //! - [`map`]: the typed `BTreeMap` and `BTreeSet`.
+//! - `offline`: `check` of a closed store walking every collection.
 
 pub mod header;
 pub mod key;
 pub mod map;
 pub mod node;
+pub(crate) mod offline;
 pub mod range;
 pub mod tree;

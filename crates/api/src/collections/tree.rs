@@ -13,6 +13,8 @@
 use super::header::{Meta, HEADER_LEN};
 use super::node::{self, Entry, Node};
 use crate::{ReadTransaction, Transaction};
+use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
+use std::ops::Bound;
 
 /// What the tree's reads need of a transaction: the bytes of its objects, reserved ones
 /// included. Object safe, so a scan keeps `&mut dyn NodeReader` whatever the transaction's
@@ -26,8 +28,6 @@ impl<T: ReadTransaction + ?Sized> NodeReader for T {
         ReadTransaction::object_bytes(self, oid, expected)
     }
 }
-use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
-use std::ops::Bound;
 
 /// A tree by its header's OID.
 #[derive(Clone, Copy, Debug)]

@@ -103,7 +103,7 @@ struct Bench<'a> {
     // Declared before the store: a session ends before its store closes.
     session: Session,
     store: Store,
-    index: lodestore::Oid<oo1::schema::IndexNode>,
+    index: oo1::schema::PartIndex,
 }
 
 impl<'a> Bench<'a> {

@@ -119,13 +119,8 @@ pub fn generate(
         txn.commit()?;
     }
 
+    let index = index::load(&mut session, &oids)?;
     let mut txn = session.begin()?;
-    let entries: Vec<(u64, u64)> = oids
-        .iter()
-        .enumerate()
-        .map(|(i, oid)| (i as u64 + 1, oid.raw().0))
-        .collect();
-    let index = index::bulk_load(&mut txn, &entries)?;
     let root = txn.alloc(&Oo1Root { seed, parts, index })?;
     txn.set_root(ROOT_NAME, root)?;
     txn.commit()?;

@@ -1,7 +1,7 @@
 //! The OO1 operations: lookup, traversal and update (Hosking, Brown & Moss section 5.2).
 
 use super::index;
-use super::schema::{IndexNode, Oo1Root, Part, Text, CONNECTIONS};
+use super::schema::{Oo1Root, Part, PartIndex, Text, CONNECTIONS};
 use super::ROOT_NAME;
 use lodestore::{Error, Oid, Result, Transaction};
 use rand::rngs::StdRng;
@@ -31,7 +31,7 @@ pub fn root(txn: &mut Transaction<'_>) -> Result<Oo1Root> {
 /// The part numbered `number`, through the index.
 pub fn part_by_number(
     txn: &mut Transaction<'_>,
-    index: Oid<IndexNode>,
+    index: PartIndex,
     number: u64,
 ) -> Result<Oid<Part>> {
     index::lookup(txn, index, number)?
@@ -40,11 +40,7 @@ pub fn part_by_number(
 
 /// Lookup: fetch each part of `numbers` through the index and call the null procedure on its
 /// x, y and type.
-pub fn lookup(
-    txn: &mut Transaction<'_>,
-    index: Oid<IndexNode>,
-    numbers: &[u64],
-) -> Result<OpCounts> {
+pub fn lookup(txn: &mut Transaction<'_>, index: PartIndex, numbers: &[u64]) -> Result<OpCounts> {
     for &number in numbers {
         let part = part_by_number(txn, index, number)?;
         let part = txn.get(part)?;

@@ -16,8 +16,8 @@ const TYPE_BASE: u32 = 0x0001_0000;
 pub struct Oo1Root {
     pub seed: u64,
     pub parts: u64,
-    /// Root node of the part-number index.
-    pub index: Oid<IndexNode>,
+    /// The part-number index.
+    pub index: PartIndex,
 }
 
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -45,15 +45,8 @@ pub struct Text {
     pub bytes: [u8; 16],
 }
 
-/// A node of the part-number B+-tree: this header, then `count` entries of (key, OID) as
-/// little-endian u64 pairs. In a leaf (level 0) the OID is the part with that number; higher up
-/// it is the child whose smallest key is the entry's key.
-#[derive(Clone, Copy, Debug, Pod, Zeroable)]
-#[repr(C)]
-pub struct IndexNode {
-    pub level: u32,
-    pub count: u32,
-}
+/// The part-number index: a collection from part number to part.
+pub type PartIndex = lodestore::BTreeMap<u64, Oid<Part>>;
 
 impl Persistent for Oo1Root {
     const TYPE_ID: u32 = TYPE_BASE + 1;
@@ -63,7 +56,4 @@ impl Persistent for Part {
 }
 impl Persistent for Text {
     const TYPE_ID: u32 = TYPE_BASE + 3;
-}
-impl Persistent for IndexNode {
-    const TYPE_ID: u32 = TYPE_BASE + 4;
 }

@@ -193,10 +193,10 @@ pub fn run(args: &CampaignArgs) -> Result<ExitCode> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     std::fs::create_dir_all(&args.out).map_err(|e| Error::io(&args.out, "create folder", e))?;
     let exe = std::env::current_exe().map_err(|e| Error::io("lodestore", "find itself", e))?;
-    if (args.snapshots || args.collections) && args.sessions > 1 {
+    if args.snapshots && args.sessions > 1 {
         return Err(Error::InvalidArgument(
-            "--snapshots and --collections run with one session; several sessions with \
-             them are not modelled yet"
+            "--snapshots runs with one session; several sessions with snapshots are not \
+             modelled yet"
                 .into(),
         ));
     }

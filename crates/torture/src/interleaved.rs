@@ -8,7 +8,8 @@
 //! Locks are not waited for (a waiting session would hold the only turn): a conflict is a
 //! retryable error, and the transaction is aborted.
 
-use crate::oracle::{apply, IN_FLIGHT_MAX};
+use crate::collection::{self, Map};
+use crate::oracle::{apply, delta_between, IN_FLIGHT_MAX};
 use crate::workload::{Stop, OBJECTS_MAX, OPERATIONS_MAX, TRANSACTIONS_MAX, TYPE_ID};
 use crate::{CampaignReport, Delta, Model, Subject};
 use lodestore::{Error, RawOid, Store, Transaction};
@@ -30,6 +31,7 @@ struct Shared {
     next_ticket: u64,
     acknowledged: u64,
     aborts: u64,
+    collection_steps: u64,
     violation: Option<String>,
 }
 
@@ -105,6 +107,8 @@ struct Context<'a> {
     shared: &'a Mutex<Shared>,
     turns: &'a Turns,
     session: usize,
+    /// The collection the sessions change, with collections on.
+    map: Option<Map>,
     /// Print every step (`LODESTORE_TORTURE_TRACE_STEPS=N`: from crash point N on).
     trace: bool,
 }
@@ -163,6 +167,7 @@ pub fn run(
         next_ticket: 0,
         acknowledged: 0,
         aborts: 0,
+        collection_steps: 0,
         violation: None,
     });
     let turns = Turns {
@@ -189,6 +194,7 @@ pub fn run(
                 shared: &shared,
                 turns: &turns,
                 session,
+                map: subject.map,
                 trace,
             };
             scope.spawn(move || {
@@ -216,6 +222,7 @@ pub fn run(
     subject.in_flight = shared.in_flight.into_iter().map(|(_, d)| d).collect();
     report.commits_acknowledged += shared.acknowledged;
     report.aborts += shared.aborts;
+    report.collection_steps += shared.collection_steps;
     match shared.violation {
         Some(message) => Err(message),
         None => Ok(()),
@@ -327,20 +334,59 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
     Ok(())
 }
 
-/// The objects the transaction sees: acknowledged commits overlaid with its own changes.
+/// The objects the transaction sees: acknowledged commits overlaid with its own changes
+/// (without the collection's entries).
 fn visible(committed: &Model, delta: &Delta) -> Vec<RawOid> {
     let mut oids: Vec<RawOid> = committed
         .keys()
+        .filter(|oid| !collection::is_pseudo(**oid))
         .filter(|oid| !matches!(delta.get(oid), Some(None)))
         .copied()
         .collect();
     oids.extend(
         delta
             .iter()
-            .filter(|(oid, bytes)| bytes.is_some() && !committed.contains_key(oid))
+            .filter(|(oid, bytes)| {
+                !collection::is_pseudo(**oid) && bytes.is_some() && !committed.contains_key(oid)
+            })
             .map(|(oid, _)| *oid),
     );
     oids
+}
+
+/// A step on the collection: run on the entries the transaction sees (acknowledged ones
+/// overlaid with its own changes), and what it changed folded into the transaction's delta.
+fn collection_step(
+    txn: &mut Transaction<'_>,
+    map: Map,
+    committed: &Model,
+    delta: &mut Delta,
+    rng: &mut StdRng,
+) -> lodestore::Result<()> {
+    let mut view = collection::of_model(committed);
+    for (oid, bytes) in delta.iter().filter(|(oid, _)| collection::is_pseudo(**oid)) {
+        match bytes {
+            Some(bytes) => view.insert(*oid, bytes.clone()),
+            None => view.remove(oid),
+        };
+    }
+    let before = view.clone();
+    collection::step(txn, map, &mut view, rng)?;
+    for (oid, change) in delta_between(&before, &view) {
+        match change {
+            Some(bytes) => {
+                delta.insert(oid, Some(bytes));
+            }
+            None if committed.contains_key(&oid) => {
+                delta.insert(oid, None);
+            }
+            // Inserted by this transaction and removed again: no trace.
+            None => {
+                delta.remove(&oid);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn current(committed: &Model, delta: &Delta, oid: RawOid) -> Vec<u8> {
@@ -358,7 +404,14 @@ fn operation(
     delta: &mut Delta,
     rng: &mut StdRng,
 ) -> lodestore::Result<()> {
-    let shared = context.shared();
+    let mut shared = context.shared();
+    if let Some(map) = context.map {
+        if rng.random_range(0..3) == 0 {
+            shared.collection_steps += 1;
+            context.trace(format_args!("collection step"));
+            return collection_step(txn, map, &shared.committed, delta, rng);
+        }
+    }
     let oids = visible(&shared.committed, delta);
     let picked = (!oids.is_empty()).then(|| oids[rng.random_range(0..oids.len())]);
     let crowded = oids.len() >= OBJECTS_MAX;

@@ -253,10 +253,6 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
         "a campaign runs 1 to {SESSIONS_MAX} sessions, not {}",
         options.sessions
     );
-    assert!(
-        !options.collections || options.sessions == 1,
-        "collections run with one session"
-    );
     let mut report = CampaignReport {
         method: options.method.name().to_string(),
         sessions: options.sessions,

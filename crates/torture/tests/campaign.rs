@@ -8,7 +8,8 @@
 //! Snapshots under each recovery method: snapshots taken, read as of themselves and archived
 //! in the workload, and every acknowledged one checked after each crash.
 //! Collections under each recovery method: a B+-tree map changed in the workload, checked and
-//! compared entry by entry after each crash (and as of every snapshot in one campaign).
+//! compared entry by entry after each crash (as of every snapshot in one campaign; by four
+//! interleaved sessions in another).
 //! Longer campaigns: `lodestore torture --method M --scheme NAME --seed S --crashes N
 //! [--sessions 4] [--snapshots] [--collections]`.
 
@@ -254,4 +255,27 @@ fn crash_campaign_collections_whole_page_logging() {
 #[test]
 fn crash_campaign_collections_with_snapshots() {
     with_collections(53, RecoveryMethodKind::Esm, Scheme::PD_ESM, 1_500, true);
+}
+
+#[test]
+fn crash_campaign_collections_four_sessions() {
+    let crashes = 1_500;
+    let report = campaign(CampaignOptions {
+        seed: 54,
+        method: RecoveryMethodKind::Esm,
+        scheme: Scheme::SD_ESM,
+        crashes,
+        sessions: 4,
+        collections: true,
+        ..CampaignOptions::default()
+    });
+    // Sessions meet on the tree's header, inner nodes and leaves: many conflicts, aborted and
+    // retried, and still most crash points see commits and a checked tree.
+    assert!(report.collection_steps > crashes, "{report:?}");
+    assert!(report.collection_checks > crashes / 2, "{report:?}");
+    assert!(report.aborts > 0, "{report:?}");
+    assert!(
+        report.crashes_with_commits_in_flight_together > 0,
+        "{report:?}"
+    );
 }

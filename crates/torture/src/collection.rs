@@ -189,24 +189,7 @@ pub(crate) fn of_model(model: &Model) -> Model {
 
 /// How two sets of entries differ, briefly.
 pub(crate) fn difference(expected: &Model, found: &Model) -> String {
-    let missing: Vec<u32> = expected
-        .keys()
-        .filter(|k| !found.contains_key(k))
-        .take(3)
-        .map(|k| key_of(*k))
-        .collect();
-    let extra: Vec<u32> = found
-        .keys()
-        .filter(|k| !expected.contains_key(k))
-        .take(3)
-        .map(|k| key_of(*k))
-        .collect();
-    let changed: Vec<u32> = expected
-        .iter()
-        .filter(|(k, v)| found.get(k).is_some_and(|f| f != *v))
-        .take(3)
-        .map(|(k, _)| key_of(*k))
-        .collect();
+    let [missing, extra, changed] = crate::oracle::differing(expected, found, key_of);
     format!(
         "{} entries expected, {} found; keys missing {missing:?}, unexpected {extra:?}, with \
          other values {changed:?}",

@@ -148,25 +148,37 @@ pub fn delta_between(before: &Model, after: &Model) -> Delta {
     delta
 }
 
-fn difference(expected: &Model, stored: &Model) -> String {
-    let missing: Vec<RawOid> = expected
+/// The first few keys of `expected` missing from `found`, of `found` not in `expected`, and
+/// of both with other bytes, each shown by `show`.
+pub(crate) fn differing<K>(
+    expected: &Model,
+    found: &Model,
+    show: impl Fn(RawOid) -> K,
+) -> [Vec<K>; 3] {
+    const SHOWN: usize = 3;
+    let missing = expected
         .keys()
-        .filter(|k| !stored.contains_key(k))
-        .take(3)
-        .copied()
+        .filter(|k| !found.contains_key(k))
+        .take(SHOWN)
+        .map(|k| show(*k))
         .collect();
-    let extra: Vec<RawOid> = stored
+    let extra = found
         .keys()
         .filter(|k| !expected.contains_key(k))
-        .take(3)
-        .copied()
+        .take(SHOWN)
+        .map(|k| show(*k))
         .collect();
-    let changed: Vec<RawOid> = expected
+    let changed = expected
         .iter()
-        .filter(|(k, v)| stored.get(k).is_some_and(|s| s != *v))
-        .take(3)
-        .map(|(k, _)| *k)
+        .filter(|(k, v)| found.get(k).is_some_and(|f| f != *v))
+        .take(SHOWN)
+        .map(|(k, _)| show(*k))
         .collect();
+    [missing, extra, changed]
+}
+
+fn difference(expected: &Model, stored: &Model) -> String {
+    let [missing, extra, changed] = differing(expected, stored, |oid| oid);
     format!(
         "{} objects expected, {} stored; missing {missing:?}, unexpected {extra:?}, changed {changed:?}",
         expected.len(),

@@ -34,6 +34,14 @@ const REDB_TABLE: redb::TableDefinition<u64, u64> = redb::TableDefinition::new("
 const LMDB_MAP_BYTES: usize = 8 << 30;
 type LmdbDb = heed::Database<U64<BigEndian>, U64<BigEndian>>;
 
+/// The benchmark's redb table in a new read transaction (which the table keeps alive).
+fn redb_read_table(db: &redb::Database) -> Result<redb::ReadOnlyTable<u64, u64>> {
+    db.begin_read()
+        .map_err(|e| peer("redb", "begin", e))?
+        .open_table(REDB_TABLE)
+        .map_err(|e| peer("redb", "open table", e))
+}
+
 /// An open store of one kind.
 pub enum Engine {
     Lodestore {
@@ -141,10 +149,7 @@ impl Engine {
                 txn.commit()?;
             }
             Engine::Redb(db) => {
-                let txn = db.begin_read().map_err(|e| peer("redb", "begin", e))?;
-                let table = txn
-                    .open_table(REDB_TABLE)
-                    .map_err(|e| peer("redb", "open table", e))?;
+                let table = redb_read_table(db)?;
                 for &k in keys {
                     let found = table.get(k).map_err(|e| peer("redb", "get", e))?;
                     sum = sum.wrapping_add(found.map_or(0, |v| v.value()));
@@ -177,10 +182,7 @@ impl Engine {
                 txn.commit()?;
             }
             Engine::Redb(db) => {
-                let txn = db.begin_read().map_err(|e| peer("redb", "begin", e))?;
-                let table = txn
-                    .open_table(REDB_TABLE)
-                    .map_err(|e| peer("redb", "open table", e))?;
+                let table = redb_read_table(db)?;
                 for &start in starts {
                     let range = table.range(start..).map_err(|e| peer("redb", "range", e))?;
                     for entry in range.take(len) {

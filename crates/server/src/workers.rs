@@ -22,8 +22,18 @@ pub struct BackgroundWorker {
 
 /// Pause between turns when nothing is waiting.
 const IDLE_PAUSE: Duration = Duration::from_millis(20);
-/// Pause after a failed turn (the server refuses work until reopened; no point hurrying).
+/// Pause after a failed turn (the server refuses work until reopened; no point hurrying),
+/// doubled after each further failure in a row up to [`FAILED_PAUSE_MAX`].
 const FAILED_PAUSE: Duration = Duration::from_secs(1);
+const FAILED_PAUSE_MAX: Duration = Duration::from_secs(64);
+
+/// The pause after `failures` failed turns in a row (at least one).
+fn failed_pause(failures: u32) -> Duration {
+    debug_assert!(failures >= 1);
+    FAILED_PAUSE
+        .saturating_mul(1 << (failures - 1).min(16))
+        .min(FAILED_PAUSE_MAX)
+}
 
 /// The running workers of a server's recovery method, until dropped. They hold the server
 /// weakly: they never keep a closed store alive.
@@ -60,16 +70,41 @@ impl BackgroundWorkers {
 }
 
 fn run(worker: BackgroundWorker, server: Weak<Server>, stop: Arc<AtomicBool>) {
+    // Failures in a row, and the last one's message: a failure that repeats itself is logged
+    // once, not at every retry.
+    let mut failures = 0u32;
+    let mut last_failure = String::new();
     while !stop.load(Ordering::Acquire) {
         let Some(server) = server.upgrade() else {
             return;
         };
         let pause = match (worker.turn)(&server) {
-            Ok(true) => Duration::ZERO,
-            Ok(false) => IDLE_PAUSE,
+            Ok(more) => {
+                if failures > 0 {
+                    tracing::info!(worker = worker.name, failures, "background work goes on");
+                }
+                failures = 0;
+                last_failure.clear();
+                if more {
+                    Duration::ZERO
+                } else {
+                    IDLE_PAUSE
+                }
+            }
             Err(e) => {
-                tracing::warn!(worker = worker.name, error = %e, "background work failed");
-                FAILED_PAUSE
+                failures = failures.saturating_add(1);
+                let message = e.to_string();
+                if message != last_failure {
+                    tracing::warn!(worker = worker.name, error = %message, "background work failed; retrying with backoff");
+                    last_failure = message;
+                } else {
+                    tracing::debug!(
+                        worker = worker.name,
+                        failures,
+                        "background work failed again"
+                    );
+                }
+                failed_pause(failures)
             }
         };
         drop(server);
@@ -91,5 +126,18 @@ impl Drop for BackgroundWorkers {
                 tracing::warn!(worker = name, "background worker panicked");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_turns_back_off_to_a_bound() {
+        assert_eq!(failed_pause(1), FAILED_PAUSE);
+        assert_eq!(failed_pause(2), FAILED_PAUSE * 2);
+        assert_eq!(failed_pause(7), FAILED_PAUSE_MAX);
+        assert_eq!(failed_pause(u32::MAX), FAILED_PAUSE_MAX);
     }
 }

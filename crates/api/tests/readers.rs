@@ -123,3 +123,42 @@ fn a_reader_of_a_store_without_snapshots_is_refused_by_name() {
         "{err}"
     );
 }
+
+/// Over TCP a reader of the latest state works as it does embedded: it sees what was
+/// committed before it, not a commit made while it reads, and leaves no snapshot behind.
+#[test]
+fn a_remote_reader_of_the_latest_state() {
+    use std::sync::atomic::AtomicBool;
+    let dir = tempfile::tempdir().unwrap();
+    let served =
+        Arc::new(Store::create(dir.path().join("s"), Options::new().snapshots(true)).unwrap());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server_thread = {
+        let (served, stop) = (served.clone(), stop.clone());
+        std::thread::spawn(move || served.serve(listener, stop).unwrap())
+    };
+    let remote = Store::connect(&address, Options::new()).unwrap();
+    let accounts = bank(&remote);
+    let mut reader = remote.session().unwrap();
+    let mut writer = remote.session().unwrap();
+    let seen = remote
+        .read_latest(&mut reader, |txn| {
+            // A commit while the reader reads: the reader does not see it.
+            let mut w = writer.begin()?;
+            accounts.insert(&mut w, &0, &7)?;
+            w.commit()?;
+            accounts.get(txn, &0)
+        })
+        .unwrap();
+    assert_eq!(seen, Some(BALANCE));
+    let after = remote
+        .read_latest(&mut reader, |txn| accounts.get(txn, &0))
+        .unwrap();
+    assert_eq!(after, Some(7));
+    assert!(remote.snapshots().unwrap().is_empty());
+    drop((reader, writer, remote));
+    stop.store(true, Ordering::Relaxed);
+    server_thread.join().unwrap();
+}

@@ -21,7 +21,7 @@ const MODES: [&str; 3] = ["writers alone", "lock-free reader", "locking reader"]
 pub fn readers(path: &Path, seconds: f64, runs: usize) -> Result<ExitCode> {
     if seconds.is_nan() || seconds <= 0.0 {
         return Err(Error::InvalidArgument(
-            "bench readers needs a positive duration".into(),
+            "bench readers: --seconds must be a positive number of seconds".into(),
         ));
     }
     std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create folder", e))?;

@@ -311,6 +311,12 @@ fn inputs_that_once_panicked_end_with_a_message_naming_the_argument() {
         (vec!["torture", "--sessions", "9"], "--sessions"),
         (vec!["torture", "--sessions", "0"], "--sessions"),
         (vec!["campaign", "--sessions", "9"], "--sessions"),
+        (vec!["torture", "--crashes", "5", "--from", "10"], "--from"),
+        (vec!["bench", "kv", arg(&store), "--keys", "10"], "--keys"),
+        (
+            vec!["bench", "readers", arg(&store), "--seconds", "0"],
+            "--seconds",
+        ),
     ] {
         let out = lodestore(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

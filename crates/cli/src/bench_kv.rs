@@ -9,11 +9,18 @@ use lodestore_bench::workspace::progress_bar;
 use std::path::Path;
 use std::process::ExitCode;
 
+/// Files to write besides the table.
+pub struct Outputs<'a> {
+    pub csv: Option<&'a Path>,
+    /// Stem of the plot's SVG and PNG.
+    pub plot: Option<&'a Path>,
+}
+
 pub fn kv(
     path: &Path,
     keys: u64,
     runs: usize,
-    csv: Option<&Path>,
+    outputs: Outputs<'_>,
     lodestore_only: bool,
 ) -> Result<ExitCode> {
     std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create folder", e))?;
@@ -73,7 +80,25 @@ pub fn kv(
         kv::SCAN_LEN
     );
     println!("{table}");
-    if let Some(csv) = csv {
+    if let Some(stem) = outputs.plot {
+        let categories: Vec<String> = WORKLOADS.iter().map(|w| w.to_string()).collect();
+        let series: Vec<(String, Vec<f64>)> = engines
+            .iter()
+            .zip(&medians)
+            .map(|(engine, m)| {
+                let relative = (0..WORKLOADS.len()).map(|w| m[w] / medians[0][w]).collect();
+                (engine.name().to_string(), relative)
+            })
+            .collect();
+        lodestore_bench::report::plot::grouped_bars(
+            stem,
+            &format!("{keys} keys: throughput relative to Lodestore (medians of {runs} runs)"),
+            "x Lodestore",
+            &categories,
+            &series,
+        )?;
+    }
+    if let Some(csv) = outputs.csv {
         let mut lines = vec!["engine,run,keys,workload,ops_per_s,bytes_on_disk".to_string()];
         for runs in &figures {
             for (run, f) in runs.iter().enumerate() {

@@ -329,6 +329,10 @@ enum BenchCommand {
         /// Also write every run's figures to this CSV file.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Also draw each store's throughput relative to Lodestore's, per workload, to
+        /// STEM.svg and STEM.png.
+        #[arg(long, value_name = "STEM")]
+        plot: Option<PathBuf>,
         /// Run Lodestore alone, without the peers (for profiling it).
         #[arg(long)]
         lodestore_only: bool,
@@ -512,8 +516,18 @@ fn main() -> ExitCode {
                 keys,
                 runs,
                 csv,
+                plot,
                 lodestore_only,
-            }) => bench_kv::kv(&path, keys, runs, csv.as_deref(), lodestore_only),
+            }) => bench_kv::kv(
+                &path,
+                keys,
+                runs,
+                bench_kv::Outputs {
+                    csv: csv.as_deref(),
+                    plot: plot.as_deref(),
+                },
+                lodestore_only,
+            ),
             Some(BenchCommand::Net {
                 path,
                 runs,

@@ -175,8 +175,9 @@ fn a_scan_from_both_ends_yields_each_entry_once() {
     assert_eq!(map.last(&mut txn).unwrap(), Some((89_997, 29_999)));
 }
 
-/// Inserting in order and removing everything leaves one empty leaf, and the pages are
-/// freed for reuse.
+/// Inserting in descending order (each split leaves two half-full leaves, so 20,000 keys make
+/// three levels) and removing everything leaves one empty leaf, and the pages are freed for
+/// reuse.
 #[test]
 fn removing_every_key_shrinks_the_tree_to_one_leaf() {
     let dir = tempfile::tempdir().unwrap();
@@ -184,7 +185,7 @@ fn removing_every_key_shrinks_the_tree_to_one_leaf() {
     let mut session = store.session().unwrap();
     let mut txn = session.begin().unwrap();
     let map: BTreeMap<u32, u128> = BTreeMap::create(&mut txn).unwrap();
-    for k in 0..20_000u32 {
+    for k in (0..20_000u32).rev() {
         map.insert(&mut txn, &k, &(k as u128)).unwrap();
     }
     let full = map.check(&mut txn).unwrap();

@@ -22,6 +22,7 @@ use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -1097,6 +1098,59 @@ impl ClientSession {
     ) -> Result<&mut [u8]> {
         assert!(expected.0.is_collection(), "not a collection type");
         self.small_bytes_mut(oid, Some(expected), true)
+    }
+
+    /// The bytes of collection object `oid`, locked exclusive but not yet written: the caller
+    /// reads what a change will write and then declares it with
+    /// [`Self::collection_bytes_mut_within`].
+    pub fn collection_bytes_exclusive(
+        &mut self,
+        oid: Oid,
+        expected: (TypeId, usize),
+    ) -> Result<&[u8]> {
+        assert!(expected.0.is_collection(), "not a collection type");
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        self.check_small(oid, frame, &record, Some(expected))?;
+        Ok(&self.cache.frame(frame)[record.payload()])
+    }
+
+    /// The bytes of collection object `oid` for writing, where the caller changes only
+    /// `ranges` (offsets in the object): the detector copies just those, not the whole
+    /// object. A write outside them would go unlogged, so the collection code checks its
+    /// changes against them in debug builds.
+    pub fn collection_bytes_mut_within(
+        &mut self,
+        oid: Oid,
+        expected: (TypeId, usize),
+        ranges: &[Range<usize>],
+    ) -> Result<&mut [u8]> {
+        assert!(expected.0.is_collection(), "not a collection type");
+        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+        self.check_small(oid, frame, &record, Some(expected))?;
+        let object = record.payload();
+        assert!(
+            ranges
+                .iter()
+                .all(|r| r.start <= r.end && r.end <= object.len()),
+            "written ranges {ranges:?} lie inside object {oid} of {} bytes",
+            object.len()
+        );
+        let page = oid.page();
+        let dirty = self.tracker.before_write_ranges(
+            &mut self.cache,
+            frame,
+            page,
+            oid.slot(),
+            object.clone(),
+            ranges,
+        )?;
+        self.absorb_captures()?;
+        if dirty {
+            self.mark_dirty(page, frame)?;
+        }
+        let id = self.active()?.id;
+        self.ship_log_records(id, false)?;
+        Ok(&mut self.cache.frame_mut(frame)[object])
     }
 
     /// Frees collection object `oid`, if its type and size are `expected`.

@@ -367,6 +367,81 @@ pub fn overwrite_value(node: &mut [u8], i: usize, value: &[u8]) -> Result<bool, 
     Ok(true)
 }
 
+/// The bytes of a node that one change writes, as offsets in the node: up to three ranges,
+/// the unused ones empty. The detector copies only these before the change, so a change must
+/// stay inside its ranges (checked in debug builds).
+pub type Writes = [Range<usize>; 3];
+
+/// All of a node: a change that rebuilds it.
+pub fn whole(node_len: usize) -> Writes {
+    [0..node_len, 0..0, 0..0]
+}
+
+/// What [`insert_at`] of an entry at index `i` writes: the header, the offsets from `i` on
+/// (they shift by one) and the new entry's bytes below the heap; all of the node when it
+/// must be compacted first. `None` when the entry does not fit even so.
+pub fn insert_writes(
+    node: &Node<'_>,
+    i: usize,
+    key_len: usize,
+    value_len: usize,
+) -> Option<Writes> {
+    let header = node.header;
+    let need = entry_bytes(key_len, value_len);
+    if header.free() >= need {
+        let entry = need - OFFSET_BYTES;
+        Some([
+            0..HEADER_BYTES,
+            HEADER_BYTES + i * OFFSET_BYTES..HEADER_BYTES + (header.count + 1) * OFFSET_BYTES,
+            header.heap_start - entry..header.heap_start,
+        ])
+    } else if header.free() + header.garbage >= need {
+        Some(whole(node.bytes.len()))
+    } else {
+        None
+    }
+}
+
+/// What [`remove_at`] of entry `i` writes: the header and the offsets from `i` on.
+pub fn remove_writes(node: &Node<'_>, i: usize) -> Writes {
+    [
+        0..HEADER_BYTES,
+        HEADER_BYTES + i * OFFSET_BYTES..HEADER_BYTES + node.header.count * OFFSET_BYTES,
+        0..0,
+    ]
+}
+
+/// What [`overwrite_value`] of entry `i` with a value of `value_len` bytes writes: the value,
+/// if it has that length (else the overwrite cannot be done in place).
+pub fn overwrite_writes(
+    node: &Node<'_>,
+    i: usize,
+    value_len: usize,
+) -> Result<Option<Writes>, Damage> {
+    let (_, value) = node.ranges(i)?;
+    Ok((value.len() == value_len).then_some([value, 0..0, 0..0]))
+}
+
+/// The first byte where `after` differs from `before` outside `writes`, if any.
+pub fn changed_outside(before: &[u8], after: &[u8], writes: &Writes) -> Option<usize> {
+    before
+        .iter()
+        .zip(after)
+        .enumerate()
+        .find(|(at, (b, a))| b != a && !writes.iter().any(|w| w.contains(at)))
+        .map(|(at, _)| at)
+}
+
+/// Panics (in debug builds) if `after` differs from `before` outside `writes`: a change that
+/// wrote bytes it did not declare would leave them out of the log.
+pub fn debug_assert_within(before: &[u8], after: &[u8], writes: &Writes) {
+    if cfg!(debug_assertions) {
+        if let Some(at) = changed_outside(before, after, writes) {
+            panic!("byte {at} of a node changed outside the declared writes {writes:?}");
+        }
+    }
+}
+
 /// Where to split `entries` so each half holds about half the bytes; both halves non-empty.
 pub fn split_point(entries: &[Entry]) -> usize {
     debug_assert!(entries.len() >= 2);
@@ -418,12 +493,21 @@ mod tests {
                     (true, Ok(_)) | (false, Err(_)) => {}
                     (true, Err(i)) => {
                         let value = vec![key[0]; value_len];
-                        if insert_at(&mut node, i, &key, &value).unwrap() {
+                        let before = node.clone();
+                        let writes = insert_writes(&Node::read(&before).unwrap(), i, 1, value_len);
+                        let inserted = insert_at(&mut node, i, &key, &value).unwrap();
+                        // The plan knows whether it fits, and the insert stays inside it.
+                        prop_assert_eq!(inserted, writes.is_some());
+                        if let Some(writes) = writes {
+                            prop_assert_eq!(changed_outside(&before, &node, &writes), None);
                             model.insert(key, value);
                         }
                     }
                     (false, Ok(i)) => {
+                        let before = node.clone();
+                        let writes = remove_writes(&Node::read(&before).unwrap(), i);
                         remove_at(&mut node, i).unwrap();
+                        prop_assert_eq!(changed_outside(&before, &node, &writes), None);
                         model.remove(&key);
                     }
                 }
@@ -433,6 +517,19 @@ mod tests {
                 prop_assert_eq!(view.entries().unwrap().len(), model.len());
             }
         }
+    }
+
+    #[test]
+    fn a_write_outside_the_plan_is_found() {
+        let mut node = vec![0u8; LEN];
+        init(&mut node, 0);
+        let before = node.clone();
+        insert_at(&mut node, 0, b"key", b"value").unwrap();
+        let header_only = [0..HEADER_BYTES, 0..0, 0..0];
+        assert_eq!(
+            changed_outside(&before, &node, &header_only),
+            Some(HEADER_BYTES)
+        );
     }
 
     #[test]

@@ -216,39 +216,110 @@ impl Tree {
             .object_bytes(oid, Some(node_type(meta)))
             .map_err(|e| self.node_error(oid, e))?;
         let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
-        if node.header.level as u32 != level {
-            return Err(self.damaged(
-                oid,
-                format!(
-                    "a node at level {} where {level} belongs",
-                    node.header.level
-                ),
-            ));
-        }
+        self.check_level(oid, node.header.level, level)?;
         f(node).map_err(|r| self.damaged(oid, r))
     }
 
-    /// Runs `f` on node `oid`'s bytes, locked exclusive, checked to be at `level`.
+    /// Runs `f` on node `oid`, locked exclusive (for a change to come), checked to be at
+    /// `level`.
+    fn read_exclusive<R>(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        f: impl FnOnce(Node<'_>) -> std::result::Result<R, node::Damage>,
+    ) -> Result<R> {
+        let bytes = txn
+            .client()
+            .collection_bytes_exclusive(oid, node_type(meta))
+            .map_err(|e| self.node_error(oid, e))?;
+        let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
+        self.check_level(oid, node.header.level, level)?;
+        f(node).map_err(|r| self.damaged(oid, r))
+    }
+
+    fn check_level(&self, oid: RawOid, found: u8, level: u32) -> Result<()> {
+        if found as u32 != level {
+            return Err(self.damaged(
+                oid,
+                format!("a node at level {found} where {level} belongs"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs `f` on node `oid`'s bytes, locked exclusive and checked to be at `level`; `f`
+    /// changes only the bytes `writes` names, which are all the detector copies.
     fn write<R>(
         &self,
         txn: &mut Transaction<'_>,
         meta: &Meta,
         oid: RawOid,
         level: u32,
+        writes: &node::Writes,
         f: impl FnOnce(&mut [u8]) -> std::result::Result<R, node::Damage>,
     ) -> Result<R> {
         let bytes = txn
             .client()
-            .collection_bytes_mut(oid, node_type(meta))
+            .collection_bytes_mut_within(oid, node_type(meta), writes)
             .map_err(|e| self.node_error(oid, e))?;
         let header = node::Header::read(bytes).map_err(|r| self.damaged(oid, r))?;
-        if header.level as u32 != level {
-            return Err(self.damaged(
-                oid,
-                format!("a node at level {} where {level} belongs", header.level),
-            ));
+        self.check_level(oid, header.level, level)?;
+        let before = cfg!(debug_assertions).then(|| bytes.to_vec());
+        let result = f(bytes).map_err(|r| self.damaged(oid, r));
+        if let Some(before) = before {
+            node::debug_assert_within(&before, bytes, writes);
         }
-        f(bytes).map_err(|r| self.damaged(oid, r))
+        result
+    }
+
+    /// Rewrites node `oid` at `level` with `entries` (which fit).
+    fn rebuild(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        entries: &[Entry],
+    ) -> Result<()> {
+        self.write(
+            txn,
+            meta,
+            oid,
+            level,
+            &node::whole(meta.node_len),
+            |bytes| {
+                node::build(bytes, level as u8, entries);
+                Ok(())
+            },
+        )
+    }
+
+    /// Inserts an entry at index `i` of node `oid` in place; false, the node untouched, when
+    /// it does not fit.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_in_place(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        oid: RawOid,
+        level: u32,
+        i: usize,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<bool> {
+        let writes = self.read_exclusive(txn, meta, oid, level, |n| {
+            Ok(node::insert_writes(&n, i, key.len(), value.len()))
+        })?;
+        let Some(writes) = writes else {
+            return Ok(false);
+        };
+        let inserted = self.write(txn, meta, oid, level, &writes, |bytes| {
+            node::insert_at(bytes, i, key, value)
+        })?;
+        debug_assert!(inserted, "the plan said the entry fits");
+        Ok(inserted)
     }
 
     fn alloc_node(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<RawOid> {
@@ -263,24 +334,26 @@ impl Tree {
     }
 
     /// The inner nodes from the root down to the leaf whose keys include `key`, locked
-    /// shared, and that leaf.
+    /// shared, and that leaf; and whether it is the tree's last leaf.
     fn path_to<T: NodeReader + ?Sized>(
         &self,
         txn: &mut T,
         meta: &Meta,
         key: &[u8],
-    ) -> Result<(Path, RawOid)> {
+    ) -> Result<(Path, RawOid, bool)> {
         let mut path = Vec::with_capacity(meta.height as usize);
         let mut oid = meta.root;
+        let mut last = true;
         for level in (1..=meta.height).rev() {
-            let (i, child) = self.read(txn, meta, oid, level, |n| {
+            let (i, child, last_child) = self.read(txn, meta, oid, level, |n| {
                 let i = n.child_for(key)?;
-                Ok((i, n.child(i)?))
+                Ok((i, n.child(i)?, i + 1 == n.count()))
             })?;
+            last &= last_child;
             path.push((oid, i));
             oid = child;
         }
-        Ok((path, oid))
+        Ok((path, oid, last))
     }
 
     pub fn check_key(&self, meta: &Meta, key: &[u8]) -> Result<()> {
@@ -301,7 +374,7 @@ impl Tree {
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        let (_, leaf) = self.path_to(txn, &meta, key)?;
+        let (_, leaf, _) = self.path_to(txn, &meta, key)?;
         self.read(txn, &meta, leaf, 0, |n| match n.search(key)? {
             Ok(i) => Ok(Some(n.value(i)?.to_vec())),
             Err(_) => Ok(None),
@@ -325,44 +398,71 @@ impl Tree {
                 max: meta.value_max,
             });
         }
-        let (path, leaf) = self.path_to(txn, &meta, key)?;
+        let (path, leaf, last_leaf) = self.path_to(txn, &meta, key)?;
         // The leaf is locked exclusive from the start: a shared lock upgraded later would let
         // two inserters into one leaf deadlock.
-        let (old, at, inserted) = self.write(txn, &meta, leaf, 0, |bytes| {
-            let found = Node::read(bytes)?.search(key)?;
-            let (old, at) = match found {
+        let (found, count) = self.read_exclusive(txn, &meta, leaf, 0, |n| {
+            Ok(match n.search(key)? {
                 Ok(i) => {
-                    let old = Node::read(bytes)?.value(i)?.to_vec();
-                    if node::overwrite_value(bytes, i, value)? {
-                        return Ok((Some(old), i, true));
-                    }
-                    node::remove_at(bytes, i)?;
-                    (Some(old), i)
+                    let old = n.value(i)?.to_vec();
+                    let overwrite = node::overwrite_writes(&n, i, value.len())?;
+                    (
+                        Ok((i, old, overwrite, node::remove_writes(&n, i))),
+                        n.count(),
+                    )
                 }
-                Err(i) => (None, i),
-            };
-            let inserted = node::insert_at(bytes, at, key, value)?;
-            Ok((old, at, inserted))
+                Err(i) => (Err(i), n.count()),
+            })
         })?;
-        if !inserted {
-            let mut entries = self.read(txn, &meta, leaf, 0, |n| n.entries())?;
-            entries.insert(at, (key.to_vec(), value.to_vec()));
-            self.split(txn, &mut meta, path, leaf, entries)?;
+        let (old, at) = match found {
+            Ok((i, old, Some(writes), _)) => {
+                self.write(txn, &meta, leaf, 0, &writes, |bytes| {
+                    node::overwrite_value(bytes, i, value)
+                })?;
+                return Ok(Some(old));
+            }
+            Ok((i, old, None, removal)) => {
+                self.write(txn, &meta, leaf, 0, &removal, |bytes| {
+                    node::remove_at(bytes, i)
+                })?;
+                (Some(old), i)
+            }
+            Err(i) => (None, i),
+        };
+        if self.insert_in_place(txn, &meta, leaf, 0, at, key, value)? {
+            return Ok(old);
         }
+        if last_leaf && old.is_none() && at == count {
+            // Past the last key of the tree (keys inserted in ascending order): the full leaf
+            // stays as it is and the new key starts a leaf of its own, so an ascending load
+            // fills its leaves instead of leaving each half empty.
+            let new = self.alloc_node(txn, &meta)?;
+            self.write_fresh(txn, &meta, new, 0, &[(key.to_vec(), value.to_vec())])?;
+            let mut path = path;
+            if let Some((parent, entries)) =
+                self.link(txn, &mut meta, &mut path, leaf, 0, key.to_vec(), new)?
+            {
+                self.split(txn, &mut meta, path, parent, 1, entries)?;
+            }
+            return Ok(old);
+        }
+        let mut entries = self.read(txn, &meta, leaf, 0, |n| n.entries())?;
+        entries.insert(at, (key.to_vec(), value.to_vec()));
+        self.split(txn, &mut meta, path, leaf, 0, entries)?;
         Ok(old)
     }
 
-    /// Splits node `oid` (at the bottom of `path`), which `entries` overfill, and inserts the
-    /// new node's separator into the parent, splitting upwards as far as needed.
+    /// Splits node `oid` at `level` (at the bottom of `path`), which `entries` overfill, and
+    /// links the new node into the parent, splitting upwards as far as needed.
     fn split(
         &self,
         txn: &mut Transaction<'_>,
         meta: &mut Meta,
         mut path: Path,
         mut oid: RawOid,
+        mut level: u32,
         mut entries: Vec<Entry>,
     ) -> Result<()> {
-        let mut level = 0u32;
         loop {
             let mut right = entries.split_off(node::split_point(&entries));
             let separator = right[0].0.clone();
@@ -372,34 +472,52 @@ impl Tree {
             }
             let new = self.alloc_node(txn, meta)?;
             self.write_fresh(txn, meta, new, level, &right)?;
-            self.write(txn, meta, oid, level, |bytes| {
-                node::build(bytes, level as u8, &entries);
-                Ok(())
-            })?;
-            let child = new.0.to_le_bytes();
-            let Some((parent, i)) = path.pop() else {
-                // The root split: a new root above the two halves.
-                let root = self.alloc_node(txn, meta)?;
-                let entries = vec![
-                    (Vec::new(), oid.0.to_le_bytes().to_vec()),
-                    (separator, child.to_vec()),
-                ];
-                self.write_fresh(txn, meta, root, level + 1, &entries)?;
-                meta.root = root;
-                meta.height += 1;
-                return self.write_meta(txn, meta);
-            };
-            level += 1;
-            let inserted = self.write(txn, meta, parent, level, |bytes| {
-                node::insert_at(bytes, i + 1, &separator, &child)
-            })?;
-            if inserted {
-                return Ok(());
+            self.rebuild(txn, meta, oid, level, &entries)?;
+            match self.link(txn, meta, &mut path, oid, level, separator, new)? {
+                None => return Ok(()),
+                Some((parent, parent_entries)) => {
+                    oid = parent;
+                    entries = parent_entries;
+                    level += 1;
+                }
             }
-            entries = self.read(txn, meta, parent, level, |n| n.entries())?;
-            entries.insert(i + 1, (separator, child.to_vec()));
-            oid = parent;
         }
+    }
+
+    /// Puts `separator` and the new node `new` right after node `oid` (at `level`, the
+    /// bottom of `path`) in its parent, or under a new root when `oid` is the root. When the
+    /// parent is full, its entries with the new one, for the caller to split it.
+    #[allow(clippy::too_many_arguments)]
+    fn link(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &mut Meta,
+        path: &mut Path,
+        oid: RawOid,
+        level: u32,
+        separator: Vec<u8>,
+        new: RawOid,
+    ) -> Result<Option<(RawOid, Vec<Entry>)>> {
+        let child = new.0.to_le_bytes();
+        let Some((parent, i)) = path.pop() else {
+            // The root split: a new root above the two halves.
+            let root = self.alloc_node(txn, meta)?;
+            let entries = vec![
+                (Vec::new(), oid.0.to_le_bytes().to_vec()),
+                (separator, child.to_vec()),
+            ];
+            self.write_fresh(txn, meta, root, level + 1, &entries)?;
+            meta.root = root;
+            meta.height += 1;
+            self.write_meta(txn, meta)?;
+            return Ok(None);
+        };
+        if self.insert_in_place(txn, meta, parent, level + 1, i + 1, &separator, &child)? {
+            return Ok(None);
+        }
+        let mut entries = self.read(txn, meta, parent, level + 1, |n| n.entries())?;
+        entries.insert(i + 1, (separator, child.to_vec()));
+        Ok(Some((parent, entries)))
     }
 
     /// Formats a freshly allocated node with `entries`.
@@ -423,22 +541,19 @@ impl Tree {
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        let (path, leaf) = self.path_to(txn, &meta, key)?;
-        let old = self.write(txn, &meta, leaf, 0, |bytes| {
-            let node = Node::read(bytes)?;
-            match node.search(key)? {
-                Ok(i) => {
-                    let old = node.value(i)?.to_vec();
-                    node::remove_at(bytes, i)?;
-                    Ok(Some(old))
-                }
-                Err(_) => Ok(None),
-            }
+        let (path, leaf, _) = self.path_to(txn, &meta, key)?;
+        let found = self.read_exclusive(txn, &meta, leaf, 0, |n| match n.search(key)? {
+            Ok(i) => Ok(Some((i, n.value(i)?.to_vec(), node::remove_writes(&n, i)))),
+            Err(_) => Ok(None),
         })?;
-        if old.is_some() {
-            self.rebalance(txn, &mut meta, path, leaf)?;
-        }
-        Ok(old)
+        let Some((i, old, writes)) = found else {
+            return Ok(None);
+        };
+        self.write(txn, &meta, leaf, 0, &writes, |bytes| {
+            node::remove_at(bytes, i)
+        })?;
+        self.rebalance(txn, &mut meta, path, leaf)?;
+        Ok(Some(old))
     }
 
     /// After a removal from node `oid`: merges it with a sibling when it is under a quarter
@@ -494,12 +609,12 @@ impl Tree {
             if !node::fits(&merged, meta.node_len) {
                 return Ok(());
             }
-            self.write(txn, meta, left, child_level, |bytes| {
-                node::build(bytes, child_level as u8, &merged);
-                Ok(())
-            })?;
+            self.rebuild(txn, meta, left, child_level, &merged)?;
             self.free_node(txn, meta, right)?;
-            self.write(txn, meta, parent, level, |bytes| {
+            let writes = self.read_exclusive(txn, meta, parent, level, |n| {
+                Ok(node::remove_writes(&n, right_at))
+            })?;
+            self.write(txn, meta, parent, level, &writes, |bytes| {
                 node::remove_at(bytes, right_at)
             })?;
             oid = parent;

@@ -352,6 +352,73 @@ impl WriteTracker {
         }
     }
 
+    /// [`Self::before_write`] for one change that writes several ranges of the object in
+    /// `slot` (payload `object`; `ranges` are offsets in the object): a B+-tree insert writes
+    /// the node's header, part of its offset array and one entry, and copying the whole node
+    /// instead would fill the recovery buffer a hundred times faster. Room for every range is
+    /// made first, so that copying one cannot push the copy of another out of the buffer (and
+    /// re-arm it) before the change is made.
+    pub fn before_write_ranges(
+        &mut self,
+        cache: &mut ClientCache,
+        frame: FrameId,
+        page: PageId,
+        slot: SlotId,
+        object: Range<usize>,
+        ranges: &[Range<usize>],
+    ) -> Result<bool> {
+        debug_assert!(
+            ranges
+                .iter()
+                .all(|r| r.start <= r.end && r.end <= object.len()),
+            "ranges lie inside the object"
+        );
+        let write = |range: &Range<usize>| Write::Object {
+            slot,
+            object: object.clone(),
+            range: object.start + range.start..object.start + range.end,
+        };
+        let ranges = ranges.iter().filter(|r| !r.is_empty());
+        if ranges
+            .clone()
+            .all(|range| self.seen_already(frame, page, &write(range)))
+        {
+            return Ok(true);
+        }
+        if let Some(unit) = self.detector.unit_bytes() {
+            if !self.frames[frame].page_copied && !self.frames[frame].unlogged {
+                let shift = unit.trailing_zeros();
+                // As `copy_units` counts it: twice each range's units.
+                let room: usize = ranges
+                    .clone()
+                    .map(|r| 2 * (((r.end - 1) >> shift) - (r.start >> shift) + 1) * unit)
+                    .sum();
+                if room > self.buffer.capacity() {
+                    let whole = object.start..object.end;
+                    return self.before_write(
+                        cache,
+                        frame,
+                        page,
+                        Write::Object {
+                            slot,
+                            object,
+                            range: whole,
+                        },
+                    );
+                }
+                self.collect(cache)?;
+                while self.buffer.free_bytes() < room && self.buffer.oldest().is_some() {
+                    self.evict_oldest(cache)?;
+                }
+            }
+        }
+        let mut dirty = false;
+        for range in ranges {
+            dirty |= self.before_write(cache, frame, page, write(range))?;
+        }
+        Ok(dirty)
+    }
+
     /// The software barriers' hot write: what it changes was copied (or marked) by an earlier
     /// write of the transaction, so it is dirty and there is nothing to do. Answered before
     /// anything else, as nothing else could change the answer (these detectors have no

@@ -5,12 +5,16 @@
 
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Lsn, PageId};
+use lodestore_storage::page;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct FrameState {
     dirty: bool,
     /// LSN of the first change since the page was last clean (ARIES recLSN).
     rec_lsn: Lsn,
+    /// The LSN in the page's header, once read: every lock grant returns it, and reading it
+    /// from the frame costs a cache miss per page. Forgotten whenever the frame may change.
+    page_lsn: Option<Lsn>,
 }
 
 pub struct BufferPool {
@@ -68,8 +72,21 @@ impl BufferPool {
     /// The cached image of `page` for changing in place; the caller marks it dirty.
     pub fn get_mut(&mut self, page: PageId) -> Option<&mut [u8]> {
         let frame = self.frames.lookup(page)?;
+        self.states[frame].page_lsn = None;
         let range = self.range(frame);
         Some(&mut self.bytes[range])
+    }
+
+    /// The LSN in the header of cached `page`, if present.
+    pub fn page_lsn(&mut self, page: PageId) -> Option<Lsn> {
+        let frame = self.frames.lookup(page)?;
+        if let Some(lsn) = self.states[frame].page_lsn {
+            debug_assert_eq!(lsn, page::lsn(&self.bytes[self.range(frame)]));
+            return Some(lsn);
+        }
+        let lsn = page::lsn(&self.bytes[self.range(frame)]);
+        self.states[frame].page_lsn = Some(lsn);
+        Some(lsn)
     }
 
     /// Gives `page` (not present) a frame; if another page had to leave, returns it with its
@@ -94,6 +111,7 @@ impl BufferPool {
 
     /// Copies `image` into a reserved frame.
     pub fn fill(&mut self, frame: FrameId, image: &[u8]) {
+        self.states[frame].page_lsn = None;
         let range = self.range(frame);
         self.bytes[range].copy_from_slice(image);
     }
@@ -109,7 +127,8 @@ impl BufferPool {
 
     pub fn mark_clean(&mut self, page: PageId) {
         if let Some(frame) = self.frames.peek(page) {
-            self.states[frame] = FrameState::default();
+            self.states[frame].dirty = false;
+            self.states[frame].rec_lsn = Lsn::default();
         }
     }
 

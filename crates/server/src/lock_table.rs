@@ -19,7 +19,9 @@
 
 use crate::interface::LockMode;
 use lodestore_core::{Error, Oid, PageId, Result, TxnId};
-use std::collections::{HashMap, HashSet};
+// Fx hashing: every lock request does several lookups; keys are transaction ids the server
+// assigns and pages checked to exist, so a client cannot pick keys without bound.
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -280,7 +282,7 @@ impl Table {
     /// Would `txn` waiting for `blockers` close a cycle? Depth-first over waits-for edges.
     fn closes_cycle(&self, modes: &ModeTable, txn: TxnId, blockers: &[TxnId]) -> bool {
         let mut stack: Vec<TxnId> = blockers.to_vec();
-        let mut seen: HashSet<TxnId> = HashSet::new();
+        let mut seen: HashSet<TxnId> = HashSet::default();
         while let Some(t) = stack.pop() {
             if t == txn {
                 return true;
@@ -334,9 +336,9 @@ impl LockManager {
         Ok(LockManager {
             modes,
             table: Mutex::new(Table {
-                holders: HashMap::new(),
-                held: HashMap::new(),
-                waiting: HashMap::new(),
+                holders: HashMap::default(),
+                held: HashMap::default(),
+                waiting: HashMap::default(),
                 next_ticket: 0,
                 stats: LockStats::default(),
             }),
@@ -369,7 +371,8 @@ impl LockManager {
             self.modes.len()
         );
         let txn = owner.txn;
-        let started = Instant::now();
+        // Read the clock only once the request has to wait: most are granted at once.
+        let mut started: Option<Instant> = None;
         let mut table = self.lock();
         loop {
             if table.holds(&self.modes, owner, resource, mode) {
@@ -396,7 +399,7 @@ impl LockManager {
                     page: resource.page(),
                 });
             }
-            let waited = started.elapsed();
+            let waited = started.get_or_insert_with(Instant::now).elapsed();
             if waited >= self.timeout {
                 table.stats.timeouts += 1;
                 self.stop_waiting(table, txn);

@@ -943,7 +943,7 @@ impl PageServer for Server {
         } else {
             self.cache_page(&mut state, page)?;
         }
-        Ok(page::lsn(state.pool.get(page).expect("page just cached")))
+        Ok(state.pool.page_lsn(page).expect("page just cached"))
     }
 
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()> {

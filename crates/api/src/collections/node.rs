@@ -16,6 +16,7 @@
 //! access is bounds-checked, so a node that passed it but is still wrong (a bug, or a node of
 //! another store) gives an error rather than a panic, and `check` verifies the order.
 
+use std::cmp::Ordering;
 use std::ops::Range;
 
 pub const MAGIC: u16 = 0x4E4C; // "LN"
@@ -23,6 +24,8 @@ pub const VERSION: u8 = 1;
 pub const HEADER_BYTES: usize = 16;
 const OFFSET_BYTES: usize = 2;
 const ENTRY_HEADER_BYTES: usize = 4;
+/// Nodes with fewer entries are searched by halves: interpolation would not save a probe.
+const INTERPOLATE_MIN: usize = 8;
 
 /// Why a node is unreadable (the caller adds the collection and node).
 pub type Damage = String;
@@ -215,16 +218,106 @@ impl<'a> Node<'a> {
     /// Where `key` is among the entries: `Ok(i)` if entry `i` has it, `Err(i)` if it would go
     /// before entry `i`.
     pub fn search(&self, key: &[u8]) -> Result<Result<usize, usize>, Damage> {
-        let (mut lo, mut hi) = (0, self.header.count);
+        if let Ok(wide) = <[u8; 8]>::try_from(key) {
+            if self.header.count >= INTERPOLATE_MIN {
+                if let Some(found) = self.search_u64(key, u64::from_be_bytes(wide))? {
+                    return Ok(found);
+                }
+            }
+        }
+        self.binary_search(key, 0, self.header.count)
+    }
+
+    /// Binary search for `key` among entries `lo..hi`, which the caller knows bound it: the
+    /// entries before `lo` are below it and those from `hi` on above.
+    fn binary_search(
+        &self,
+        key: &[u8],
+        mut lo: usize,
+        mut hi: usize,
+    ) -> Result<Result<usize, usize>, Damage> {
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match compare_keys(self.key(mid)?, key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(Ok(mid)),
+                Ordering::Less => lo = mid + 1,
+                Ordering::Greater => hi = mid,
+                Ordering::Equal => return Ok(Ok(mid)),
             }
         }
         Ok(Err(lo))
+    }
+
+    /// Search for an 8-byte key (`k` as an integer) by interpolation: the first probe goes
+    /// where `k` would lie if the keys between the node's first and last were evenly spread,
+    /// then probes step away from it doubling their stride until they pass `k`, and a binary
+    /// search finishes between the last two. Each probe is a cache miss (the key's offset,
+    /// then the key), and for integer keys, spread evenly or not too unevenly, this takes a
+    /// few probes where a binary search over a full leaf takes nine. `None` when the first
+    /// or last key is not 8 bytes wide (the caller searches by halves). Only the choice of
+    /// probes depends on the interpolation; every answer comes from comparing keys, so it
+    /// is exact for any sorted node.
+    fn search_u64(&self, key: &[u8], k: u64) -> Result<Option<Result<usize, usize>>, Damage> {
+        let count = self.header.count;
+        // An inner node's first key is empty: below every key, and no endpoint.
+        let lo0 = usize::from(self.key(0)?.is_empty());
+        let (Ok(first), Ok(last)) = (
+            <[u8; 8]>::try_from(self.key(lo0)?),
+            <[u8; 8]>::try_from(self.key(count - 1)?),
+        ) else {
+            return Ok(None);
+        };
+        let (first, last) = (u64::from_be_bytes(first), u64::from_be_bytes(last));
+        match (k.cmp(&first), k.cmp(&last)) {
+            (Ordering::Less, _) => return Ok(Some(Err(lo0))),
+            (Ordering::Equal, _) => return Ok(Some(Ok(lo0))),
+            (_, Ordering::Greater) => return Ok(Some(Err(count))),
+            (_, Ordering::Equal) => return Ok(Some(Ok(count - 1))),
+            _ => {}
+        }
+        if first >= last || count - lo0 < 3 {
+            return Ok(None);
+        }
+        // first < k < last: the answer lies in lo0 + 1 ..= count - 1.
+        let inner = (count - lo0 - 2) as u128;
+        let offset = (k - first) as u128 * inner / (last - first) as u128;
+        let guess = lo0 + 1 + offset as usize;
+        debug_assert!(guess > lo0 && guess < count - 1);
+        let (lo, hi) = match compare_keys(self.key(guess)?, key) {
+            Ordering::Equal => return Ok(Some(Ok(guess))),
+            Ordering::Less => {
+                // Upwards: entries up to `lo` are below `key`; entry count - 1 is above it.
+                let (mut lo, mut step) = (guess + 1, 1);
+                loop {
+                    let probe = guess + step;
+                    if probe >= count - 1 {
+                        break (lo, count - 1);
+                    }
+                    match compare_keys(self.key(probe)?, key) {
+                        Ordering::Less => lo = probe + 1,
+                        Ordering::Equal => return Ok(Some(Ok(probe))),
+                        Ordering::Greater => break (lo, probe),
+                    }
+                    step *= 2;
+                }
+            }
+            Ordering::Greater => {
+                // Downwards: entries from `hi` on are above `key`; entry lo0 is below it.
+                let (mut hi, mut step) = (guess, 1);
+                loop {
+                    if step >= guess - lo0 {
+                        break (lo0 + 1, hi);
+                    }
+                    let probe = guess - step;
+                    match compare_keys(self.key(probe)?, key) {
+                        Ordering::Greater => hi = probe,
+                        Ordering::Equal => return Ok(Some(Ok(probe))),
+                        Ordering::Less => break (probe + 1, hi),
+                    }
+                    step *= 2;
+                }
+            }
+        };
+        self.binary_search(key, lo, hi).map(Some)
     }
 
     /// The child of an inner node whose keys include `key`: the last entry whose key is at
@@ -476,6 +569,50 @@ mod tests {
             prop_assert_eq!(compare_keys(&a, &b), a.cmp(&b));
             let (x, y) = (x.to_be_bytes(), y.to_be_bytes());
             prop_assert_eq!(compare_keys(&x, &y), x.cmp(&y));
+        }
+
+        /// The search finds what a scan of the entries finds, for integer keys spread evenly
+        /// or bunched, for nodes with an empty first key (inner nodes) and for keys of other
+        /// widths among the 8-byte ones.
+        #[test]
+        fn search_agrees_with_a_scan(
+            keys in proptest::collection::btree_set(
+                prop_oneof![
+                    any::<u64>().prop_map(|k| k.to_be_bytes().to_vec()),
+                    (0u64..64).prop_map(|k| k.to_be_bytes().to_vec()),
+                    proptest::collection::vec(any::<u8>(), 0..10),
+                ],
+                0..120,
+            ),
+            inner: bool,
+            probes in proptest::collection::vec(
+                prop_oneof![
+                    any::<u64>().prop_map(|k| k.to_be_bytes().to_vec()),
+                    (0u64..70).prop_map(|k| k.to_be_bytes().to_vec()),
+                    proptest::collection::vec(any::<u8>(), 0..10),
+                ],
+                1..40,
+            ),
+        ) {
+            let mut entries: Vec<Entry> =
+                keys.into_iter().map(|k| (k, vec![1u8; 8])).collect();
+            if inner {
+                match entries.first_mut() {
+                    Some(first) => first.0.clear(),
+                    None => entries.push((Vec::new(), vec![1u8; 8])),
+                }
+                entries.dedup_by(|a, b| a.0 == b.0);
+            }
+            let mut node = vec![0u8; 4096];
+            prop_assume!(fits(&entries, node.len()));
+            build(&mut node, u8::from(inner), &entries);
+            let view = Node::read(&node).unwrap();
+            let mut all_probes = probes;
+            all_probes.extend(entries.iter().map(|(k, _)| k.clone()));
+            for probe in all_probes {
+                let expected = entries.binary_search_by(|(k, _)| k.as_slice().cmp(&probe));
+                prop_assert_eq!(view.search(&probe).unwrap(), expected, "key {:?}", probe);
+            }
         }
 
         /// Entries inserted and removed in place read back as a sorted map holds them.

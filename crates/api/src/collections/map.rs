@@ -156,8 +156,18 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        let found = self.tree().get(txn, &encode(key))?;
-        self.decode_value(found)
+        let found = self.tree().get_with(txn, &encode(key), |bytes| {
+            V::read_value(bytes).ok_or(bytes.len())
+        })?;
+        found
+            .map(|decoded| {
+                decoded.map_err(|len| lodestore_core::Error::CorruptCollection {
+                    collection: self.oid(),
+                    node: self.oid(),
+                    reason: format!("a stored value of {len} bytes that is not one"),
+                })
+            })
+            .transpose()
     }
 
     /// Whether the map holds `key`.
@@ -166,7 +176,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        Ok(self.tree().get(txn, &encode(key))?.is_some())
+        Ok(self.tree().get_with(txn, &encode(key), |_| ())?.is_some())
     }
 
     /// Stores `value` under `key`; the value it replaced, if any.

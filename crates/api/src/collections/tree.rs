@@ -368,15 +368,24 @@ impl Tree {
         Ok(())
     }
 
-    /// The value stored under `key`.
-    pub fn get<T: NodeReader + ?Sized>(&self, txn: &mut T, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    /// `read` of the value stored under `key`, in place in its leaf.
+    pub fn get_with<T: NodeReader + ?Sized, R>(
+        &self,
+        txn: &mut T,
+        key: &[u8],
+        read: impl FnOnce(&[u8]) -> R,
+    ) -> Result<Option<R>> {
         let meta = self.meta(txn)?;
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        let (_, leaf, _) = self.path_to(txn, &meta, key)?;
-        self.read(txn, &meta, leaf, 0, |n| match n.search(key)? {
-            Ok(i) => Ok(Some(n.value(i)?.to_vec())),
+        // The way down without the path a change would need.
+        let mut oid = meta.root;
+        for level in (1..=meta.height).rev() {
+            oid = self.read(txn, &meta, oid, level, |n| n.child(n.child_for(key)?))?;
+        }
+        self.read(txn, &meta, oid, 0, |n| match n.search(key)? {
+            Ok(i) => Ok(Some(read(n.value(i)?))),
             Err(_) => Ok(None),
         })
     }

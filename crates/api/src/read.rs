@@ -28,6 +28,13 @@ pub trait ReadTransaction {
     #[doc(hidden)]
     fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]>;
 
+    /// Where the transaction keeps the header of the collection it used last, if it keeps
+    /// one (a transaction that holds its locks to the end can). Not for applications.
+    #[doc(hidden)]
+    fn collection_meta_cache(&mut self) -> Option<&mut crate::collections::header::MetaCache> {
+        None
+    }
+
     /// A copy of the object `oid`.
     fn read<T: Persistent>(&mut self, oid: Oid<T>) -> Result<T> {
         self.get(oid).copied()
@@ -75,6 +82,10 @@ impl ReadTransaction for crate::Transaction<'_> {
 
     fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
         self.client().object_bytes(oid, expected)
+    }
+
+    fn collection_meta_cache(&mut self) -> Option<&mut crate::collections::header::MetaCache> {
+        Some(self.meta_cache())
     }
 }
 

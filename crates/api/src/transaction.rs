@@ -15,6 +15,7 @@ pub struct Transaction<'s> {
     /// `None` only once `commit_deferred` has handed the session to its `PendingCommit`.
     client: Option<&'s mut ClientSession>,
     finished: bool,
+    meta_cache: crate::collections::header::MetaCache,
 }
 
 impl<'s> Transaction<'s> {
@@ -28,7 +29,13 @@ impl<'s> Transaction<'s> {
         Transaction {
             client: Some(client),
             finished: false,
+            meta_cache: Default::default(),
         }
+    }
+
+    /// The header of the collection this transaction used last (see `MetaCache`).
+    pub(crate) fn meta_cache(&mut self) -> &mut crate::collections::header::MetaCache {
+        &mut self.meta_cache
     }
 
     /// Stores a copy of `value` as a new object.

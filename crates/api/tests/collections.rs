@@ -416,3 +416,47 @@ fn check_walks_the_collections_of_a_closed_store() {
         "{message}"
     );
 }
+
+/// Two maps used in turn in one transaction (each operation finds the other's header in the
+/// transaction's copy, or not), one of them growing by root splits, then destroyed: the
+/// reads after the destroy find no collection, and its pages are free again.
+#[test]
+fn maps_used_in_turn_and_destroyed_in_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("s"), options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let small: BTreeMap<u64, u64> = BTreeMap::create(&mut txn).unwrap();
+    let large: BTreeMap<u64, u64> = BTreeMap::create(&mut txn).unwrap();
+    for k in (0..30_000u64).rev() {
+        large.insert(&mut txn, &k, &(k * 3)).unwrap();
+        if k % 100 == 0 {
+            small.insert(&mut txn, &k, &k).unwrap();
+            assert_eq!(large.get(&mut txn, &k).unwrap(), Some(k * 3));
+        }
+    }
+    assert!(large.check(&mut txn).unwrap().height >= 2);
+    assert_eq!(small.len(&mut txn).unwrap(), 300);
+    txn.commit().unwrap();
+
+    let mut txn = session.begin().unwrap();
+    assert_eq!(large.get(&mut txn, &29_999).unwrap(), Some(89_997));
+    large.destroy(&mut txn).unwrap();
+    let gone = large.get(&mut txn, &29_999);
+    assert!(
+        matches!(gone, Err(Error::ObjectNotFound { .. })),
+        "a destroyed map read as {gone:?}"
+    );
+    assert_eq!(small.get(&mut txn, &200).unwrap(), Some(200));
+    // The pages the large map had are reused by a new one of the same size.
+    let again: BTreeMap<u64, u64> = BTreeMap::create(&mut txn).unwrap();
+    for k in 0..30_000u64 {
+        again.insert(&mut txn, &k, &k).unwrap();
+    }
+    assert_eq!(again.get(&mut txn, &12_345).unwrap(), Some(12_345));
+    txn.commit().unwrap();
+    drop(session);
+    drop(store);
+    let report = lodestore::check(&lodestore::RealFileSystem, &dir.path().join("s")).unwrap();
+    assert!(report.is_sound(), "{report:?}");
+}

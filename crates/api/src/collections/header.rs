@@ -22,6 +22,16 @@ const CRC_AT: usize = 60;
 pub const HEIGHT_MAX: u32 = 16;
 
 /// The header's fields.
+/// A transaction's copy of the header of the collection it used last, so that each operation
+/// does not read and check the header object again. Sound because the transaction holds the
+/// header's page locked from its first read to its end, so only its own `write_meta` can
+/// change it, and that updates the copy.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MetaCache {
+    pub(crate) last: Option<(lodestore_core::Oid, Meta)>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Meta {
     pub flags: u16,

@@ -10,7 +10,7 @@
 //! waits for every other writer below it (and can make one of two splitters a deadlock victim,
 //! which `Session::transact` retries).
 
-use super::header::{Meta, HEADER_LEN};
+use super::header::{Meta, MetaCache, HEADER_LEN};
 use super::node::{self, Entry, Node};
 use crate::{ReadTransaction, Transaction};
 use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
@@ -21,11 +21,20 @@ use std::ops::Bound;
 /// kind.
 pub(crate) trait NodeReader {
     fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]>;
+
+    /// Where the reader keeps the header it read last, if it keeps one.
+    fn meta_cache(&mut self) -> Option<&mut MetaCache> {
+        None
+    }
 }
 
 impl<T: ReadTransaction + ?Sized> NodeReader for T {
     fn object_bytes(&mut self, oid: RawOid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
         ReadTransaction::object_bytes(self, oid, expected)
+    }
+
+    fn meta_cache(&mut self) -> Option<&mut MetaCache> {
+        self.collection_meta_cache()
     }
 }
 
@@ -172,18 +181,20 @@ impl Tree {
 
     /// The header, checked against the kinds expected.
     pub fn meta<T: NodeReader + ?Sized>(&self, txn: &mut T) -> Result<Meta> {
-        let bytes = txn
-            .object_bytes(self.header, Some((TypeId::COLLECTION, HEADER_LEN)))
-            .map_err(|e| match e {
-                Error::TypeMismatch {
-                    found, found_len, ..
-                } => Error::NotACollection {
-                    oid: self.header,
-                    reason: format!("it is an object of type {found}, {found_len} bytes"),
-                },
-                other => other,
-            })?;
-        let meta = Meta::decode(bytes).map_err(|reason| self.damaged(self.header, reason))?;
+        let cached = txn
+            .meta_cache()
+            .and_then(|cache| cache.last)
+            .filter(|(oid, _)| *oid == self.header);
+        let meta = match cached {
+            Some((_, meta)) => meta,
+            None => {
+                let meta = self.read_meta(txn)?;
+                if let Some(cache) = txn.meta_cache() {
+                    cache.last = Some((self.header, meta));
+                }
+                meta
+            }
+        };
         if (meta.key_kind, meta.value_kind) != self.kinds {
             return Err(Error::NotACollection {
                 oid: self.header,
@@ -196,10 +207,29 @@ impl Tree {
         Ok(meta)
     }
 
+    /// The header as the header object holds it, locked shared and checked.
+    fn read_meta<T: NodeReader + ?Sized>(&self, txn: &mut T) -> Result<Meta> {
+        let bytes = txn
+            .object_bytes(self.header, Some((TypeId::COLLECTION, HEADER_LEN)))
+            .map_err(|e| match e {
+                Error::TypeMismatch {
+                    found, found_len, ..
+                } => Error::NotACollection {
+                    oid: self.header,
+                    reason: format!("it is an object of type {found}, {found_len} bytes"),
+                },
+                other => other,
+            })?;
+        Meta::decode(bytes).map_err(|reason| self.damaged(self.header, reason))
+    }
+
     fn write_meta(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<()> {
+        // Forgotten first: should the write fail, the next read goes to the object.
+        txn.meta_cache().last = None;
         txn.client()
             .collection_bytes_mut(self.header, (TypeId::COLLECTION, HEADER_LEN))?
             .copy_from_slice(&meta.encode());
+        txn.meta_cache().last = Some((self.header, *meta));
         Ok(())
     }
 
@@ -778,6 +808,7 @@ impl Tree {
     pub fn destroy(&self, txn: &mut Transaction<'_>) -> Result<()> {
         let meta = self.meta(txn)?;
         self.free_all(txn, &meta)?;
+        txn.meta_cache().last = None;
         txn.client()
             .free_collection_object(self.header, (TypeId::COLLECTION, HEADER_LEN))
     }

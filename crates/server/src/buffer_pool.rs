@@ -21,7 +21,52 @@ pub struct BufferPool {
     page_size: usize,
     frames: FrameTable,
     states: Vec<FrameState>,
-    bytes: Vec<u8>,
+    bytes: Frames,
+}
+
+/// The pool's memory: an anonymous mapping the kernel is asked to back with huge pages (a
+/// pool is read at random across its size, and with 4 KiB pages nearly every frame touched
+/// is a TLB miss too), or a plain vector where no mapping can be had.
+enum Frames {
+    Mapped(memmap2::MmapMut),
+    Heap(Vec<u8>),
+}
+
+impl Frames {
+    fn new(len: usize) -> Frames {
+        match memmap2::MmapMut::map_anon(len) {
+            Ok(map) => {
+                #[cfg(target_os = "linux")]
+                if let Err(e) = map.advise(memmap2::Advice::HugePage) {
+                    tracing::debug!("server pool without huge pages: {e}");
+                }
+                Frames::Mapped(map)
+            }
+            Err(e) => {
+                tracing::debug!("server pool on the heap: no anonymous mapping ({e})");
+                Frames::Heap(vec![0u8; len])
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for Frames {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Frames::Mapped(map) => map,
+            Frames::Heap(vec) => vec,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Frames {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Frames::Mapped(map) => map,
+            Frames::Heap(vec) => vec,
+        }
+    }
 }
 
 /// A page that had to leave to make room, still readable in its old frame until the frame is
@@ -38,7 +83,7 @@ impl BufferPool {
             page_size,
             frames: FrameTable::new(frame_count),
             states: vec![FrameState::default(); frame_count],
-            bytes: vec![0u8; page_size * frame_count],
+            bytes: Frames::new(page_size * frame_count),
         }
     }
 

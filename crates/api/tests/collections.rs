@@ -460,3 +460,45 @@ fn maps_used_in_turn_and_destroyed_in_one_transaction() {
     let report = lodestore::check(&lodestore::RealFileSystem, &dir.path().join("s")).unwrap();
     assert!(report.is_sound(), "{report:?}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Any mix of steps from the front and from the back yields each entry of the range
+    /// once: the front in ascending order, the back in descending, meeting without overlap.
+    #[test]
+    fn steps_from_both_ends_in_any_order_meet_exactly(
+        keys in proptest::collection::btree_set(0u64..5_000, 0..1_500),
+        low in 0u64..5_000,
+        len in 0u64..5_000,
+        steps in proptest::collection::vec(any::<bool>(), 0..3_000),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path().join("s"), options()).unwrap();
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        let map: BTreeMap<u64, u64> = BTreeMap::create(&mut txn).unwrap();
+        for &k in &keys {
+            map.insert(&mut txn, &k, &(k + 1)).unwrap();
+        }
+        let high = low.saturating_add(len);
+        let expected: Vec<u64> = keys.range(low..high).copied().collect();
+        let mut scan = map.range(&mut txn, low..high);
+        let (mut fronts, mut backs) = (Vec::new(), Vec::new());
+        for from_front in steps.into_iter().chain(std::iter::repeat_n(true, expected.len() + 1)) {
+            let item = if from_front { scan.next() } else { scan.next_back() };
+            match item.transpose().unwrap() {
+                Some((k, v)) => {
+                    prop_assert_eq!(v, k + 1);
+                    if from_front { fronts.push(k) } else { backs.push(k) }
+                }
+                None if from_front => break,
+                None => {}
+            }
+        }
+        prop_assert!(fronts.windows(2).all(|w| w[0] < w[1]));
+        prop_assert!(backs.windows(2).all(|w| w[0] > w[1]));
+        fronts.extend(backs.into_iter().rev());
+        prop_assert_eq!(fronts, expected);
+    }
+}

@@ -1100,18 +1100,27 @@ impl ClientSession {
         self.small_bytes_mut(oid, Some(expected), true)
     }
 
-    /// The bytes of collection object `oid`, locked exclusive but not yet written: the caller
-    /// reads what a change will write and then declares it with
-    /// [`Self::collection_bytes_mut_within`].
-    pub fn collection_bytes_exclusive(
+    /// One change to collection object `oid`, locked exclusive: `plan` reads the object and
+    /// says which ranges (offsets in the object) the change will write, or `None` for no
+    /// change; the object's bytes then come back for writing, the detector told of just those
+    /// ranges (see [`Self::collection_bytes_mut_within`]). One lookup of the object for the
+    /// read and the write.
+    pub fn collection_change<P, W: AsRef<[Range<usize>]>>(
         &mut self,
         oid: Oid,
         expected: (TypeId, usize),
-    ) -> Result<&[u8]> {
+        plan: impl FnOnce(&[u8]) -> Result<(P, Option<W>)>,
+    ) -> Result<(P, Option<&mut [u8]>)> {
         assert!(expected.0.is_collection(), "not a collection type");
         let (frame, record) = self.record(oid, LockMode::Exclusive)?;
         self.check_small(oid, frame, &record, Some(expected))?;
-        Ok(&self.cache.frame(frame)[record.payload()])
+        let object = record.payload();
+        let (planned, writes) = plan(&self.cache.frame(frame)[object.clone()])?;
+        let Some(writes) = writes else {
+            return Ok((planned, None));
+        };
+        self.declare_writes(oid, frame, object.clone(), writes.as_ref())?;
+        Ok((planned, Some(&mut self.cache.frame_mut(frame)[object])))
     }
 
     /// The bytes of collection object `oid` for writing, where the caller changes only
@@ -1128,6 +1137,19 @@ impl ClientSession {
         let (frame, record) = self.record(oid, LockMode::Exclusive)?;
         self.check_small(oid, frame, &record, Some(expected))?;
         let object = record.payload();
+        self.declare_writes(oid, frame, object.clone(), ranges)?;
+        Ok(&mut self.cache.frame_mut(frame)[object])
+    }
+
+    /// Tells the detector that `ranges` of object `oid` (payload `object` of the page in
+    /// `frame`, locked exclusive) are about to be written.
+    fn declare_writes(
+        &mut self,
+        oid: Oid,
+        frame: FrameId,
+        object: Range<usize>,
+        ranges: &[Range<usize>],
+    ) -> Result<()> {
         assert!(
             ranges
                 .iter()
@@ -1141,7 +1163,7 @@ impl ClientSession {
             frame,
             page,
             oid.slot(),
-            object.clone(),
+            object,
             ranges,
         )?;
         self.absorb_captures()?;
@@ -1150,7 +1172,12 @@ impl ClientSession {
         }
         let id = self.active()?.id;
         self.ship_log_records(id, false)?;
-        Ok(&mut self.cache.frame_mut(frame)[object])
+        debug_assert_eq!(
+            self.cache.peek(page),
+            Some(frame),
+            "the frame kept its page"
+        );
+        Ok(())
     }
 
     /// Frees collection object `oid`, if its type and size are `expected`.

@@ -116,6 +116,19 @@ impl Entries {
     }
 }
 
+/// What an insert found in its leaf and did there.
+enum LeafInsert {
+    /// The key was at this index; its value, of the same length, was overwritten in place.
+    Overwrite(usize, Vec<u8>),
+    /// The key was at this index with a value of another length: the entry was removed, for
+    /// the new one to go in.
+    Replace(usize, Vec<u8>),
+    /// The key was new and went in at this index.
+    Insert(usize),
+    /// The key was new, belongs at this index, and the leaf of this many entries is full.
+    Full(usize, usize),
+}
+
 /// The inner nodes on the way to a leaf: each node and the child taken.
 type Path = Vec<(RawOid, usize)>;
 
@@ -250,23 +263,39 @@ impl Tree {
         f(node).map_err(|r| self.damaged(oid, r))
     }
 
-    /// Runs `f` on node `oid`, locked exclusive (for a change to come), checked to be at
-    /// `level`.
-    fn read_exclusive<R>(
+    /// One change to node `oid`, locked exclusive and checked to be at `level`: `plan` reads
+    /// the node and names the bytes the change writes (`None`: no change), then `apply` makes
+    /// it, with the detector told of just those bytes. What `plan` found, and what `apply`
+    /// returned if it ran.
+    fn change<P, R>(
         &self,
         txn: &mut Transaction<'_>,
         meta: &Meta,
         oid: RawOid,
         level: u32,
-        f: impl FnOnce(Node<'_>) -> std::result::Result<R, node::Damage>,
-    ) -> Result<R> {
-        let bytes = txn
+        plan: impl FnOnce(Node<'_>) -> std::result::Result<(P, Option<node::Writes>), node::Damage>,
+        apply: impl FnOnce(&mut [u8], &P) -> std::result::Result<R, node::Damage>,
+    ) -> Result<(P, Option<R>)> {
+        let mut planned = None;
+        let (found, bytes) = txn
             .client()
-            .collection_bytes_exclusive(oid, node_type(meta))
+            .collection_change(oid, node_type(meta), |bytes| {
+                let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
+                self.check_level(oid, node.header.level, level)?;
+                let (found, writes) = plan(node).map_err(|r| self.damaged(oid, r))?;
+                planned = writes.clone();
+                Ok((found, writes))
+            })
             .map_err(|e| self.node_error(oid, e))?;
-        let node = Node::read(bytes).map_err(|r| self.damaged(oid, r))?;
-        self.check_level(oid, node.header.level, level)?;
-        f(node).map_err(|r| self.damaged(oid, r))
+        let (Some(bytes), Some(writes)) = (bytes, planned) else {
+            return Ok((found, None));
+        };
+        let before = cfg!(debug_assertions).then(|| bytes.to_vec());
+        let applied = apply(bytes, &found).map_err(|r| self.damaged(oid, r))?;
+        if let Some(before) = before {
+            node::debug_assert_within(&before, bytes, &writes);
+        }
+        Ok((found, Some(applied)))
     }
 
     fn check_level(&self, oid: RawOid, found: u8, level: u32) -> Result<()> {
@@ -339,17 +368,16 @@ impl Tree {
         key: &[u8],
         value: &[u8],
     ) -> Result<bool> {
-        let writes = self.read_exclusive(txn, meta, oid, level, |n| {
-            Ok(node::insert_writes(&n, i, key.len(), value.len()))
-        })?;
-        let Some(writes) = writes else {
-            return Ok(false);
-        };
-        let inserted = self.write(txn, meta, oid, level, &writes, |bytes| {
-            node::insert_at(bytes, i, key, value)
-        })?;
-        debug_assert!(inserted, "the plan said the entry fits");
-        Ok(inserted)
+        let ((), inserted) = self.change(
+            txn,
+            meta,
+            oid,
+            level,
+            |n| Ok(((), node::insert_writes(&n, i, key.len(), value.len()))),
+            |bytes, _| node::insert_at(bytes, i, key, value),
+        )?;
+        debug_assert!(inserted != Some(false), "the plan said the entry fits");
+        Ok(inserted.is_some())
     }
 
     fn alloc_node(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<RawOid> {
@@ -440,38 +468,49 @@ impl Tree {
         let (path, leaf, last_leaf) = self.path_to(txn, &meta, key)?;
         // The leaf is locked exclusive from the start: a shared lock upgraded later would let
         // two inserters into one leaf deadlock.
-        let (found, count) = self.read_exclusive(txn, &meta, leaf, 0, |n| {
-            Ok(match n.search(key)? {
-                Ok(i) => {
-                    let old = n.value(i)?.to_vec();
-                    let overwrite = node::overwrite_writes(&n, i, value.len())?;
-                    (
-                        Ok((i, old, overwrite, node::remove_writes(&n, i))),
-                        n.count(),
-                    )
+        let (found, done) = self.change(
+            txn,
+            &meta,
+            leaf,
+            0,
+            |n| {
+                Ok(match n.search(key)? {
+                    Ok(i) => {
+                        let old = n.value(i)?.to_vec();
+                        match node::overwrite_writes(&n, i, value.len())? {
+                            Some(writes) => (LeafInsert::Overwrite(i, old), Some(writes)),
+                            None => (
+                                LeafInsert::Replace(i, old),
+                                Some(node::remove_writes(&n, i)),
+                            ),
+                        }
+                    }
+                    Err(i) => match node::insert_writes(&n, i, key.len(), value.len()) {
+                        Some(writes) => (LeafInsert::Insert(i), Some(writes)),
+                        None => (LeafInsert::Full(i, n.count()), None),
+                    },
+                })
+            },
+            |bytes, found| match *found {
+                LeafInsert::Overwrite(i, _) => node::overwrite_value(bytes, i, value),
+                LeafInsert::Replace(i, _) => node::remove_at(bytes, i).map(|()| true),
+                LeafInsert::Insert(i) => node::insert_at(bytes, i, key, value),
+                LeafInsert::Full(..) => unreachable!("no change was planned"),
+            },
+        )?;
+        debug_assert!(done != Some(false), "the plan said the change fits");
+        let (old, at, append) = match found {
+            LeafInsert::Overwrite(_, old) => return Ok(Some(old)),
+            LeafInsert::Insert(_) => return Ok(None),
+            LeafInsert::Replace(i, old) => {
+                if self.insert_in_place(txn, &meta, leaf, 0, i, key, value)? {
+                    return Ok(Some(old));
                 }
-                Err(i) => (Err(i), n.count()),
-            })
-        })?;
-        let (old, at) = match found {
-            Ok((i, old, Some(writes), _)) => {
-                self.write(txn, &meta, leaf, 0, &writes, |bytes| {
-                    node::overwrite_value(bytes, i, value)
-                })?;
-                return Ok(Some(old));
+                (Some(old), i, false)
             }
-            Ok((i, old, None, removal)) => {
-                self.write(txn, &meta, leaf, 0, &removal, |bytes| {
-                    node::remove_at(bytes, i)
-                })?;
-                (Some(old), i)
-            }
-            Err(i) => (None, i),
+            LeafInsert::Full(i, count) => (None, i, last_leaf && i == count),
         };
-        if self.insert_in_place(txn, &meta, leaf, 0, at, key, value)? {
-            return Ok(old);
-        }
-        if last_leaf && old.is_none() && at == count {
+        if append {
             // Past the last key of the tree (keys inserted in ascending order): the full leaf
             // stays as it is and the new key starts a leaf of its own, so an ascending load
             // fills its leaves instead of leaving each half empty.
@@ -581,16 +620,26 @@ impl Tree {
             return Ok(None);
         }
         let (path, leaf, _) = self.path_to(txn, &meta, key)?;
-        let found = self.read_exclusive(txn, &meta, leaf, 0, |n| match n.search(key)? {
-            Ok(i) => Ok(Some((i, n.value(i)?.to_vec(), node::remove_writes(&n, i)))),
-            Err(_) => Ok(None),
-        })?;
-        let Some((i, old, writes)) = found else {
+        let (found, _) = self.change(
+            txn,
+            &meta,
+            leaf,
+            0,
+            |n| match n.search(key)? {
+                Ok(i) => Ok((
+                    Some((i, n.value(i)?.to_vec())),
+                    Some(node::remove_writes(&n, i)),
+                )),
+                Err(_) => Ok((None, None)),
+            },
+            |bytes, found| match found {
+                Some((i, _)) => node::remove_at(bytes, *i),
+                None => unreachable!("no change was planned"),
+            },
+        )?;
+        let Some((_, old)) = found else {
             return Ok(None);
         };
-        self.write(txn, &meta, leaf, 0, &writes, |bytes| {
-            node::remove_at(bytes, i)
-        })?;
         self.rebalance(txn, &mut meta, path, leaf)?;
         Ok(Some(old))
     }
@@ -650,12 +699,14 @@ impl Tree {
             }
             self.rebuild(txn, meta, left, child_level, &merged)?;
             self.free_node(txn, meta, right)?;
-            let writes = self.read_exclusive(txn, meta, parent, level, |n| {
-                Ok(node::remove_writes(&n, right_at))
-            })?;
-            self.write(txn, meta, parent, level, &writes, |bytes| {
-                node::remove_at(bytes, right_at)
-            })?;
+            self.change(
+                txn,
+                meta,
+                parent,
+                level,
+                |n| Ok(((), Some(node::remove_writes(&n, right_at)))),
+                |bytes, _| node::remove_at(bytes, right_at),
+            )?;
             oid = parent;
         }
     }

@@ -1102,9 +1102,10 @@ impl ClientSession {
 
     /// One change to collection object `oid`, locked exclusive: `plan` reads the object and
     /// says which ranges (offsets in the object) the change will write, or `None` for no
-    /// change; the object's bytes then come back for writing, the detector told of just those
-    /// ranges (see [`Self::collection_bytes_mut_within`]). One lookup of the object for the
-    /// read and the write.
+    /// change; the object's bytes then come back for writing, the detector told of those
+    /// ranges so that it copies them alone, not the whole object. A write outside them would go
+    /// unlogged: the collection code checks its changes against them in debug builds. One
+    /// lookup of the object serves the read and the write.
     pub fn collection_change<P, W: AsRef<[Range<usize>]>>(
         &mut self,
         oid: Oid,
@@ -1121,24 +1122,6 @@ impl ClientSession {
         };
         self.declare_writes(oid, frame, object.clone(), writes.as_ref())?;
         Ok((planned, Some(&mut self.cache.frame_mut(frame)[object])))
-    }
-
-    /// The bytes of collection object `oid` for writing, where the caller changes only
-    /// `ranges` (offsets in the object): the detector copies just those, not the whole
-    /// object. A write outside them would go unlogged, so the collection code checks its
-    /// changes against them in debug builds.
-    pub fn collection_bytes_mut_within(
-        &mut self,
-        oid: Oid,
-        expected: (TypeId, usize),
-        ranges: &[Range<usize>],
-    ) -> Result<&mut [u8]> {
-        assert!(expected.0.is_collection(), "not a collection type");
-        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
-        self.check_small(oid, frame, &record, Some(expected))?;
-        let object = record.payload();
-        self.declare_writes(oid, frame, object.clone(), ranges)?;
-        Ok(&mut self.cache.frame_mut(frame)[object])
     }
 
     /// Tells the detector that `ranges` of object `oid` (payload `object` of the page in

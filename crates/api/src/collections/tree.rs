@@ -308,31 +308,6 @@ impl Tree {
         Ok(())
     }
 
-    /// Runs `f` on node `oid`'s bytes, locked exclusive and checked to be at `level`; `f`
-    /// changes only the bytes `writes` names, which are all the detector copies.
-    fn write<R>(
-        &self,
-        txn: &mut Transaction<'_>,
-        meta: &Meta,
-        oid: RawOid,
-        level: u32,
-        writes: &node::Writes,
-        f: impl FnOnce(&mut [u8]) -> std::result::Result<R, node::Damage>,
-    ) -> Result<R> {
-        let bytes = txn
-            .client()
-            .collection_bytes_mut_within(oid, node_type(meta), writes)
-            .map_err(|e| self.node_error(oid, e))?;
-        let header = node::Header::read(bytes).map_err(|r| self.damaged(oid, r))?;
-        self.check_level(oid, header.level, level)?;
-        let before = cfg!(debug_assertions).then(|| bytes.to_vec());
-        let result = f(bytes).map_err(|r| self.damaged(oid, r));
-        if let Some(before) = before {
-            node::debug_assert_within(&before, bytes, writes);
-        }
-        result
-    }
-
     /// Rewrites node `oid` at `level` with `entries` (which fit).
     fn rebuild(
         &self,
@@ -342,17 +317,18 @@ impl Tree {
         level: u32,
         entries: &[Entry],
     ) -> Result<()> {
-        self.write(
+        self.change(
             txn,
             meta,
             oid,
             level,
-            &node::whole(meta.node_len),
-            |bytes| {
+            |n| Ok(((), Some(node::whole(n.bytes.len())))),
+            |bytes, _| {
                 node::build(bytes, level as u8, entries);
                 Ok(())
             },
-        )
+        )?;
+        Ok(())
     }
 
     /// Inserts an entry at index `i` of node `oid` in place; false, the node untouched, when

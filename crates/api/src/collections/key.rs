@@ -23,6 +23,15 @@ mod kind {
 pub trait KeyBytes {
     /// Appends the key's bytes to `out`.
     fn write_key(&self, out: &mut Vec<u8>);
+
+    /// Runs `f` on the key's bytes. Integers and byte strings lend them without building a
+    /// vector (every lookup, insert and remove encodes its key); the provided version writes
+    /// them into one.
+    fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut out = Vec::new();
+        self.write_key(&mut out);
+        f(&out)
+    }
 }
 
 /// A type a collection can use as its key.
@@ -39,6 +48,12 @@ pub trait Value: Sized {
     const KIND: u64;
     /// Appends the value's bytes to `out`.
     fn write_value(&self, out: &mut Vec<u8>);
+    /// Runs `f` on the value's bytes; as [`KeyBytes::with_key_bytes`].
+    fn with_value_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        let mut out = Vec::new();
+        self.write_value(&mut out);
+        f(&out)
+    }
     /// The value whose bytes are `bytes`, or `None` if they are not one.
     fn read_value(bytes: &[u8]) -> Option<Self>;
 }
@@ -48,6 +63,9 @@ macro_rules! unsigned_key {
         impl KeyBytes for $t {
             fn write_key(&self, out: &mut Vec<u8>) {
                 out.extend_from_slice(&self.to_be_bytes());
+            }
+            fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+                f(&self.to_be_bytes())
             }
         }
         impl Key for $t {
@@ -64,9 +82,12 @@ macro_rules! signed_key {
     ($($t:ty => $u:ty),*) => {$(
         impl KeyBytes for $t {
             fn write_key(&self, out: &mut Vec<u8>) {
+                self.with_key_bytes(|bytes| out.extend_from_slice(bytes))
+            }
+            fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
                 // Flipping the sign bit puts negative numbers below positive ones bytewise.
                 let flipped = (*self as $u) ^ (1 << (<$u>::BITS - 1));
-                out.extend_from_slice(&flipped.to_be_bytes());
+                f(&flipped.to_be_bytes())
             }
         }
         impl Key for $t {
@@ -84,10 +105,16 @@ impl KeyBytes for [u8] {
     fn write_key(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);
     }
+    fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self)
+    }
 }
 impl KeyBytes for Vec<u8> {
     fn write_key(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self);
+    }
+    fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self)
     }
 }
 impl Key for Vec<u8> {
@@ -101,10 +128,16 @@ impl KeyBytes for str {
     fn write_key(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
     }
+    fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.as_bytes())
+    }
 }
 impl KeyBytes for String {
     fn write_key(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
+    }
+    fn with_key_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(self.as_bytes())
     }
 }
 impl Key for String {
@@ -121,6 +154,9 @@ macro_rules! key_value {
             const KIND: u64 = <$t as Key>::KIND;
             fn write_value(&self, out: &mut Vec<u8>) {
                 self.write_key(out)
+            }
+            fn with_value_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+                self.with_key_bytes(f)
             }
             fn read_value(bytes: &[u8]) -> Option<Self> {
                 <$t as Key>::read_key(bytes)
@@ -147,6 +183,9 @@ key_value!(
 impl Value for () {
     const KIND: u64 = kind::UNIT;
     fn write_value(&self, _: &mut Vec<u8>) {}
+    fn with_value_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&[])
+    }
     fn read_value(bytes: &[u8]) -> Option<Self> {
         bytes.is_empty().then_some(())
     }
@@ -157,6 +196,9 @@ impl<T: crate::Persistent> Value for Oid<T> {
     const KIND: u64 = kind::OID | T::TYPE_ID as u64;
     fn write_value(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.raw().0.to_le_bytes());
+    }
+    fn with_value_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.raw().0.to_le_bytes())
     }
     fn read_value(bytes: &[u8]) -> Option<Self> {
         let raw = u64::from_le_bytes(bytes.try_into().ok()?);
@@ -174,6 +216,9 @@ impl<T: Pod> Value for Packed<T> {
     fn write_value(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(bytemuck::bytes_of(&self.0));
     }
+    fn with_value_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(bytemuck::bytes_of(&self.0))
+    }
     fn read_value(bytes: &[u8]) -> Option<Self> {
         (bytes.len() == size_of::<T>()).then(|| Packed(bytemuck::pod_read_unaligned(bytes)))
     }
@@ -190,7 +235,32 @@ mod tests {
         out
     }
 
+    /// What a key or value lends equals what it writes.
+    fn lends_what_it_writes<K: KeyBytes + ?Sized>(key: &K) -> bool {
+        key.with_key_bytes(|lent| lent == bytes_of(key).as_slice())
+    }
+
+    fn value_lends_what_it_writes<V: Value>(value: &V) -> bool {
+        let mut written = Vec::new();
+        value.write_value(&mut written);
+        value.with_value_bytes(|lent| lent == written.as_slice())
+    }
+
     proptest! {
+        #[test]
+        fn keys_and_values_lend_the_bytes_they_write(
+            a: u64, b: i32, c: i128, d: u8, e: i16, bytes: Vec<u8>, text: String, packed: [u8; 5]
+        ) {
+            prop_assert!(lends_what_it_writes(&a) && lends_what_it_writes(&b));
+            prop_assert!(lends_what_it_writes(&c) && lends_what_it_writes(&d));
+            prop_assert!(lends_what_it_writes(&e) && lends_what_it_writes(&bytes));
+            prop_assert!(lends_what_it_writes(bytes.as_slice()));
+            prop_assert!(lends_what_it_writes(&text) && lends_what_it_writes(text.as_str()));
+            prop_assert!(value_lends_what_it_writes(&a) && value_lends_what_it_writes(&c));
+            prop_assert!(value_lends_what_it_writes(&Packed(packed)));
+            prop_assert!(value_lends_what_it_writes(&()) && value_lends_what_it_writes(&text));
+        }
+
         #[test]
         fn signed_keys_order_as_their_bytes(a: i64, b: i64) {
             prop_assert_eq!(a.cmp(&b), bytes_of(&a).cmp(&bytes_of(&b)));

@@ -22,12 +22,6 @@ fn encode<Q: KeyBytes + ?Sized>(key: &Q) -> Vec<u8> {
     out
 }
 
-fn encode_value<V: Value>(value: &V) -> Vec<u8> {
-    let mut out = Vec::new();
-    value.write_value(&mut out);
-    out
-}
-
 fn encode_bound<Q: KeyBytes + ?Sized>(bound: Bound<&Q>) -> Bound<Vec<u8>> {
     match bound {
         Bound::Unbounded => Bound::Unbounded,
@@ -156,8 +150,9 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        let found = self.tree().get_with(txn, &encode(key), |bytes| {
-            V::read_value(bytes).ok_or(bytes.len())
+        let found = key.with_key_bytes(|key| {
+            self.tree()
+                .get_with(txn, key, |bytes| V::read_value(bytes).ok_or(bytes.len()))
         })?;
         found
             .map(|decoded| {
@@ -176,7 +171,8 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        Ok(self.tree().get_with(txn, &encode(key), |_| ())?.is_some())
+        let found = key.with_key_bytes(|key| self.tree().get_with(txn, key, |_| ()))?;
+        Ok(found.is_some())
     }
 
     /// Stores `value` under `key`; the value it replaced, if any.
@@ -185,9 +181,9 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        let old = self
-            .tree()
-            .insert(txn, &encode(key), &encode_value(value))?;
+        let old = key.with_key_bytes(|key| {
+            value.with_value_bytes(|value| self.tree().insert(txn, key, value))
+        })?;
         self.decode_value(old)
     }
 
@@ -197,7 +193,7 @@ impl<K: Key, V: Value> BTreeMap<K, V> {
         K: Borrow<Q>,
         Q: KeyBytes + ?Sized,
     {
-        let old = self.tree().remove(txn, &encode(key))?;
+        let old = key.with_key_bytes(|key| self.tree().remove(txn, key))?;
         self.decode_value(old)
     }
 

@@ -1,6 +1,8 @@
 //! Readers that never block writers (`Store::read_latest`): a long reader sees one committed
 //! state throughout while writers keep committing next to it, and leaves no snapshot behind.
 
+mod common;
+
 use lodestore::{BTreeMap, Error, Options, Store};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -128,17 +130,8 @@ fn a_reader_of_a_store_without_snapshots_is_refused_by_name() {
 /// committed before it, not a commit made while it reads, and leaves no snapshot behind.
 #[test]
 fn a_remote_reader_of_the_latest_state() {
-    use std::sync::atomic::AtomicBool;
-    let dir = tempfile::tempdir().unwrap();
-    let served =
-        Arc::new(Store::create(dir.path().join("s"), Options::new().snapshots(true)).unwrap());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let server_thread = {
-        let (served, stop) = (served.clone(), stop.clone());
-        std::thread::spawn(move || served.serve(listener, stop).unwrap())
-    };
+    let served = common::Served::new(Options::new().snapshots(true));
+    let address = served.address.clone();
     let remote = Store::connect(&address, Options::new()).unwrap();
     let accounts = bank(&remote);
     let mut reader = remote.session().unwrap();
@@ -159,6 +152,5 @@ fn a_remote_reader_of_the_latest_state() {
     assert_eq!(after, Some(7));
     assert!(remote.snapshots().unwrap().is_empty());
     drop((reader, writer, remote));
-    stop.store(true, Ordering::Relaxed);
-    server_thread.join().unwrap();
+    served.stop();
 }

@@ -2,9 +2,9 @@
 //! commits seen by other clients, aborts leaving no trace, every detection scheme, and the
 //! server's counters over the wire.
 
+mod common;
+
 use lodestore::{Oid, Options, Persistent, Scheme, Store};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
@@ -19,15 +19,8 @@ impl Persistent for Part {
 
 #[test]
 fn a_remote_store_behaves_like_an_embedded_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let served = Arc::new(Store::create(dir.path().join("s"), Options::new()).unwrap());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let server_thread = {
-        let (served, stop) = (served.clone(), stop.clone());
-        std::thread::spawn(move || served.serve(listener, stop).unwrap())
-    };
+    let served = common::Served::new(Options::new());
+    let address = served.address.clone();
 
     let schemes = [
         Scheme::SD_ESM,
@@ -40,7 +33,7 @@ fn a_remote_store_behaves_like_an_embedded_one() {
     for scheme in schemes {
         let remote = Store::connect(&address, Options::new().scheme(scheme)).unwrap();
         assert!(remote.is_remote());
-        assert_eq!(remote.page_size(), served.page_size());
+        assert_eq!(remote.page_size(), served.store.page_size());
         let mut session = remote.session().unwrap();
         let root = format!("chain-{scheme}");
         let mut txn = session.begin().unwrap();
@@ -84,7 +77,7 @@ fn a_remote_store_behaves_like_an_embedded_one() {
         assert!(other.log_stats().bytes_flushed > 0);
     }
     // The server's own process sees the remote clients' work too.
-    let mut session = served.session().unwrap();
+    let mut session = served.store.session().unwrap();
     let mut txn = session.begin().unwrap();
     assert_eq!(txn.roots().unwrap().len(), schemes.len());
     txn.commit().unwrap();
@@ -94,8 +87,7 @@ fn a_remote_store_behaves_like_an_embedded_one() {
         .unwrap_err();
     assert!(err.to_string().contains("lodestore info"), "{err}");
 
-    stop.store(true, Ordering::Relaxed);
-    server_thread.join().unwrap();
+    served.stop();
     let err = Store::connect("127.0.0.1:1", Options::new())
         .err()
         .expect("nothing listens on port 1");

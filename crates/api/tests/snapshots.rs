@@ -2,6 +2,8 @@
 //! a snapshot equals the dump read as of it later, after any mix of commits, aborts,
 //! checkpoints, reopenings and further snapshots.
 
+mod common;
+
 use lodestore::{
     AsOf, Error, MemoryFileSystem, Options, RawOid, RecoveryMethodKind, Scheme, Snapshot, Store,
 };
@@ -362,17 +364,8 @@ fn deleting_snapshots_keeps_what_the_others_read_and_reclaims_the_rest() {
 
 #[test]
 fn snapshots_over_tcp_behave_as_embedded_ones() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let dir = tempfile::tempdir().unwrap();
-    let served =
-        Arc::new(Store::create(dir.path().join("s"), Options::new().snapshots(true)).unwrap());
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap().to_string();
-    let stop = Arc::new(AtomicBool::new(false));
-    let server_thread = {
-        let (served, stop) = (served.clone(), stop.clone());
-        std::thread::spawn(move || served.serve(listener, stop).unwrap())
-    };
+    let served = common::Served::new(Options::new().snapshots(true));
+    let address = served.address.clone();
     let remote = Store::connect(&address, Options::new()).unwrap();
     let mut session = remote.session().unwrap();
     let oid = {
@@ -389,7 +382,7 @@ fn snapshots_over_tcp_behave_as_embedded_ones() {
         txn.commit().unwrap();
     }
     // Taken in this process, heard of by the remote session through the news on its replies.
-    let second = served.snapshot().unwrap();
+    let second = served.store.snapshot().unwrap();
     {
         let mut txn = session.begin().unwrap();
         txn.write_at(oid, 0, b"thr").unwrap();
@@ -415,7 +408,7 @@ fn snapshots_over_tcp_behave_as_embedded_ones() {
         Ok(_) => panic!("began before the first snapshot"),
     }
     // Deleted elsewhere after this session heard of it: a time names the older one now.
-    served.delete_snapshot(second.id).unwrap();
+    served.store.delete_snapshot(second.id).unwrap();
     {
         let mut past = session
             .begin_as_of(AsOf::Time(std::time::SystemTime::now()))
@@ -427,8 +420,7 @@ fn snapshots_over_tcp_behave_as_embedded_ones() {
     assert!(remote.snapshots().unwrap().is_empty());
     drop(session);
     drop(remote);
-    stop.store(true, Ordering::Release);
-    server_thread.join().unwrap();
+    served.stop();
 }
 
 #[test]

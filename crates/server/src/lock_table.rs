@@ -22,6 +22,7 @@ use lodestore_core::{Error, Oid, PageId, Result, TxnId};
 // Fx hashing: every lock request does several lookups; keys are transaction ids the server
 // assigns and pages checked to exist, so a client cannot pick keys without bound.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use smallvec::SmallVec;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -179,8 +180,12 @@ fn page_mode(mode: LockMode) -> ModeId {
     }
 }
 
+/// Who holds one resource, in which mode. Most resources have one or two holders: kept
+/// inline, so granting a lock on a resource nobody holds allocates nothing.
+type Holders = SmallVec<[(Owner, ModeId); 2]>;
+
 struct Table {
-    holders: HashMap<Resource, Vec<(Owner, ModeId)>>,
+    holders: HashMap<Resource, Holders>,
     held: HashMap<TxnId, Vec<Resource>>,
     waiting: HashMap<TxnId, Waiter>,
     /// Arrival order of waiters: the next waiter's ticket.
@@ -256,16 +261,74 @@ impl Table {
         self.waiting.get(&txn).map_or(NOT_WAITING, |w| w.ticket)
     }
 
-    fn grant(&mut self, modes: &ModeTable, owner: Owner, resource: Resource, mode: ModeId) {
-        let holders = self.holders.entry(resource).or_default();
-        let first_of_txn = !holders.iter().any(|(o, _)| o.txn == owner.txn);
-        match holders.iter_mut().find(|(o, _)| *o == owner) {
-            Some(entry) => entry.1 = modes.join(entry.1, mode),
-            None => holders.push((owner, mode)),
+    /// Grants `mode` on `resource` to `owner` unless others conflict, with one lookup of the
+    /// resource (the path of nearly every request): the mode `owner` holds afterwards, or who
+    /// it must wait for (as [`Table::conflicts`]). A lock held already by `owner` or an
+    /// ancestor in a mode covering `mode` is granted as it is.
+    fn try_grant(
+        &mut self,
+        modes: &ModeTable,
+        owner: Owner,
+        resource: Resource,
+        mode: ModeId,
+        ticket: u64,
+    ) -> std::result::Result<ModeId, Vec<TxnId>> {
+        let Table {
+            holders,
+            held,
+            waiting,
+            ..
+        } = self;
+        let entry = holders.entry(resource).or_default();
+        if let Some(&(_, covering)) = entry
+            .iter()
+            .find(|(o, m)| o.txn == owner.txn && o.level <= owner.level && modes.covers(*m, mode))
+        {
+            return Ok(covering);
         }
-        if first_of_txn {
-            self.held.entry(owner.txn).or_default().push(resource);
+        let mut blockers = Vec::new();
+        let mut converts = false;
+        for &(other, held_mode) in entry.iter() {
+            if other.txn == owner.txn {
+                converts = true;
+            } else if !modes.compatible(held_mode, mode) && !blockers.contains(&other.txn) {
+                blockers.push(other.txn);
+            }
         }
+        if !converts && !waiting.is_empty() {
+            blockers.extend(
+                waiting
+                    .iter()
+                    .filter(|(t, w)| {
+                        **t != owner.txn
+                            && w.resource == resource
+                            && w.ticket < ticket
+                            && !modes.compatible(w.mode, mode)
+                    })
+                    .map(|(t, _)| *t),
+            );
+        }
+        if !blockers.is_empty() {
+            if entry.is_empty() {
+                holders.remove(&resource);
+            }
+            return Err(blockers);
+        }
+        let granted = match entry.iter_mut().find(|(o, _)| *o == owner) {
+            Some(own) => {
+                own.1 = modes.join(own.1, mode);
+                own.1
+            }
+            None => {
+                entry.push((owner, mode));
+                mode
+            }
+        };
+        // The transaction's first lock on the resource, at any level.
+        if !converts {
+            held.entry(owner.txn).or_default().push(resource);
+        }
+        Ok(granted)
     }
 
     /// Does `owner`, or an ancestor of it (its transaction at a lower level), hold a mode
@@ -356,14 +419,21 @@ impl LockManager {
     }
 
     /// Grants `mode` on `page` to `txn`, waiting while others hold conflicting locks or wait
-    /// for them ahead of it.
-    pub fn acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<()> {
-        self.lock_resource(Owner::top(txn), Resource::Page(page), page_mode(mode))
+    /// for them ahead of it; the mode `txn` holds on it afterwards (exclusive if it held that
+    /// already).
+    pub fn acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<LockMode> {
+        let held = self.lock_resource(Owner::top(txn), Resource::Page(page), page_mode(mode))?;
+        Ok(if self.modes.covers(held, page_mode(LockMode::Exclusive)) {
+            LockMode::Exclusive
+        } else {
+            LockMode::Shared
+        })
     }
 
     /// Grants `mode` on `resource` to `owner`, waiting while other transactions hold
-    /// conflicting locks or wait for them ahead of it.
-    pub fn lock_resource(&self, owner: Owner, resource: Resource, mode: ModeId) -> Result<()> {
+    /// conflicting locks or wait for them ahead of it; the mode that covers the request
+    /// afterwards (`mode` joined with what `owner` held, or an ancestor's covering mode).
+    pub fn lock_resource(&self, owner: Owner, resource: Resource, mode: ModeId) -> Result<ModeId> {
         assert!(
             (mode.0 as usize) < self.modes.len(),
             "lock mode {} of {}",
@@ -375,23 +445,20 @@ impl LockManager {
         let mut started: Option<Instant> = None;
         let mut table = self.lock();
         loop {
-            if table.holds(&self.modes, owner, resource, mode) {
-                table.waiting.remove(&txn);
-                return Ok(());
-            }
             let ticket = table.ticket(txn);
-            let blockers = table.conflicts(&self.modes, txn, resource, mode, ticket);
-            if blockers.is_empty() {
-                let was_waiting = table.waiting.remove(&txn).is_some();
-                table.grant(&self.modes, owner, resource, mode);
-                drop(table);
-                if was_waiting {
-                    // Requests behind this one that it held up may go now (the compatible
-                    // ones).
-                    self.changed.notify_all();
+            let blockers = match table.try_grant(&self.modes, owner, resource, mode, ticket) {
+                Ok(granted) => {
+                    let was_waiting = table.waiting.remove(&txn).is_some();
+                    drop(table);
+                    if was_waiting {
+                        // Requests behind this one that it held up may go now (the
+                        // compatible ones).
+                        self.changed.notify_all();
+                    }
+                    return Ok(granted);
                 }
-                return Ok(());
-            }
+                Err(blockers) => blockers,
+            };
             if table.closes_cycle(&self.modes, txn, &blockers) {
                 table.stats.deadlocks += 1;
                 self.stop_waiting(table, txn);
@@ -441,19 +508,26 @@ impl LockManager {
     /// Grants `mode` on `page` if nobody conflicts (holders or earlier waiters); never waits.
     pub fn try_acquire(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
         let (resource, mode) = (Resource::Page(page), page_mode(mode));
-        let mut table = self.lock();
-        if table.holds(&self.modes, Owner::top(txn), resource, mode) {
-            return true;
+        self.lock()
+            .try_grant(&self.modes, Owner::top(txn), resource, mode, NOT_WAITING)
+            .is_ok()
+    }
+
+    /// The strongest mode `txn` holds on `page` (at its top level), if any.
+    pub fn held_mode(&self, txn: TxnId, page: PageId) -> Option<LockMode> {
+        let exclusive = page_mode(LockMode::Exclusive);
+        let table = self.lock();
+        let holders = table.holders.get(&Resource::Page(page))?;
+        let mut held = None;
+        for &(_, mode) in holders.iter().filter(|(o, _)| *o == Owner::top(txn)) {
+            if self.modes.covers(mode, exclusive) {
+                return Some(LockMode::Exclusive);
+            }
+            if self.modes.covers(mode, page_mode(LockMode::Shared)) {
+                held = Some(LockMode::Shared);
+            }
         }
-        if table
-            .conflicts(&self.modes, txn, resource, mode, NOT_WAITING)
-            .is_empty()
-        {
-            table.grant(&self.modes, Owner::top(txn), resource, mode);
-            true
-        } else {
-            false
-        }
+        held
     }
 
     pub fn holds(&self, txn: TxnId, page: PageId, mode: LockMode) -> bool {
@@ -571,6 +645,37 @@ mod tests {
             );
             std::thread::yield_now();
         }
+    }
+
+    #[test]
+    fn a_grant_reports_the_mode_held_and_a_refusal_leaves_no_trace() {
+        let locks = manager();
+        let (a, b) = (TxnId(1), TxnId(2));
+        let (p, q) = (PageId(5), PageId(6));
+        assert_eq!(locks.held_mode(a, p), None);
+        assert_eq!(
+            locks.acquire(a, p, LockMode::Shared).unwrap(),
+            LockMode::Shared
+        );
+        assert_eq!(locks.held_mode(a, p), Some(LockMode::Shared));
+        assert_eq!(
+            locks.acquire(a, p, LockMode::Exclusive).unwrap(),
+            LockMode::Exclusive
+        );
+        // A shared request under an exclusive lock keeps the exclusive one.
+        assert_eq!(
+            locks.acquire(a, p, LockMode::Shared).unwrap(),
+            LockMode::Exclusive
+        );
+        assert_eq!(locks.held_mode(a, p), Some(LockMode::Exclusive));
+        assert_eq!(locks.held_mode(b, p), None);
+        assert!(!locks.try_acquire(b, p, LockMode::Shared));
+        assert!(locks.try_acquire(b, q, LockMode::Shared));
+        assert_eq!(locks.locked_pages(), 2);
+        locks.release_all(a);
+        assert_eq!(locks.locked_pages(), 1);
+        locks.release_all(b);
+        assert_eq!(locks.locked_pages(), 0);
     }
 
     #[test]

@@ -930,7 +930,7 @@ impl PageServer for Server {
             self.page_as_of(page, &snapshot, &mut buf)?;
             return Ok(page::lsn(&buf));
         }
-        self.locks.acquire(txn, page, mode)?;
+        let held = self.locks.acquire(txn, page, mode)?;
         let mut state = self.usable_state()?;
         if !state.txns.contains_key(&txn) {
             // Not a transaction of this server: take back what was just granted.
@@ -938,7 +938,7 @@ impl PageServer for Server {
             self.locks.release_all(txn);
             return Err(inactive(txn));
         }
-        if self.locks.holds(txn, page, LockMode::Exclusive) {
+        if held == LockMode::Exclusive {
             self.cache_page_in_change(&mut state, page)?;
         } else {
             self.cache_page(&mut state, page)?;
@@ -951,12 +951,12 @@ impl PageServer for Server {
         if let Some(snapshot) = self.as_of(txn)? {
             return self.page_as_of(page, &snapshot, buf);
         }
-        if !self.locks.holds(txn, page, LockMode::Shared) {
+        let Some(held) = self.locks.held_mode(txn, page) else {
             return Err(Error::InvalidArgument(format!(
                 "transaction {txn} fetched page {page} without locking it"
             )));
-        }
-        let own = self.locks.holds(txn, page, LockMode::Exclusive);
+        };
+        let own = held == LockMode::Exclusive;
         let mut state = self.usable_state()?;
         if own {
             self.cache_page_in_change(&mut state, page)?;

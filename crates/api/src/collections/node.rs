@@ -25,7 +25,10 @@ pub const HEADER_BYTES: usize = 16;
 const OFFSET_BYTES: usize = 2;
 const ENTRY_HEADER_BYTES: usize = 4;
 /// Nodes with fewer entries are searched by halves: interpolation would not save a probe.
-const INTERPOLATE_MIN: usize = 8;
+const INTERPOLATE_MIN: usize = 32;
+/// Interpolation probes before a search goes on by halves: enough for evenly spread keys to
+/// converge, few enough that unevenly spread ones lose little to halving.
+const INTERPOLATE_STEPS: usize = 4;
 
 /// Why a node is unreadable (the caller adds the collection and node).
 pub type Damage = String;
@@ -166,7 +169,7 @@ impl<'a> Node<'a> {
     /// Where entry `i`'s key and value lie. On every step of a search, so the checks are
     /// inline and the error's formatting is not.
     #[inline]
-    fn ranges(&self, i: usize) -> Result<(Range<usize>, Range<usize>), Damage> {
+    pub(crate) fn ranges(&self, i: usize) -> Result<(Range<usize>, Range<usize>), Damage> {
         debug_assert!(i < self.header.count);
         let at = get_u16(self.bytes, HEADER_BYTES + i * OFFSET_BYTES) as usize;
         if at < self.header.heap_start || at + ENTRY_HEADER_BYTES > self.bytes.len() {
@@ -247,14 +250,15 @@ impl<'a> Node<'a> {
         Ok(Err(lo))
     }
 
-    /// Search for an 8-byte key (`k` as an integer) by interpolation: the first probe goes
-    /// where `k` would lie if the keys between the node's first and last were evenly spread,
-    /// then probes step away from it doubling their stride until they pass `k`, and a binary
-    /// search finishes between the last two. Each probe is a cache miss (the key's offset,
-    /// then the key), and for integer keys, spread evenly or not too unevenly, this takes a
-    /// few probes where a binary search over a full leaf takes nine. `None` when the first
-    /// or last key is not 8 bytes wide (the caller searches by halves). Only the choice of
-    /// probes depends on the interpolation; every answer comes from comparing keys, so it
+    /// Search for an 8-byte key (`k` as an integer) by interpolation: each probe goes where
+    /// `k` would lie if the keys between the two that bracket it were evenly spread, and the
+    /// probe's key narrows the bracket. Each probe is a cache miss (the key's offset, then the
+    /// key); for evenly spread integer keys a full leaf takes five probes or so (the first and
+    /// last key included) where a search by halves takes nine. After [`INTERPOLATE_STEPS`]
+    /// probes, or at a key that is not 8 bytes wide, the search goes on by halves, so keys
+    /// spread unevenly cost a few probes more than halving, never a walk. `None` when the
+    /// first or last key is not 8 bytes wide (the caller searches by halves). Only the choice
+    /// of probes depends on the interpolation; every answer comes from comparing keys, so it
     /// is exact for any sorted node.
     fn search_u64(&self, key: &[u8], k: u64) -> Result<Option<Result<usize, usize>>, Damage> {
         let count = self.header.count;
@@ -274,50 +278,35 @@ impl<'a> Node<'a> {
             (_, Ordering::Equal) => return Ok(Some(Ok(count - 1))),
             _ => {}
         }
-        if first >= last || count - lo0 < 3 {
-            return Ok(None);
+        // The bracket: key(lo) = k_lo < k < k_hi = key(hi), so the answer is in lo + 1 ..= hi.
+        let (mut lo, mut hi, mut k_lo, mut k_hi) = (lo0, count - 1, first, last);
+        for _ in 0..INTERPOLATE_STEPS {
+            if hi - lo < 2 {
+                return Ok(Some(Err(hi)));
+            }
+            debug_assert!(k_lo < k && k < k_hi);
+            // In floating point: a 128-bit division costs more than the cache miss it saves.
+            let inner = (hi - lo - 1) as f64;
+            let fraction = (k - k_lo) as f64 / (k_hi - k_lo) as f64;
+            let probe = lo + 1 + ((fraction * inner) as usize).min(hi - lo - 2);
+            debug_assert!(probe > lo && probe < hi);
+            let probed = self.key(probe)?;
+            let Ok(wide) = <[u8; 8]>::try_from(probed) else {
+                // Not an integer to interpolate with: halve from here.
+                return match compare_keys(probed, key) {
+                    Ordering::Equal => Ok(Some(Ok(probe))),
+                    Ordering::Less => self.binary_search(key, probe + 1, hi).map(Some),
+                    Ordering::Greater => self.binary_search(key, lo + 1, probe).map(Some),
+                };
+            };
+            let at = u64::from_be_bytes(wide);
+            match at.cmp(&k) {
+                Ordering::Equal => return Ok(Some(Ok(probe))),
+                Ordering::Less => (lo, k_lo) = (probe, at),
+                Ordering::Greater => (hi, k_hi) = (probe, at),
+            }
         }
-        // first < k < last: the answer lies in lo0 + 1 ..= count - 1.
-        let inner = (count - lo0 - 2) as u128;
-        let offset = (k - first) as u128 * inner / (last - first) as u128;
-        let guess = lo0 + 1 + offset as usize;
-        debug_assert!(guess > lo0 && guess < count - 1);
-        let (lo, hi) = match compare_keys(self.key(guess)?, key) {
-            Ordering::Equal => return Ok(Some(Ok(guess))),
-            Ordering::Less => {
-                // Upwards: entries up to `lo` are below `key`; entry count - 1 is above it.
-                let (mut lo, mut step) = (guess + 1, 1);
-                loop {
-                    let probe = guess + step;
-                    if probe >= count - 1 {
-                        break (lo, count - 1);
-                    }
-                    match compare_keys(self.key(probe)?, key) {
-                        Ordering::Less => lo = probe + 1,
-                        Ordering::Equal => return Ok(Some(Ok(probe))),
-                        Ordering::Greater => break (lo, probe),
-                    }
-                    step *= 2;
-                }
-            }
-            Ordering::Greater => {
-                // Downwards: entries from `hi` on are above `key`; entry lo0 is below it.
-                let (mut hi, mut step) = (guess, 1);
-                loop {
-                    if step >= guess - lo0 {
-                        break (lo0 + 1, hi);
-                    }
-                    let probe = guess - step;
-                    match compare_keys(self.key(probe)?, key) {
-                        Ordering::Greater => hi = probe,
-                        Ordering::Equal => return Ok(Some(Ok(probe))),
-                        Ordering::Less => break (probe + 1, hi),
-                    }
-                    step *= 2;
-                }
-            }
-        };
-        self.binary_search(key, lo, hi).map(Some)
+        self.binary_search(key, lo + 1, hi).map(Some)
     }
 
     /// The child of an inner node whose keys include `key`: the last entry whose key is at

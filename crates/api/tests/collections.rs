@@ -16,6 +16,8 @@ fn options() -> Options {
 #[derive(Clone, Debug)]
 enum Op {
     Insert(u16, u16),
+    /// Keys from the first on, ascending (the way a load runs), each with the value.
+    InsertRun(u16, u16, u16),
     Remove(u16),
     Get(u16),
     Range(Bound<u16>, Bound<u16>, bool),
@@ -32,6 +34,7 @@ fn bound() -> impl Strategy<Value = Bound<u16>> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => (0u16..600, 0u16..300).prop_map(|(k, v)| Op::Insert(k, v)),
+        1 => (0u16..600, 1u16..80, 0u16..300).prop_map(|(k, n, v)| Op::InsertRun(k, n, v)),
         3 => (0u16..600).prop_map(Op::Remove),
         1 => (0u16..600).prop_map(Op::Get),
         1 => (bound(), bound(), any::<bool>()).prop_map(|(l, h, r)| Op::Range(l, h, r)),
@@ -89,6 +92,12 @@ proptest! {
                         Op::Insert(k, v) => {
                             let old = map.insert(&mut txn, &key_of(k), &value_of(k, v)).unwrap();
                             prop_assert_eq!(old, scratch.insert(key_of(k), value_of(k, v)));
+                        }
+                        Op::InsertRun(first, n, v) => {
+                            for k in first..first.saturating_add(n).min(600) {
+                                let old = map.insert(&mut txn, &key_of(k), &value_of(k, v)).unwrap();
+                                prop_assert_eq!(old, scratch.insert(key_of(k), value_of(k, v)));
+                            }
                         }
                         Op::Remove(k) => {
                             prop_assert_eq!(map.remove(&mut txn, &key_of(k)).unwrap(), scratch.remove(&key_of(k)));

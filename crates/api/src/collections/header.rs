@@ -26,10 +26,15 @@ pub const HEIGHT_MAX: u32 = 16;
 /// does not read and check the header object again. Sound because the transaction holds the
 /// header's page locked from its first read to its end, so only its own `write_meta` can
 /// change it, and that updates the copy.
+///
+/// It also keeps where the transaction's last descent to a leaf ended (`leaf`), for the same
+/// reason: the nodes on the way are locked until the transaction ends, so only its own
+/// changes can move the leaf's bounds, and every change above the leaves forgets it.
 #[doc(hidden)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Debug, Default)]
 pub struct MetaCache {
     pub(crate) last: Option<(lodestore_core::Oid, Meta)>,
+    pub(crate) leaf: super::tree::LeafHint,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

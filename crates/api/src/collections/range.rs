@@ -23,6 +23,11 @@ pub struct Range<'t, K, V> {
     front_next: Option<Option<Vec<u8>>>,
     back: Entries,
     back_next: Option<Option<Vec<u8>>>,
+    /// `low` (`high`) excludes the key the front (back) yielded last, which its buffer still
+    /// holds: the key is copied into the bound only when the buffer is refilled, not at every
+    /// item.
+    low_in_front: bool,
+    high_in_back: bool,
     done: bool,
     kinds: PhantomData<fn() -> (K, V)>,
 }
@@ -80,6 +85,8 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
             front_next: None,
             back: Entries::default(),
             back_next: None,
+            low_in_front: false,
+            high_in_back: false,
             done: false,
             kinds: PhantomData,
         }
@@ -101,17 +108,41 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
         Some(Err(error))
     }
 
+    /// Is `key` above what the front has yielded (and the range's start)?
+    #[inline]
+    fn above_low(&self, key: &[u8]) -> bool {
+        match self.front.last_yielded_key().filter(|_| self.low_in_front) {
+            Some(last) => key > last,
+            None => above(&self.low, key),
+        }
+    }
+
+    /// Is `key` below what the back has yielded (and the range's end)?
+    #[inline]
+    fn below_high(&self, key: &[u8]) -> bool {
+        match self.back.last_yielded_key().filter(|_| self.high_in_back) {
+            Some(last) => key < last,
+            None => below(&self.high, key),
+        }
+    }
+
     /// The next entry from the front.
     fn next_entry(&mut self) -> Result<Option<(K, V)>> {
         loop {
             if let Some((key, value)) = self.front.front() {
-                if !below(&self.high, key) {
+                if !self.below_high(key) {
                     return Ok(None);
                 }
                 let item = Self::decode(&self.tree, key, value)?;
-                set_excluded(&mut self.low, key);
                 self.front.pop_front();
+                self.low_in_front = true;
                 return Ok(Some(item));
+            }
+            // The buffer is refilled below: the key `low` excludes moves into the bound first.
+            if std::mem::take(&mut self.low_in_front) {
+                if let Some(last) = self.front.last_yielded_key() {
+                    set_excluded(&mut self.low, last);
+                }
             }
             let from = match &self.front_next {
                 None => borrowed(&self.low),
@@ -119,13 +150,12 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
                 Some(None) => return Ok(None),
             };
             if let Bound::Included(k) | Bound::Excluded(k) = from {
-                if !below(&self.high, k) {
+                if !self.below_high(k) {
                     return Ok(None);
                 }
             }
-            let scan = self.tree.scan_forward(self.txn, from)?;
-            self.front = scan.entries;
-            self.front_next = Some(scan.fence);
+            let fence = self.tree.scan_forward(self.txn, from, &mut self.front)?;
+            self.front_next = Some(fence);
         }
     }
 
@@ -133,13 +163,18 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
     fn next_back_entry(&mut self) -> Result<Option<(K, V)>> {
         loop {
             if let Some((key, value)) = self.back.front() {
-                if !above(&self.low, key) {
+                if !self.above_low(key) {
                     return Ok(None);
                 }
                 let item = Self::decode(&self.tree, key, value)?;
-                set_excluded(&mut self.high, key);
                 self.back.pop_front();
+                self.high_in_back = true;
                 return Ok(Some(item));
+            }
+            if std::mem::take(&mut self.high_in_back) {
+                if let Some(last) = self.back.last_yielded_key() {
+                    set_excluded(&mut self.high, last);
+                }
             }
             let to = match &self.back_next {
                 None => borrowed(&self.high),
@@ -147,13 +182,12 @@ impl<'t, K: Key, V: Value> Range<'t, K, V> {
                 Some(None) => return Ok(None),
             };
             if let Bound::Included(k) | Bound::Excluded(k) = to {
-                if !above(&self.low, k) {
+                if !self.above_low(k) {
                     return Ok(None);
                 }
             }
-            let scan = self.tree.scan_backward(self.txn, to)?;
-            self.back = scan.entries;
-            self.back_next = Some(scan.fence);
+            let fence = self.tree.scan_backward(self.txn, to, &mut self.back)?;
+            self.back_next = Some(fence);
         }
     }
 }

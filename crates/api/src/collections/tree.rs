@@ -57,62 +57,71 @@ pub struct TreeReport {
     pub height: u32,
 }
 
-/// The leaf a range scan reads next, its entries in the range, and where the next leaf's keys
-/// begin (scanning forward) or end (scanning backward); `None` when this is the last.
-pub(crate) struct LeafScan {
-    pub entries: Entries,
-    pub fence: Option<Vec<u8>>,
-}
-
-/// Entries copied out of a leaf, in the order a scan yields them: keys and values in one
-/// buffer, so a scan allocates per leaf, not per entry.
+/// Entries copied out of a leaf, in the order a scan yields them: the leaf copied whole (one
+/// copy, not one per key and value) into a buffer the next leaf reuses, and where each entry
+/// to yield lies in it. A scan allocates nothing per entry and, once its buffers have grown,
+/// nothing per leaf.
 #[derive(Default)]
 pub(crate) struct Entries {
     bytes: Vec<u8>,
-    /// Each entry's start in `bytes`, key length and value length.
-    spans: std::collections::VecDeque<(usize, usize, usize)>,
+    /// Each entry's key and value start in `bytes` and their lengths, in yield order.
+    spans: Vec<(u32, u16, u32, u16)>,
+    /// The next entry to yield.
+    next: usize,
 }
 
 impl Entries {
-    fn with_capacity(entries: usize, bytes: usize) -> Entries {
-        Entries {
-            bytes: Vec::with_capacity(bytes),
-            spans: std::collections::VecDeque::with_capacity(entries),
-        }
-    }
-
-    fn push(&mut self, key: &[u8], value: &[u8]) {
-        self.spans
-            .push_back((self.bytes.len(), key.len(), value.len()));
-        self.bytes.extend_from_slice(key);
-        self.bytes.extend_from_slice(value);
-    }
-
-    /// The next entry's key and value.
-    pub fn front(&self) -> Option<(&[u8], &[u8])> {
-        let &(at, key_len, value_len) = self.spans.front()?;
-        let key_end = at + key_len;
+    #[inline]
+    fn span(&self, at: usize) -> Option<(&[u8], &[u8])> {
+        let &(key_at, key_len, value_at, value_len) = self.spans.get(at)?;
+        let (key_at, value_at) = (key_at as usize, value_at as usize);
         Some((
-            &self.bytes[at..key_end],
-            &self.bytes[key_end..key_end + value_len],
+            &self.bytes[key_at..key_at + key_len as usize],
+            &self.bytes[value_at..value_at + value_len as usize],
         ))
     }
 
-    pub fn pop_front(&mut self) {
-        self.spans.pop_front();
+    /// The next entry's key and value.
+    #[inline]
+    pub fn front(&self) -> Option<(&[u8], &[u8])> {
+        self.span(self.next)
     }
 
-    /// Copies entries `indexes` of leaf `n`.
-    fn copy_from(
+    #[inline]
+    pub fn pop_front(&mut self) {
+        debug_assert!(self.next < self.spans.len());
+        self.next += 1;
+    }
+
+    /// The key of the entry yielded last, while the buffer still holds it.
+    #[inline]
+    pub fn last_yielded_key(&self) -> Option<&[u8]> {
+        Some(self.span(self.next.checked_sub(1)?)?.0)
+    }
+
+    /// Replaces the entries with entries `indexes` of leaf `n`.
+    fn refill(
+        &mut self,
         n: &Node<'_>,
         indexes: impl ExactSizeIterator<Item = usize>,
-    ) -> std::result::Result<Entries, node::Damage> {
-        let mut out = Entries::with_capacity(indexes.len(), n.bytes_used());
+    ) -> std::result::Result<(), node::Damage> {
+        // Nodes fit a page: offsets and lengths fit the span's fields.
+        debug_assert!(n.bytes.len() <= u16::MAX as usize);
+        self.bytes.clear();
+        self.bytes.extend_from_slice(n.bytes);
+        self.spans.clear();
+        self.spans.reserve(indexes.len());
+        self.next = 0;
         for i in indexes {
-            let (key, value) = n.entry(i)?;
-            out.push(key, value);
+            let (key, value) = n.ranges(i)?;
+            self.spans.push((
+                key.start as u32,
+                key.len() as u16,
+                value.start as u32,
+                value.len() as u16,
+            ));
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -131,6 +140,42 @@ enum LeafInsert {
 
 /// The inner nodes on the way to a leaf: each node and the child taken.
 type Path = Vec<(RawOid, usize)>;
+
+/// The leaf a transaction's last descent of a collection reached, the keys it can hold, and
+/// the way there: an insert or lookup whose key falls within those bounds goes straight to
+/// the leaf (keys inserted in ascending order, or near each other, descend once per leaf).
+/// Valid while the transaction holds the locks it took on the way down (to its end) and has
+/// changed no inner node, header or node allocation since: every such change forgets it.
+#[derive(Debug, Default)]
+pub(crate) struct LeafHint {
+    valid: bool,
+    tree: RawOid,
+    leaf: RawOid,
+    /// The leaf is the tree's last.
+    last: bool,
+    /// The lowest key the leaf may hold, if bounded (buffers kept for the next descent).
+    low: Option<()>,
+    low_key: Vec<u8>,
+    /// The key the next leaf starts at, if any.
+    high: Option<()>,
+    high_key: Vec<u8>,
+    path: Path,
+}
+
+impl LeafHint {
+    /// The leaf of `tree` that holds `key`, and whether it is the last, if known.
+    fn leaf_for(&self, tree: RawOid, key: &[u8]) -> Option<(RawOid, bool)> {
+        let holds = self.valid
+            && self.tree == tree
+            && (self.low.is_none() || node::compare_keys(key, &self.low_key).is_ge())
+            && (self.high.is_none() || node::compare_keys(key, &self.high_key).is_lt());
+        holds.then_some((self.leaf, self.last))
+    }
+
+    pub(crate) fn forget(&mut self) {
+        self.valid = false;
+    }
+}
 
 fn node_type(meta: &Meta) -> (TypeId, usize) {
     (TypeId::COLLECTION_NODE, meta.node_len)
@@ -239,6 +284,7 @@ impl Tree {
     fn write_meta(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<()> {
         // Forgotten first: should the write fail, the next read goes to the object.
         txn.meta_cache().last = None;
+        txn.meta_cache().leaf.forget();
         txn.client()
             .collection_bytes_mut(self.header, (TypeId::COLLECTION, HEADER_LEN))?
             .copy_from_slice(&meta.encode());
@@ -276,6 +322,10 @@ impl Tree {
         plan: impl FnOnce(Node<'_>) -> std::result::Result<(P, Option<node::Writes>), node::Damage>,
         apply: impl FnOnce(&mut [u8], &P) -> std::result::Result<R, node::Damage>,
     ) -> Result<(P, Option<R>)> {
+        if level > 0 {
+            // A change above the leaves may move a leaf's bounds.
+            txn.meta_cache().leaf.forget();
+        }
         let mut planned = None;
         let (found, bytes) = txn
             .client()
@@ -317,6 +367,7 @@ impl Tree {
         level: u32,
         entries: &[Entry],
     ) -> Result<()> {
+        txn.meta_cache().leaf.forget();
         self.change(
             txn,
             meta,
@@ -357,11 +408,13 @@ impl Tree {
     }
 
     fn alloc_node(&self, txn: &mut Transaction<'_>, meta: &Meta) -> Result<RawOid> {
+        txn.meta_cache().leaf.forget();
         txn.client()
             .alloc_collection_object(TypeId::COLLECTION_NODE, meta.node_len)
     }
 
     fn free_node(&self, txn: &mut Transaction<'_>, meta: &Meta, oid: RawOid) -> Result<()> {
+        txn.meta_cache().leaf.forget();
         txn.client()
             .free_collection_object(oid, node_type(meta))
             .map_err(|e| self.node_error(oid, e))
@@ -390,6 +443,73 @@ impl Tree {
         Ok((path, oid, last))
     }
 
+    /// The leaf whose keys include `key`, and whether it is the tree's last: from the
+    /// transaction's hint when `key` is within its bounds, else by a descent that leaves the
+    /// hint for the next call (with the way down, for [`Tree::take_path`]).
+    fn locate(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<(RawOid, bool)> {
+        if let Some(found) = txn.meta_cache().leaf.leaf_for(self.header, key) {
+            return Ok(found);
+        }
+        txn.meta_cache().leaf.forget();
+        let mut hint = std::mem::take(&mut txn.meta_cache().leaf);
+        hint.path.clear();
+        hint.low = None;
+        hint.high = None;
+        let mut oid = meta.root;
+        let mut last = true;
+        for level in (1..=meta.height).rev() {
+            let (i, child, last_child) = self.read(txn, meta, oid, level, |n| {
+                let i = n.child_for(key)?;
+                // The child's bounds: its separator and the next one, where the node has
+                // them; else the node's own, from further up.
+                if i > 0 {
+                    hint.low = Some(());
+                    hint.low_key.clear();
+                    hint.low_key.extend_from_slice(n.key(i)?);
+                }
+                if i + 1 < n.count() {
+                    hint.high = Some(());
+                    hint.high_key.clear();
+                    hint.high_key.extend_from_slice(n.key(i + 1)?);
+                }
+                Ok((i, n.child(i)?, i + 1 == n.count()))
+            })?;
+            last &= last_child;
+            hint.path.push((oid, i));
+            oid = child;
+        }
+        hint.valid = true;
+        hint.tree = self.header;
+        hint.leaf = oid;
+        hint.last = last;
+        txn.meta_cache().leaf = hint;
+        Ok((oid, last))
+    }
+
+    /// The way down to `leaf`, which [`Tree::locate`] found for `key`: the hint's, taken
+    /// (the caller is about to change the tree above the leaves), or found again.
+    fn take_path(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        key: &[u8],
+        leaf: RawOid,
+    ) -> Result<Path> {
+        let hint = &mut txn.meta_cache().leaf;
+        if hint.leaf_for(self.header, key) == Some((leaf, hint.last)) {
+            hint.forget();
+            return Ok(std::mem::take(&mut hint.path));
+        }
+        let (path, found, _) = self.path_to(txn, meta, key)?;
+        if found != leaf {
+            return Err(self.damaged(
+                leaf,
+                format!("a second descent for a key reached node {found}, not this leaf"),
+            ));
+        }
+        Ok(path)
+    }
+
     pub fn check_key(&self, meta: &Meta, key: &[u8]) -> Result<()> {
         if key.len() > meta.key_max {
             return Err(Error::EntryTooLong {
@@ -413,11 +533,20 @@ impl Tree {
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        // The way down without the path a change would need.
-        let mut oid = meta.root;
-        for level in (1..=meta.height).rev() {
-            oid = self.read(txn, &meta, oid, level, |n| n.child(n.child_for(key)?))?;
-        }
+        let hinted = txn
+            .meta_cache()
+            .and_then(|cache| cache.leaf.leaf_for(self.header, key));
+        let oid = match hinted {
+            Some((leaf, _)) => leaf,
+            None => {
+                // The way down without the path a change would need.
+                let mut oid = meta.root;
+                for level in (1..=meta.height).rev() {
+                    oid = self.read(txn, &meta, oid, level, |n| n.child(n.child_for(key)?))?;
+                }
+                oid
+            }
+        };
         self.read(txn, &meta, oid, 0, |n| match n.search(key)? {
             Ok(i) => Ok(Some(read(n.value(i)?))),
             Err(_) => Ok(None),
@@ -441,7 +570,7 @@ impl Tree {
                 max: meta.value_max,
             });
         }
-        let (path, leaf, last_leaf) = self.path_to(txn, &meta, key)?;
+        let (leaf, last_leaf) = self.locate(txn, &meta, key)?;
         // The leaf is locked exclusive from the start: a shared lock upgraded later would let
         // two inserters into one leaf deadlock.
         let (found, done) = self.change(
@@ -486,13 +615,13 @@ impl Tree {
             }
             LeafInsert::Full(i, count) => (None, i, last_leaf && i == count),
         };
+        let mut path = self.take_path(txn, &meta, key, leaf)?;
         if append {
             // Past the last key of the tree (keys inserted in ascending order): the full leaf
             // stays as it is and the new key starts a leaf of its own, so an ascending load
             // fills its leaves instead of leaving each half empty.
             let new = self.alloc_node(txn, &meta)?;
             self.write_fresh(txn, &meta, new, 0, &[(key.to_vec(), value.to_vec())])?;
-            let mut path = path;
             if let Some((parent, entries)) =
                 self.link(txn, &mut meta, &mut path, leaf, 0, key.to_vec(), new)?
             {
@@ -710,12 +839,14 @@ impl Tree {
         Ok(())
     }
 
-    /// The leaf holding the first keys at or after `from`, with its entries from there on.
+    /// Puts into `into` the entries of the leaf holding the first keys at or after `from`,
+    /// from there on; where the next leaf's keys begin (`None`: this leaf is the last).
     pub fn scan_forward<T: NodeReader + ?Sized>(
         &self,
         txn: &mut T,
         from: Bound<&[u8]>,
-    ) -> Result<LeafScan> {
+        into: &mut Entries,
+    ) -> Result<Option<Vec<u8>>> {
         let meta = self.meta(txn)?;
         let mut oid = meta.root;
         let mut fence = None;
@@ -735,24 +866,25 @@ impl Tree {
             fence = upper.or(fence);
             oid = child;
         }
-        let entries = self.read(txn, &meta, oid, 0, |n| {
+        self.read(txn, &meta, oid, 0, |n| {
             let start = match from {
                 Bound::Unbounded => 0,
                 Bound::Included(k) => n.search(k)?.unwrap_or_else(|i| i),
                 Bound::Excluded(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
             };
-            Entries::copy_from(&n, start..n.count())
+            into.refill(&n, start..n.count())
         })?;
-        Ok(LeafScan { entries, fence })
+        Ok(fence)
     }
 
-    /// The leaf holding the last keys at or before `to`, with its entries up to there, last
-    /// first; the fence is the lowest key that leaf can hold.
+    /// Puts into `into` the entries of the leaf holding the last keys at or before `to`, up to
+    /// there, last first; the lowest key that leaf can hold (`None`: it is the first).
     pub fn scan_backward<T: NodeReader + ?Sized>(
         &self,
         txn: &mut T,
         to: Bound<&[u8]>,
-    ) -> Result<LeafScan> {
+        into: &mut Entries,
+    ) -> Result<Option<Vec<u8>>> {
         let meta = self.meta(txn)?;
         let mut oid = meta.root;
         let mut fence = None;
@@ -776,15 +908,15 @@ impl Tree {
             fence = lower.or(fence);
             oid = child;
         }
-        let entries = self.read(txn, &meta, oid, 0, |n| {
+        self.read(txn, &meta, oid, 0, |n| {
             let end = match to {
                 Bound::Unbounded => n.count(),
                 Bound::Included(k) => n.search(k)?.map_or_else(|i| i, |i| i + 1),
                 Bound::Excluded(k) => n.search(k)?.unwrap_or_else(|i| i),
             };
-            Entries::copy_from(&n, (0..end).rev())
+            into.refill(&n, (0..end).rev())
         })?;
-        Ok(LeafScan { entries, fence })
+        Ok(fence)
     }
 
     /// Visits every node, parents before children, with its level.
@@ -836,6 +968,7 @@ impl Tree {
         let meta = self.meta(txn)?;
         self.free_all(txn, &meta)?;
         txn.meta_cache().last = None;
+        txn.meta_cache().leaf.forget();
         txn.client()
             .free_collection_object(self.header, (TypeId::COLLECTION, HEADER_LEN))
     }

@@ -488,7 +488,9 @@ impl Session {
     /// growing random pause between them; then `Error::RetriesExhausted` says how many were
     /// made and what the last failure was. Any other error aborts the transaction and is
     /// returned at once. `work` may run several times, so it should not act outside the
-    /// transaction before it returns.
+    /// transaction before it returns. A rerun takes each collection it changes whole (its
+    /// header locked exclusive at the first insert or remove), so splits and merges that lost
+    /// a conflict once do not lose it again.
     pub fn transact<T>(
         &mut self,
         work: impl FnMut(&mut Transaction<'_>) -> Result<T>,
@@ -507,6 +509,11 @@ impl Session {
             attempt += 1;
             let outcome = {
                 let mut txn = self.begin()?;
+                // A rerun after a lock conflict takes each collection it changes whole
+                // (its header exclusive before anything else): splits there need the inner
+                // nodes exclusive, which concurrent inserters hold shared, and the same
+                // transaction could lose the same conflict at every attempt.
+                txn.collections_exclusive = attempt > 1;
                 match work(&mut txn) {
                     Ok(value) => txn.commit().map(|_| value),
                     Err(e) => {

@@ -16,6 +16,9 @@ pub struct Transaction<'s> {
     client: Option<&'s mut ClientSession>,
     finished: bool,
     meta_cache: crate::collections::header::MetaCache,
+    /// Changes to a collection lock its header exclusive first, so the transaction has the
+    /// tree to itself and cannot deadlock in it: set for a rerun after a lock conflict.
+    pub(crate) collections_exclusive: bool,
 }
 
 impl<'s> Transaction<'s> {
@@ -30,6 +33,7 @@ impl<'s> Transaction<'s> {
             client: Some(client),
             finished: false,
             meta_cache: Default::default(),
+            collections_exclusive: false,
         }
     }
 

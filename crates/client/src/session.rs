@@ -573,6 +573,21 @@ impl ClientSession {
     fn page(&mut self, page: PageId, mode: LockMode) -> Result<FrameId> {
         let txn = self.active()?;
         let id = txn.id;
+        if mode == LockMode::Shared {
+            // A frame validated in this transaction holds a page the transaction has locked
+            // (a frame is validated only under a lock, and locks last to the end): a read
+            // needs nothing more, not even the lock map.
+            if let Some(frame) = self.cache.lookup(page) {
+                if self.cache.state(frame).validated_in == Some(id) {
+                    debug_assert!(self
+                        .txn
+                        .as_ref()
+                        .is_some_and(|t| t.locks.contains_key(&page)));
+                    return Ok(frame);
+                }
+            }
+        }
+        let txn = self.active()?;
         let held = txn.locks.get(&page).copied();
         let frame = if held.is_some_and(|h| h.covers(mode)) {
             match self.cache.lookup(page) {

@@ -81,6 +81,7 @@ pub struct Header {
 }
 
 impl Header {
+    #[inline]
     pub fn read(node: &[u8]) -> Result<Header, Damage> {
         if node.len() < HEADER_BYTES || node.len() > u16::MAX as usize {
             return Err(format!("a node of {} bytes", node.len()));

@@ -182,6 +182,7 @@ fn node_type(meta: &Meta) -> (TypeId, usize) {
 }
 
 impl Tree {
+    #[cold]
     fn damaged(&self, node: RawOid, reason: impl Into<String>) -> Error {
         Error::CorruptCollection {
             collection: self.header,
@@ -348,6 +349,7 @@ impl Tree {
         Ok((found, Some(applied)))
     }
 
+    #[inline]
     fn check_level(&self, oid: RawOid, found: u8, level: u32) -> Result<()> {
         if found as u32 != level {
             return Err(self.damaged(
@@ -553,6 +555,22 @@ impl Tree {
         })
     }
 
+    /// In a transaction rerun after a lock conflict, locks the header exclusive before a
+    /// change: every operation on the tree reads the header first, so once this lock is
+    /// granted (after the transactions reading the tree have ended) the transaction has the
+    /// tree to itself and its splits and merges wait for nobody. Taking it again is a
+    /// lookup in the transaction's lock map.
+    fn claim_whole_tree(&self, txn: &mut Transaction<'_>) -> Result<()> {
+        if !txn.collections_exclusive {
+            return Ok(());
+        }
+        txn.client()
+            .collection_change(self.header, (TypeId::COLLECTION, HEADER_LEN), |_| {
+                Ok(((), None::<[std::ops::Range<usize>; 0]>))
+            })
+            .map(|_| ())
+    }
+
     /// Stores `value` under `key`; the value it replaced, if any.
     pub fn insert(
         &self,
@@ -560,6 +578,7 @@ impl Tree {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>> {
+        self.claim_whole_tree(txn)?;
         let mut meta = self.meta(txn)?;
         self.check_key(&meta, key)?;
         if value.len() > meta.value_max {
@@ -720,6 +739,7 @@ impl Tree {
 
     /// Removes `key`; the value it had, if any.
     pub fn remove(&self, txn: &mut Transaction<'_>, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.claim_whole_tree(txn)?;
         let mut meta = self.meta(txn)?;
         if key.len() > meta.key_max {
             return Ok(None);

@@ -23,6 +23,7 @@ use lodestore_core::{Error, Oid, PageId, Result, TxnId};
 // assigns and pages checked to exist, so a client cannot pick keys without bound.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
+use std::collections::hash_map::Entry;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -368,13 +369,16 @@ impl Table {
         };
         let mut still = Vec::new();
         for resource in resources {
-            if let Some(holders) = self.holders.get_mut(&resource) {
-                holders.retain(|(o, _)| o.txn != txn || !remove(*o));
-                if holders.iter().any(|(o, _)| o.txn == txn) {
+            // One lookup per resource, the entry removed through it when left empty.
+            if let Entry::Occupied(mut holders) = self.holders.entry(resource) {
+                holders
+                    .get_mut()
+                    .retain(|(o, _)| o.txn != txn || !remove(*o));
+                if holders.get().iter().any(|(o, _)| o.txn == txn) {
                     still.push(resource);
                 }
-                if holders.is_empty() {
-                    self.holders.remove(&resource);
+                if holders.get().is_empty() {
+                    holders.remove();
                 }
             }
         }

@@ -220,10 +220,64 @@ pub struct LockStats {
     pub timeouts: u64,
 }
 
+/// Who `txn` must wait for to get `mode` on `resource`, whose holders are `holders`, having
+/// first waited with `ticket`: other transactions holding a conflicting mode and, unless `txn`
+/// converts a lock it holds, earlier waiters for a conflicting mode.
+#[inline]
+fn blockers(
+    modes: &ModeTable,
+    holders: &[(Owner, ModeId)],
+    waiting: &HashMap<TxnId, Waiter>,
+    txn: TxnId,
+    resource: Resource,
+    mode: ModeId,
+    ticket: u64,
+) -> Vec<TxnId> {
+    let mut blockers = Vec::new();
+    let mut converts = false;
+    for &(owner, held) in holders {
+        if owner.txn == txn {
+            converts = true;
+        } else if !modes.compatible(held, mode) && !blockers.contains(&owner.txn) {
+            blockers.push(owner.txn);
+        }
+    }
+    // Most requests meet an empty queue: skip walking it.
+    if !converts && !waiting.is_empty() {
+        blockers.extend(
+            waiting
+                .iter()
+                .filter(|(t, w)| {
+                    **t != txn
+                        && w.resource == resource
+                        && w.ticket < ticket
+                        && !modes.compatible(w.mode, mode)
+                })
+                .map(|(t, _)| *t),
+        );
+    }
+    blockers
+}
+
+/// The mode `owner`, or an ancestor of it (its transaction at a lower level), holds among
+/// `holders` that covers `mode`. A subtransaction's lock covers neither its parent nor a
+/// sibling that follows it: it may be released at the subtransaction's end.
+#[inline]
+fn covering(
+    modes: &ModeTable,
+    holders: &[(Owner, ModeId)],
+    owner: Owner,
+    mode: ModeId,
+) -> Option<ModeId> {
+    holders
+        .iter()
+        .find(|(o, m)| o.txn == owner.txn && o.level <= owner.level && modes.covers(*m, mode))
+        .map(|&(_, m)| m)
+}
+
 impl Table {
     /// Who `txn` must wait for to get `mode` on `resource`, having first waited with
-    /// `ticket`: other transactions holding a conflicting mode and, unless `txn` converts a
-    /// lock it holds, earlier waiters for a conflicting mode.
+    /// `ticket` (see [`blockers`]).
     fn conflicts(
         &self,
         modes: &ModeTable,
@@ -232,29 +286,11 @@ impl Table {
         mode: ModeId,
         ticket: u64,
     ) -> Vec<TxnId> {
-        let mut blockers = Vec::new();
-        let mut converts = false;
-        for &(owner, held) in self.holders.get(&resource).into_iter().flatten() {
-            if owner.txn == txn {
-                converts = true;
-            } else if !modes.compatible(held, mode) && !blockers.contains(&owner.txn) {
-                blockers.push(owner.txn);
-            }
-        }
-        if !converts {
-            blockers.extend(
-                self.waiting
-                    .iter()
-                    .filter(|(t, w)| {
-                        **t != txn
-                            && w.resource == resource
-                            && w.ticket < ticket
-                            && !modes.compatible(w.mode, mode)
-                    })
-                    .map(|(t, _)| *t),
-            );
-        }
-        blockers
+        let holders = self
+            .holders
+            .get(&resource)
+            .map_or(&[][..], |h| h.as_slice());
+        blockers(modes, holders, &self.waiting, txn, resource, mode, ticket)
     }
 
     /// `txn`'s ticket if it waits already.
@@ -281,34 +317,12 @@ impl Table {
             ..
         } = self;
         let entry = holders.entry(resource).or_default();
-        if let Some(&(_, covering)) = entry
-            .iter()
-            .find(|(o, m)| o.txn == owner.txn && o.level <= owner.level && modes.covers(*m, mode))
-        {
+        if let Some(covering) = covering(modes, entry, owner, mode) {
             return Ok(covering);
         }
-        let mut blockers = Vec::new();
-        let mut converts = false;
-        for &(other, held_mode) in entry.iter() {
-            if other.txn == owner.txn {
-                converts = true;
-            } else if !modes.compatible(held_mode, mode) && !blockers.contains(&other.txn) {
-                blockers.push(other.txn);
-            }
-        }
-        if !converts && !waiting.is_empty() {
-            blockers.extend(
-                waiting
-                    .iter()
-                    .filter(|(t, w)| {
-                        **t != owner.txn
-                            && w.resource == resource
-                            && w.ticket < ticket
-                            && !modes.compatible(w.mode, mode)
-                    })
-                    .map(|(t, _)| *t),
-            );
-        }
+        let blockers = blockers(modes, entry, waiting, owner.txn, resource, mode, ticket);
+        // No holder of the owner's transaction: its first lock on the resource, at any level.
+        let first_of_txn = !entry.iter().any(|(o, _)| o.txn == owner.txn);
         if !blockers.is_empty() {
             if entry.is_empty() {
                 holders.remove(&resource);
@@ -325,22 +339,17 @@ impl Table {
                 mode
             }
         };
-        // The transaction's first lock on the resource, at any level.
-        if !converts {
+        if first_of_txn {
             held.entry(owner.txn).or_default().push(resource);
         }
         Ok(granted)
     }
 
-    /// Does `owner`, or an ancestor of it (its transaction at a lower level), hold a mode
-    /// covering `mode` on `resource`? A subtransaction's lock covers neither its parent nor
-    /// a sibling that follows it: it may be released at the subtransaction's end.
+    /// Does `owner`, or an ancestor of it, hold a mode covering `mode` on `resource`?
     fn holds(&self, modes: &ModeTable, owner: Owner, resource: Resource, mode: ModeId) -> bool {
-        self.holders.get(&resource).is_some_and(|h| {
-            h.iter().any(|(o, m)| {
-                o.txn == owner.txn && o.level <= owner.level && modes.covers(*m, mode)
-            })
-        })
+        self.holders
+            .get(&resource)
+            .is_some_and(|h| covering(modes, h, owner, mode).is_some())
     }
 
     /// Would `txn` waiting for `blockers` close a cycle? Depth-first over waits-for edges.

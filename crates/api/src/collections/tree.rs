@@ -164,6 +164,7 @@ pub(crate) struct LeafHint {
 
 impl LeafHint {
     /// The leaf of `tree` that holds `key`, and whether it is the last, if known.
+    #[inline]
     fn leaf_for(&self, tree: RawOid, key: &[u8]) -> Option<(RawOid, bool)> {
         let holds = self.valid
             && self.tree == tree
@@ -422,36 +423,25 @@ impl Tree {
             .map_err(|e| self.node_error(oid, e))
     }
 
-    /// The inner nodes from the root down to the leaf whose keys include `key`, locked
-    /// shared, and that leaf; and whether it is the tree's last leaf.
-    fn path_to<T: NodeReader + ?Sized>(
-        &self,
-        txn: &mut T,
-        meta: &Meta,
-        key: &[u8],
-    ) -> Result<(Path, RawOid, bool)> {
-        let mut path = Vec::with_capacity(meta.height as usize);
-        let mut oid = meta.root;
-        let mut last = true;
-        for level in (1..=meta.height).rev() {
-            let (i, child, last_child) = self.read(txn, meta, oid, level, |n| {
-                let i = n.child_for(key)?;
-                Ok((i, n.child(i)?, i + 1 == n.count()))
-            })?;
-            last &= last_child;
-            path.push((oid, i));
-            oid = child;
+    /// The leaf whose keys include `key`, and whether it is the tree's last: from the
+    /// transaction's hint when `key` is within its bounds, else by a descent from the root
+    /// that takes each inner node shared and leaves the hint for the next call (with the way
+    /// down, for [`Tree::take_path`]).
+    #[inline]
+    fn locate(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<(RawOid, bool)> {
+        match txn.meta_cache().leaf.leaf_for(self.header, key) {
+            Some(found) => Ok(found),
+            None => self.descend(txn, meta, key),
         }
-        Ok((path, oid, last))
     }
 
-    /// The leaf whose keys include `key`, and whether it is the tree's last: from the
-    /// transaction's hint when `key` is within its bounds, else by a descent that leaves the
-    /// hint for the next call (with the way down, for [`Tree::take_path`]).
-    fn locate(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<(RawOid, bool)> {
-        if let Some(found) = txn.meta_cache().leaf.leaf_for(self.header, key) {
-            return Ok(found);
-        }
+    /// [`Tree::locate`] without the hint: the descent, which leaves a new hint.
+    fn descend(
+        &self,
+        txn: &mut Transaction<'_>,
+        meta: &Meta,
+        key: &[u8],
+    ) -> Result<(RawOid, bool)> {
         txn.meta_cache().leaf.forget();
         let mut hint = std::mem::take(&mut txn.meta_cache().leaf);
         hint.path.clear();
@@ -502,7 +492,11 @@ impl Tree {
             hint.forget();
             return Ok(std::mem::take(&mut hint.path));
         }
-        let (path, found, _) = self.path_to(txn, meta, key)?;
+        // The hint is gone (a change above the leaves since): descend again, which leaves it.
+        let (found, _) = self.descend(txn, meta, key)?;
+        let hint = &mut txn.meta_cache().leaf;
+        hint.forget();
+        let path = std::mem::take(&mut hint.path);
         if found != leaf {
             return Err(self.damaged(
                 leaf,
@@ -744,7 +738,10 @@ impl Tree {
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        let (path, leaf, _) = self.path_to(txn, &meta, key)?;
+        let (leaf, _) = self.locate(txn, &meta, key)?;
+        // A removal may merge nodes, which needs the way down: taken now, as the merge would
+        // forget the hint.
+        let path = self.take_path(txn, &meta, key, leaf)?;
         let (found, _) = self.change(
             txn,
             &meta,

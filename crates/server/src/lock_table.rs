@@ -300,7 +300,7 @@ impl Table {
 
     /// Grants `mode` on `resource` to `owner` unless others conflict, with one lookup of the
     /// resource (the path of nearly every request): the mode `owner` holds afterwards, or who
-    /// it must wait for (as [`Table::conflicts`]). A lock held already by `owner` or an
+    /// it must wait for (see [`blockers`]). A lock held already by `owner` or an
     /// ancestor in a mode covering `mode` is granted as it is.
     fn try_grant(
         &mut self,

@@ -115,6 +115,10 @@ pub(crate) struct State {
     /// Set when a write failed half way: the in-memory state no longer matches the disk and
     /// the server refuses further work until it is reopened (and recovers).
     pub failed: Option<String>,
+    /// Pages of the newest extension of the volume that nothing has allocated since: each
+    /// still holds the image the extension wrote, so an allocation installs that image
+    /// instead of reading it back (a bulk load allocates thousands).
+    pub fresh_pages: Range<u32>,
 }
 
 /// What the server remembers about an active transaction.
@@ -242,6 +246,7 @@ impl Server {
                 stats: ServerStats::default(),
                 method_state,
                 failed: None,
+                fresh_pages: 0..0,
             }),
             volume,
             log,
@@ -492,6 +497,17 @@ impl Server {
         self.cache_page_checked(state, page, true)
     }
 
+    /// [`Self::cache_page`] for a page about to be allocated: a page of the newest extension
+    /// that has not been in the pool since gets the image the extension wrote, without a read.
+    fn cache_page_to_allocate(&self, state: &mut State, page: PageId) -> Result<()> {
+        if !state.fresh_pages.contains(&page.0) || state.pool.contains(page) {
+            return self.cache_page(state, page);
+        }
+        let mut image = vec![0u8; self.volume.page_size()];
+        self.volume.format_new_page(page, &mut image);
+        self.install(state, page, &image)
+    }
+
     /// [`Self::cache_page`] for a page in the middle of a change: one the caller's
     /// transaction holds exclusively, or one recovery redoes or undoes. Log records of one
     /// change may reach the server apart (a client logs a page's blocks as its recovery
@@ -552,6 +568,12 @@ impl Server {
 
     /// Puts `image` into the pool as `page` (not present yet), writing back a dirty victim.
     pub(crate) fn install(&self, state: &mut State, page: PageId, image: &[u8]) -> Result<()> {
+        // Every change to a page passes through the pool: one that has been here may differ
+        // from what the extension wrote. Allocation takes free pages in ascending order, so
+        // the fresh range shrinks from its start; pages skipped below `page` are simply read.
+        if state.fresh_pages.contains(&page.0) {
+            state.fresh_pages.start = page.0 + 1;
+        }
         let (frame, victim) = state.pool.reserve(page);
         if let Some(victim) = victim {
             state.stats.pool_evictions += 1;
@@ -1022,8 +1044,9 @@ impl PageServer for Server {
             let Some(page) = state.space.next_free() else {
                 let missing = count - pages.len() as u32;
                 let grow = missing.clamp(EXTEND_PAGES_MIN, EXTEND_PAGES_MAX);
-                self.volume.extend(grow)?;
+                let first = self.volume.extend(grow)?;
                 state.space.grow(self.volume.page_count());
+                state.fresh_pages = first.0..first.0 + grow;
                 continue;
             };
             // Reserve it first, so the search moves on whatever the page turns out to be.
@@ -1031,7 +1054,7 @@ impl PageServer for Server {
             if self.locks.locked_by_other(txn, page) {
                 continue;
             }
-            self.cache_page(&mut state, page)?;
+            self.cache_page_to_allocate(&mut state, page)?;
             let image = state.pool.get(page).expect("page just cached");
             if page::kind(image) != Some(PageKind::Free) {
                 let actual = entry_for_image(page, image);

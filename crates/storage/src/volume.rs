@@ -271,6 +271,19 @@ impl Volume {
         self.storage.write_at(id.offset(self.page_size), buf)
     }
 
+    /// The image [`Self::extend`] writes for page `id`: free, or a space-map page where the
+    /// layout puts one; sealed. Lets the server know a new page without reading it back.
+    pub fn format_new_page(&self, id: PageId, page: &mut [u8]) {
+        assert_eq!(page.len(), self.page_size);
+        page.fill(0);
+        if spacemap::is_map_page(id, self.page_size) {
+            spacemap::init(page, id, self.volume_id);
+        } else {
+            page::format(page, PageKind::Free, id, self.volume_id);
+        }
+        page::seal(page);
+    }
+
     /// Appends `count` pages, formatted free (or as space-map pages where the layout puts one),
     /// and returns the first new page. Not durable until the next sync.
     pub fn extend(&self, count: u32) -> Result<PageId> {
@@ -283,13 +296,7 @@ impl Volume {
         })?;
         let mut buf = vec![0u8; count as usize * self.page_size];
         for (i, page) in buf.chunks_exact_mut(self.page_size).enumerate() {
-            let id = PageId(first + i as u32);
-            if spacemap::is_map_page(id, self.page_size) {
-                spacemap::init(page, id, self.volume_id);
-            } else {
-                page::format(page, PageKind::Free, id, self.volume_id);
-            }
-            page::seal(page);
+            self.format_new_page(PageId(first + i as u32), page);
         }
         self.storage
             .write_at(PageId(first).offset(self.page_size), &buf)?;

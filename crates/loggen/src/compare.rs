@@ -37,6 +37,21 @@ pub fn for_each_run(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range<u
     for_each_run_on(ScanPath::widest(), a, b, found)
 }
 
+/// [`for_each_run`] for a caller that joins runs separated by at most `bridge` equal bytes
+/// anyway (the minimal-traffic rule, for which `bridge` is half a record's fixed cost): such
+/// runs may come joined already, read off the masks a word at a time, so a page whose changed
+/// bytes are dense (a new page, a rebuilt node) costs a few runs rather than thousands. Runs
+/// further apart always come apart, so the caller's joining gives exactly what it would give
+/// on the runs of [`for_each_run`].
+pub fn for_each_run_bridged(
+    a: &[u8],
+    b: &[u8],
+    bridge: usize,
+    found: &mut impl FnMut(std::ops::Range<usize>),
+) {
+    for_each_run_bridged_on(ScanPath::widest(), a, b, bridge, found)
+}
+
 /// The instructions a scan for runs is made of. [`for_each_run`] takes the widest the CPU
 /// has; benchmarks compare them all on the same pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,20 +114,34 @@ pub fn for_each_run_on(
     b: &[u8],
     found: &mut impl FnMut(std::ops::Range<usize>),
 ) {
+    for_each_run_bridged_on(path, a, b, 0, found)
+}
+
+/// [`for_each_run_bridged`] on a given path. The word path joins nothing (it finds each run
+/// by scanning to its end, so joining would save no work).
+pub fn for_each_run_bridged_on(
+    path: ScanPath,
+    a: &[u8],
+    b: &[u8],
+    bridge: usize,
+    found: &mut impl FnMut(std::ops::Range<usize>),
+) {
     assert_eq!(a.len(), b.len());
+    // Gaps of 64 bytes or more never lie inside one mask.
+    let bridge = bridge.min(63) as u32;
     #[cfg(target_arch = "x86_64")]
     match path {
         ScanPath::Avx512 if path.is_available() => {
             // SAFETY: the CPU supports AVX-512BW, checked just above.
-            return unsafe { x86::for_each_run_avx512(a, b, found) };
+            return unsafe { x86::for_each_run_avx512(a, b, bridge, found) };
         }
         ScanPath::Avx2 if path.is_available() => {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { x86::for_each_run_avx2(a, b, found) };
+            return unsafe { x86::for_each_run_avx2(a, b, bridge, found) };
         }
         _ => {}
     }
-    let _ = path;
+    let _ = (path, bridge);
     for_each_run_words(a, b, found)
 }
 
@@ -137,9 +166,10 @@ fn for_each_run_words(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
 fn runs_of_word(
-    mut differing: u64,
+    differing: u64,
     width: u32,
     base: usize,
+    bridge: u32,
     open: &mut Option<usize>,
     found: &mut impl FnMut(std::ops::Range<usize>),
 ) {
@@ -148,6 +178,7 @@ fn runs_of_word(
         width == 64 || differing >> width == 0,
         "bits past the mask's width"
     );
+    let mut differing = bridge_gaps(differing, bridge);
     if let Some(start) = *open {
         // The first equal byte ends the open run; none within the width continues it.
         let end = (!differing).trailing_zeros();
@@ -171,6 +202,68 @@ fn runs_of_word(
     }
 }
 
+/// `differing` with the bits of every gap of at most `bridge` (below 64) equal bytes that lies
+/// between two differing bytes of the mask set, as if those bytes differed. Gaps at either end
+/// of the mask are left alone: their other side is in another mask.
+#[inline(always)]
+fn bridge_gaps(differing: u64, bridge: u32) -> u64 {
+    debug_assert!(bridge < 64);
+    if bridge == 0 || differing & differing.wrapping_add(1) == 0 {
+        return differing; // nothing to join, or one run starting at the mask's first byte
+    }
+    let equal = !differing;
+    // Bit p: bytes p ..= p + bridge all equal, so a gap longer than `bridge` covers p.
+    let long_starts = all_in_window(equal, bridge + 1);
+    // Every byte of such a gap: within `bridge` bytes after one of those starts.
+    let in_long_gaps = any_in_window_below(long_starts, bridge + 1);
+    let first = differing.trailing_zeros();
+    let last = 63 - differing.leading_zeros();
+    let inside = (u64::MAX << first) & (u64::MAX >> (63 - last));
+    differing | (equal & !in_long_gaps & inside)
+}
+
+/// Bit p set when bits p .. p + len (1 to 64) of `bits` are all set; bits past the top read
+/// as clear.
+#[inline(always)]
+fn all_in_window(bits: u64, len: u32) -> u64 {
+    // Windows of doubling length, combined along the binary digits of `len`.
+    let (mut result, mut done) = (u64::MAX, 0);
+    let (mut power, mut power_len) = (bits, 1);
+    let mut rest = len;
+    while rest != 0 {
+        if rest & 1 != 0 {
+            result &= power.checked_shr(done).unwrap_or(0);
+            done += power_len;
+        }
+        rest >>= 1;
+        if rest != 0 {
+            power &= power.checked_shr(power_len).unwrap_or(0);
+            power_len *= 2;
+        }
+    }
+    result
+}
+
+/// Bit p set when any of bits p - len + 1 ..= p of `bits` is set (`len` 1 to 64).
+#[inline(always)]
+fn any_in_window_below(bits: u64, len: u32) -> u64 {
+    let (mut result, mut done) = (0, 0);
+    let (mut power, mut power_len) = (bits, 1);
+    let mut rest = len;
+    while rest != 0 {
+        if rest & 1 != 0 {
+            result |= power.checked_shl(done).unwrap_or(0);
+            done += power_len;
+        }
+        rest >>= 1;
+        if rest != 0 {
+            power |= power.checked_shl(power_len).unwrap_or(0);
+            power_len *= 2;
+        }
+    }
+    result
+}
+
 /// The runs in the whole 128-byte steps of two slices of `len` bytes, for the vector paths:
 /// `equal(at)` tells whether the step at `at` is all equal, `masks(at)` gives its two 64-bit
 /// masks of differing bytes; both are called only with `at + 128 <= len`. Returns where the
@@ -182,6 +275,7 @@ fn runs_of_steps(
     len: usize,
     equal: impl Fn(usize) -> bool,
     masks: impl Fn(usize) -> [u64; 2],
+    bridge: u32,
     open: &mut Option<usize>,
     found: &mut impl FnMut(std::ops::Range<usize>),
 ) -> usize {
@@ -201,8 +295,8 @@ fn runs_of_steps(
         // The step's compares again, for its masks: they are in L1, and a step that is
         // tested and masked in one go keeps more live across the equal steps.
         let [low, high] = masks(at);
-        runs_of_word(low, 64, at, open, found);
-        runs_of_word(high, 64, at + 64, open, found);
+        runs_of_word(low, 64, at, bridge, open, found);
+        runs_of_word(high, 64, at + 64, bridge, open, found);
         at += STEP_BYTES;
     }
     at
@@ -318,6 +412,7 @@ mod x86 {
     pub unsafe fn for_each_run_avx2(
         a: &[u8],
         b: &[u8],
+        bridge: u32,
         found: &mut impl FnMut(std::ops::Range<usize>),
     ) {
         let len = a.len();
@@ -330,7 +425,7 @@ mod x86 {
                 .enumerate()
                 .fold(0u64, |bits, (i, (x, y))| bits | (u64::from(x != y) << i));
             if len > 0 {
-                super::runs_of_word(differing, len as u32, 0, &mut open, found);
+                super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
             }
         } else if len <= MASK_BYTES {
             // A sub-page block: one mask from two overlapping compares.
@@ -338,7 +433,7 @@ mod x86 {
             // SAFETY: `32 <= len`, and `last + 32 == len`.
             let differing =
                 unsafe { differing_32_avx2(a, b, 0) | differing_32_avx2(a, b, last) << last };
-            super::runs_of_word(differing, len as u32, 0, &mut open, found);
+            super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
         } else {
             let mut at = super::runs_of_steps(
                 len,
@@ -346,13 +441,14 @@ mod x86 {
                 |at| unsafe { equal_128_avx2(a, b, at) },
                 // SAFETY: as above.
                 |at| unsafe { differing_128_avx2(a, b, at) },
+                bridge,
                 &mut open,
                 found,
             );
             while at + 32 <= len {
                 // SAFETY: `at + 32 <= len` for both slices.
                 let differing = unsafe { differing_32_avx2(a, b, at) };
-                super::runs_of_word(differing, 32, at, &mut open, found);
+                super::runs_of_word(differing, 32, at, bridge, &mut open, found);
                 at += 32;
             }
             if at < len {
@@ -360,7 +456,7 @@ mod x86 {
                 let last = len - 32;
                 // SAFETY: `last + 32 == len` for both slices.
                 let differing = unsafe { differing_32_avx2(a, b, last) } >> (at - last);
-                super::runs_of_word(differing, (len - at) as u32, at, &mut open, found);
+                super::runs_of_word(differing, (len - at) as u32, at, bridge, &mut open, found);
             }
         }
         if let Some(start) = open {
@@ -423,6 +519,7 @@ mod x86 {
     pub unsafe fn for_each_run_avx512(
         a: &[u8],
         b: &[u8],
+        bridge: u32,
         found: &mut impl FnMut(std::ops::Range<usize>),
     ) {
         let len = a.len();
@@ -432,7 +529,7 @@ mod x86 {
             // SAFETY: `len` bytes are in bounds for both slices.
             let differing = unsafe { differing_avx512(a, b, 0, len) };
             let mut open = None;
-            super::runs_of_word(differing, len as u32, 0, &mut open, found);
+            super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
             if let Some(start) = open {
                 found(start..len);
             }
@@ -450,6 +547,7 @@ mod x86 {
                     differing_avx512(a, b, at + MASK_BYTES, MASK_BYTES),
                 ]
             },
+            bridge,
             &mut open,
             found,
         );
@@ -457,7 +555,7 @@ mod x86 {
             let width = (len - at).min(MASK_BYTES);
             // SAFETY: `at + width <= len` for both slices.
             let differing = unsafe { differing_avx512(a, b, at, width) };
-            super::runs_of_word(differing, width as u32, at, &mut open, found);
+            super::runs_of_word(differing, width as u32, at, bridge, &mut open, found);
             at += width;
         }
         if let Some(start) = open {
@@ -537,5 +635,55 @@ mod tests {
                 prop_assert_eq!(&runs, &expected_runs, "{}", path.name());
             }
         }
+
+        /// Runs joined across short gaps, once joined by the caller's rule, are the exact runs
+        /// joined by it; each still starts and ends at a differing byte.
+        #[test]
+        fn bridged_runs_join_to_the_exact_answer(
+            len in 0usize..400,
+            bridge in 0usize..80,
+            changes in proptest::collection::vec((0usize..400, 1usize..40), 0..12),
+        ) {
+            let a: Vec<u8> = (0..len).map(|i| (i * 17 % 253) as u8).collect();
+            let mut b = a.clone();
+            // Short runs with gaps of every width, some dense patches of single bytes.
+            for (at, width) in changes {
+                for i in (at..(at + width).min(len)).step_by(1 + width % 3) {
+                    b[i] ^= 0x33;
+                }
+            }
+            let join = |runs: &[std::ops::Range<usize>]| {
+                let mut joined: Vec<std::ops::Range<usize>> = Vec::new();
+                for run in runs {
+                    match joined.last_mut() {
+                        Some(last) if run.start - last.end <= bridge => last.end = run.end,
+                        _ => joined.push(run.clone()),
+                    }
+                }
+                joined
+            };
+            let expected = join(&runs_bytes(&a, &b));
+            for path in ScanPath::available() {
+                let mut runs = Vec::new();
+                for_each_run_bridged_on(path, &a, &b, bridge, &mut |r| runs.push(r));
+                for run in &runs {
+                    prop_assert!(a[run.start] != b[run.start] && a[run.end - 1] != b[run.end - 1]);
+                }
+                prop_assert_eq!(join(&runs), expected.clone(), "{}", path.name());
+            }
+        }
+    }
+
+    #[test]
+    fn gaps_are_bridged_inside_a_mask_only() {
+        // Ones at 0, 3 (gap 2), 10 (gap 6), and the top bit: gaps of 2 and 6 join at 6,
+        // the gap of 53 before the top bit does not, and bytes past the last one stay clear.
+        let mask = 1 | 1 << 3 | 1 << 10 | 1 << 63;
+        assert_eq!(bridge_gaps(mask, 6), 0b111_1111_1111 | 1 << 63);
+        assert_eq!(bridge_gaps(mask, 5), 0b1111 | 1 << 10 | 1 << 63);
+        assert_eq!(bridge_gaps(mask, 0), mask);
+        assert_eq!(bridge_gaps(1 << 5 | 1 << 9, 63), 0b11111 << 5);
+        assert_eq!(bridge_gaps(0, 10), 0);
+        assert_eq!(bridge_gaps(u64::MAX, 10), u64::MAX);
     }
 }

@@ -14,7 +14,7 @@ mod cuts;
 #[cfg(test)]
 mod tests;
 
-use crate::compare::for_each_run;
+use crate::compare::for_each_run_bridged;
 use bounds::ranges_stay_in_objects;
 pub use bounds::PageBounds;
 use cuts::Cuts;
@@ -84,8 +84,10 @@ pub(crate) fn page_ranges_with(
     let cuts = Cuts::of(before, after);
     // Some merged range may reach a bound: the runs themselves, split at the cuts. The scan
     // is repeated rather than its runs kept on the way, which the usual page does not need.
+    // Runs come joined across gaps the rule would join anyway; a piece cut off at a bound is
+    // trimmed to its changed bytes, so the answer is that of the exact runs.
     ranges.clear();
-    for_each_run(before, after, &mut |run| ranges.push(run));
+    for_each_run_bridged(before, after, header / 2, &mut |run| ranges.push(run));
     let cuts = cuts.as_slice();
     // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
     // range lies in: ranges merge only within one segment.
@@ -131,12 +133,16 @@ pub(crate) fn page_ranges_with(
                 segment += 1;
             }
             let end = run.end.min(cuts[segment + 1]);
-            if !is_server_owned(cuts[segment]..cuts[segment + 1]) {
+            let piece = trim_to_changes(before, after, start..end);
+            if let (Some(piece), false) = (piece, is_server_owned(cuts[segment]..cuts[segment + 1]))
+            {
                 match split.last_mut() {
-                    Some(last) if last_segment == segment && 2 * (start - last.end) <= header => {
-                        last.end = end
+                    Some(last)
+                        if last_segment == segment && 2 * (piece.start - last.end) <= header =>
+                    {
+                        last.end = piece.end
                     }
-                    _ => split.push(start..end),
+                    _ => split.push(piece),
                 }
                 last_segment = segment;
             }
@@ -144,6 +150,15 @@ pub(crate) fn page_ranges_with(
         }
     }
     *ranges = split;
+}
+
+/// The part of `range` from its first to its last changed byte; `None` if none changed. The
+/// pieces of a joined run cut at a bound begin or end in a gap of a few bytes, so both loops
+/// are short.
+fn trim_to_changes(before: &[u8], after: &[u8], range: Range<usize>) -> Option<Range<usize>> {
+    let start = range.clone().find(|&i| before[i] != after[i])?;
+    let last = (start..range.end).rev().find(|&i| before[i] != after[i])?;
+    Some(start..last + 1)
 }
 
 /// Clears `ranges` and fills it with the runs of changed bytes of `before` and `after`, at
@@ -157,15 +172,20 @@ fn push_merged_runs(
     ranges: &mut Vec<Range<usize>>,
 ) {
     ranges.clear();
-    for_each_run(before, after, &mut |run| match ranges.last_mut() {
-        Some(last) if 2 * (at + run.start - last.end) <= header => last.end = at + run.end,
-        _ => {
-            if ranges.capacity() == 0 {
-                ranges.reserve(RANGES_RESERVED); // one allocation for a typical update's runs
+    for_each_run_bridged(
+        before,
+        after,
+        header / 2,
+        &mut |run| match ranges.last_mut() {
+            Some(last) if 2 * (at + run.start - last.end) <= header => last.end = at + run.end,
+            _ => {
+                if ranges.capacity() == 0 {
+                    ranges.reserve(RANGES_RESERVED); // one allocation for a typical update's runs
+                }
+                ranges.push(at + run.start..at + run.end)
             }
-            ranges.push(at + run.start..at + run.end)
-        }
-    });
+        },
+    );
 }
 
 /// The ranges of one piece of slotted `page` (bytes `at..at + before.len()`, `before` their

@@ -426,6 +426,14 @@ impl WriteTracker {
     #[inline]
     fn seen_already(&self, frame: FrameId, page: PageId, write: &Write) -> bool {
         let track = &self.frames[frame];
+        if track.unlogged || track.page_copied {
+            // A new page, or one copied whole: every write of it is covered. Page protection
+            // must still collect and unprotect; the other detectors have nothing more to do.
+            return !matches!(
+                self.detector,
+                Detector::PageProtection(_) | Detector::WrittenPages | Detector::None
+            );
+        }
         match (self.detector, write) {
             (
                 Detector::SubPageBlocks { .. } | Detector::Cards { .. },

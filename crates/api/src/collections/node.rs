@@ -338,14 +338,23 @@ impl<'a> Node<'a> {
         (0..self.header.count)
             .map(|i| {
                 let (key, value) = self.entry(i)?;
-                Ok((key.to_vec(), value.to_vec()))
+                Ok((EntryBytes::from_slice(key), EntryBytes::from_slice(value)))
             })
             .collect()
     }
 }
 
 /// An entry copied out of a node: key and value bytes.
-pub type Entry = (Vec<u8>, Vec<u8>);
+pub type Entry = (EntryBytes, EntryBytes);
+
+/// A key or value copied out of a node: inline up to 16 bytes, so that splitting a node of
+/// integer keys, or of OIDs, allocates nothing per entry (a leaf holds hundreds).
+pub type EntryBytes = smallvec::SmallVec<[u8; 16]>;
+
+/// An entry holding copies of `key` and `value`.
+pub fn entry(key: &[u8], value: &[u8]) -> Entry {
+    (EntryBytes::from_slice(key), EntryBytes::from_slice(value))
+}
 
 /// Formats `node` as an empty node of `level`.
 pub fn init(node: &mut [u8], level: u8) {
@@ -583,11 +592,11 @@ mod tests {
             ),
         ) {
             let mut entries: Vec<Entry> =
-                keys.into_iter().map(|k| (k, vec![1u8; 8])).collect();
+                keys.iter().map(|k| entry(k, &[1u8; 8])).collect();
             if inner {
                 match entries.first_mut() {
                     Some(first) => first.0.clear(),
-                    None => entries.push((Vec::new(), vec![1u8; 8])),
+                    None => entries.push(entry(&[], &[1u8; 8])),
                 }
                 entries.dedup_by(|a, b| a.0 == b.0);
             }
@@ -596,7 +605,7 @@ mod tests {
             build(&mut node, u8::from(inner), &entries);
             let view = Node::read(&node).unwrap();
             let mut all_probes = probes;
-            all_probes.extend(entries.iter().map(|(k, _)| k.clone()));
+            all_probes.extend(entries.iter().map(|(k, _)| k.to_vec()));
             for probe in all_probes {
                 let expected = entries.binary_search_by(|(k, _)| k.as_slice().cmp(&probe));
                 prop_assert_eq!(view.search(&probe).unwrap(), expected, "key {:?}", probe);
@@ -637,7 +646,12 @@ mod tests {
                     }
                 }
                 let view = Node::read(&node).unwrap();
-                let entries: BTreeMap<_, _> = view.entries().unwrap().into_iter().collect();
+                let entries: BTreeMap<_, _> = view
+                    .entries()
+                    .unwrap()
+                    .into_iter()
+                    .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .collect();
                 prop_assert_eq!(&entries, &model);
                 prop_assert_eq!(view.entries().unwrap().len(), model.len());
             }
@@ -676,7 +690,7 @@ mod tests {
     #[test]
     fn a_split_leaves_both_halves_room_for_the_largest_entry() {
         let max = entry_max(LEN);
-        let entries: Vec<Entry> = (0..3u8).map(|i| (vec![i], vec![0; max - 1])).collect();
+        let entries: Vec<Entry> = (0..3u8).map(|i| entry(&[i], &vec![0; max - 1])).collect();
         assert!(!fits(&entries, LEN) || entries.len() < 4);
         let at = split_point(&entries);
         assert!(fits(&entries[..at], LEN) && fits(&entries[at..], LEN));

@@ -11,7 +11,7 @@
 //! which `Session::transact` retries).
 
 use super::header::{Meta, MetaCache, HEADER_LEN};
-use super::node::{self, Entry, Node};
+use super::node::{self, Entry, EntryBytes, Node};
 use crate::{ReadTransaction, Transaction};
 use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
 use std::ops::Bound;
@@ -634,16 +634,22 @@ impl Tree {
             // stays as it is and the new key starts a leaf of its own, so an ascending load
             // fills its leaves instead of leaving each half empty.
             let new = self.alloc_node(txn, &meta)?;
-            self.write_fresh(txn, &meta, new, 0, &[(key.to_vec(), value.to_vec())])?;
-            if let Some((parent, entries)) =
-                self.link(txn, &mut meta, &mut path, leaf, 0, key.to_vec(), new)?
-            {
+            self.write_fresh(txn, &meta, new, 0, &[node::entry(key, value)])?;
+            if let Some((parent, entries)) = self.link(
+                txn,
+                &mut meta,
+                &mut path,
+                leaf,
+                0,
+                EntryBytes::from_slice(key),
+                new,
+            )? {
                 self.split(txn, &mut meta, path, parent, 1, entries)?;
             }
             return Ok(old);
         }
         let mut entries = self.read(txn, &meta, leaf, 0, |n| n.entries())?;
-        entries.insert(at, (key.to_vec(), value.to_vec()));
+        entries.insert(at, node::entry(key, value));
         self.split(txn, &mut meta, path, leaf, 0, entries)?;
         Ok(old)
     }
@@ -691,7 +697,7 @@ impl Tree {
         path: &mut Path,
         oid: RawOid,
         level: u32,
-        separator: Vec<u8>,
+        separator: EntryBytes,
         new: RawOid,
     ) -> Result<Option<(RawOid, Vec<Entry>)>> {
         let child = new.0.to_le_bytes();
@@ -699,8 +705,11 @@ impl Tree {
             // The root split: a new root above the two halves.
             let root = self.alloc_node(txn, meta)?;
             let entries = vec![
-                (Vec::new(), oid.0.to_le_bytes().to_vec()),
-                (separator, child.to_vec()),
+                (
+                    EntryBytes::new(),
+                    EntryBytes::from_slice(&oid.0.to_le_bytes()),
+                ),
+                (separator, EntryBytes::from_slice(&child)),
             ];
             self.write_fresh(txn, meta, root, level + 1, &entries)?;
             meta.root = root;
@@ -712,7 +721,7 @@ impl Tree {
             return Ok(None);
         }
         let mut entries = self.read(txn, meta, parent, level + 1, |n| n.entries())?;
-        entries.insert(i + 1, (separator, child.to_vec()));
+        entries.insert(i + 1, (separator, EntryBytes::from_slice(&child)));
         Ok(Some((parent, entries)))
     }
 
@@ -797,7 +806,7 @@ impl Tree {
                 Ok(Some((
                     n.child(left_at)?,
                     n.child(right_at)?,
-                    n.key(right_at)?.to_vec(),
+                    EntryBytes::from_slice(n.key(right_at)?),
                 )))
             })?;
             let Some((left, right, separator)) = sibling else {

@@ -129,15 +129,25 @@ pub fn for_each_run_bridged_on(
     assert_eq!(a.len(), b.len());
     // Gaps of 64 bytes or more never lie inside one mask.
     let bridge = bridge.min(63) as u32;
+    // Compiled twice, so that the exact scan (a commit diffs thousands of sub-page blocks)
+    // does not test for joining on every mask.
     #[cfg(target_arch = "x86_64")]
-    match path {
-        ScanPath::Avx512 if path.is_available() => {
+    match (path, bridge) {
+        (ScanPath::Avx512, 0) if path.is_available() => {
             // SAFETY: the CPU supports AVX-512BW, checked just above.
-            return unsafe { x86::for_each_run_avx512(a, b, bridge, found) };
+            return unsafe { x86::for_each_run_avx512::<false>(a, b, 0, found) };
         }
-        ScanPath::Avx2 if path.is_available() => {
+        (ScanPath::Avx512, _) if path.is_available() => {
+            // SAFETY: as above.
+            return unsafe { x86::for_each_run_avx512::<true>(a, b, bridge, found) };
+        }
+        (ScanPath::Avx2, 0) if path.is_available() => {
             // SAFETY: the CPU supports AVX2, checked just above.
-            return unsafe { x86::for_each_run_avx2(a, b, bridge, found) };
+            return unsafe { x86::for_each_run_avx2::<false>(a, b, 0, found) };
+        }
+        (ScanPath::Avx2, _) if path.is_available() => {
+            // SAFETY: as above.
+            return unsafe { x86::for_each_run_avx2::<true>(a, b, bridge, found) };
         }
         _ => {}
     }
@@ -165,7 +175,7 @@ fn for_each_run_words(a: &[u8], b: &[u8], found: &mut impl FnMut(std::ops::Range
 /// costs two trailing-zero counts and a shift, whatever its length.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
-fn runs_of_word(
+fn runs_of_word<const BRIDGING: bool>(
     differing: u64,
     width: u32,
     base: usize,
@@ -178,7 +188,11 @@ fn runs_of_word(
         width == 64 || differing >> width == 0,
         "bits past the mask's width"
     );
-    let mut differing = bridge_gaps(differing, bridge);
+    let mut differing = if BRIDGING {
+        bridge_gaps(differing, bridge)
+    } else {
+        differing
+    };
     if let Some(start) = *open {
         // The first equal byte ends the open run; none within the width continues it.
         let end = (!differing).trailing_zeros();
@@ -208,8 +222,10 @@ fn runs_of_word(
 #[inline(always)]
 fn bridge_gaps(differing: u64, bridge: u32) -> u64 {
     debug_assert!(bridge < 64);
-    if bridge == 0 || differing & differing.wrapping_add(1) == 0 {
-        return differing; // nothing to join, or one run starting at the mask's first byte
+    // Two runs or fewer (the usual mask of a small change): joining would save less than it
+    // costs; the caller joins them.
+    if bridge == 0 || drop_lowest_run(drop_lowest_run(differing)) == 0 {
+        return differing;
     }
     let equal = !differing;
     // Bit p: bytes p ..= p + bridge all equal, so a gap longer than `bridge` covers p.
@@ -220,6 +236,12 @@ fn bridge_gaps(differing: u64, bridge: u32) -> u64 {
     let last = 63 - differing.leading_zeros();
     let inside = (u64::MAX << first) & (u64::MAX >> (63 - last));
     differing | (equal & !in_long_gaps & inside)
+}
+
+/// `bits` without its lowest run of ones (adding the lowest one carries through the run).
+#[inline(always)]
+fn drop_lowest_run(bits: u64) -> u64 {
+    bits & bits.wrapping_add(bits & bits.wrapping_neg())
 }
 
 /// Bit p set when bits p .. p + len (1 to 64) of `bits` are all set; bits past the top read
@@ -271,7 +293,7 @@ fn any_in_window_below(bits: u64, len: u32) -> u64 {
 /// keeps nothing but the position live.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 #[inline(always)]
-fn runs_of_steps(
+fn runs_of_steps<const BRIDGING: bool>(
     len: usize,
     equal: impl Fn(usize) -> bool,
     masks: impl Fn(usize) -> [u64; 2],
@@ -295,8 +317,8 @@ fn runs_of_steps(
         // The step's compares again, for its masks: they are in L1, and a step that is
         // tested and masked in one go keeps more live across the equal steps.
         let [low, high] = masks(at);
-        runs_of_word(low, 64, at, bridge, open, found);
-        runs_of_word(high, 64, at + 64, bridge, open, found);
+        runs_of_word::<BRIDGING>(low, 64, at, bridge, open, found);
+        runs_of_word::<BRIDGING>(high, 64, at + 64, bridge, open, found);
         at += STEP_BYTES;
     }
     at
@@ -409,7 +431,7 @@ mod x86 {
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub unsafe fn for_each_run_avx2(
+    pub unsafe fn for_each_run_avx2<const BRIDGING: bool>(
         a: &[u8],
         b: &[u8],
         bridge: u32,
@@ -425,7 +447,7 @@ mod x86 {
                 .enumerate()
                 .fold(0u64, |bits, (i, (x, y))| bits | (u64::from(x != y) << i));
             if len > 0 {
-                super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
+                super::runs_of_word::<BRIDGING>(differing, len as u32, 0, bridge, &mut open, found);
             }
         } else if len <= MASK_BYTES {
             // A sub-page block: one mask from two overlapping compares.
@@ -433,9 +455,9 @@ mod x86 {
             // SAFETY: `32 <= len`, and `last + 32 == len`.
             let differing =
                 unsafe { differing_32_avx2(a, b, 0) | differing_32_avx2(a, b, last) << last };
-            super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
+            super::runs_of_word::<BRIDGING>(differing, len as u32, 0, bridge, &mut open, found);
         } else {
-            let mut at = super::runs_of_steps(
+            let mut at = super::runs_of_steps::<BRIDGING>(
                 len,
                 // SAFETY: `runs_of_steps` asks only for steps with `at + 128 <= len`.
                 |at| unsafe { equal_128_avx2(a, b, at) },
@@ -448,7 +470,7 @@ mod x86 {
             while at + 32 <= len {
                 // SAFETY: `at + 32 <= len` for both slices.
                 let differing = unsafe { differing_32_avx2(a, b, at) };
-                super::runs_of_word(differing, 32, at, bridge, &mut open, found);
+                super::runs_of_word::<BRIDGING>(differing, 32, at, bridge, &mut open, found);
                 at += 32;
             }
             if at < len {
@@ -456,7 +478,14 @@ mod x86 {
                 let last = len - 32;
                 // SAFETY: `last + 32 == len` for both slices.
                 let differing = unsafe { differing_32_avx2(a, b, last) } >> (at - last);
-                super::runs_of_word(differing, (len - at) as u32, at, bridge, &mut open, found);
+                super::runs_of_word::<BRIDGING>(
+                    differing,
+                    (len - at) as u32,
+                    at,
+                    bridge,
+                    &mut open,
+                    found,
+                );
             }
         }
         if let Some(start) = open {
@@ -516,7 +545,7 @@ mod x86 {
     /// # Safety
     /// The CPU must support AVX-512BW.
     #[target_feature(enable = "avx512bw")]
-    pub unsafe fn for_each_run_avx512(
+    pub unsafe fn for_each_run_avx512<const BRIDGING: bool>(
         a: &[u8],
         b: &[u8],
         bridge: u32,
@@ -529,14 +558,14 @@ mod x86 {
             // SAFETY: `len` bytes are in bounds for both slices.
             let differing = unsafe { differing_avx512(a, b, 0, len) };
             let mut open = None;
-            super::runs_of_word(differing, len as u32, 0, bridge, &mut open, found);
+            super::runs_of_word::<BRIDGING>(differing, len as u32, 0, bridge, &mut open, found);
             if let Some(start) = open {
                 found(start..len);
             }
             return;
         }
         let mut open: Option<usize> = None;
-        let mut at = super::runs_of_steps(
+        let mut at = super::runs_of_steps::<BRIDGING>(
             len,
             // SAFETY: `runs_of_steps` asks only for steps with `at + 128 <= len`.
             |at| unsafe { equal_128_avx512(a, b, at) },
@@ -555,7 +584,7 @@ mod x86 {
             let width = (len - at).min(MASK_BYTES);
             // SAFETY: `at + width <= len` for both slices.
             let differing = unsafe { differing_avx512(a, b, at, width) };
-            super::runs_of_word(differing, width as u32, at, bridge, &mut open, found);
+            super::runs_of_word::<BRIDGING>(differing, width as u32, at, bridge, &mut open, found);
             at += width;
         }
         if let Some(start) = open {
@@ -682,7 +711,9 @@ mod tests {
         assert_eq!(bridge_gaps(mask, 6), 0b111_1111_1111 | 1 << 63);
         assert_eq!(bridge_gaps(mask, 5), 0b1111 | 1 << 10 | 1 << 63);
         assert_eq!(bridge_gaps(mask, 0), mask);
-        assert_eq!(bridge_gaps(1 << 5 | 1 << 9, 63), 0b11111 << 5);
+        // Two runs are left for the caller to join.
+        assert_eq!(bridge_gaps(1 << 5 | 1 << 9, 63), 1 << 5 | 1 << 9);
+        assert_eq!(bridge_gaps(1 << 5 | 1 << 9 | 1 << 12, 63), 0b1111_1111 << 5);
         assert_eq!(bridge_gaps(0, 10), 0);
         assert_eq!(bridge_gaps(u64::MAX, 10), u64::MAX);
     }

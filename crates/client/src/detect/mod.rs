@@ -77,6 +77,18 @@ impl Detector {
     }
 
     /// Bytes of the unit a unit-based detector tracks.
+    /// Detectors that find first writes in software and copy pre-images themselves (no
+    /// page protection to collect from or lift).
+    fn copies_in_software(self) -> bool {
+        matches!(
+            self,
+            Detector::SubPageBlocks { .. }
+                | Detector::Cards { .. }
+                | Detector::RememberedSet
+                | Detector::ObjectMarking
+        )
+    }
+
     fn unit_bytes(self) -> Option<usize> {
         match self {
             Detector::SubPageBlocks { block_bytes } => Some(block_bytes),
@@ -379,6 +391,12 @@ impl WriteTracker {
             range: object.start + range.start..object.start + range.end,
         };
         let ranges = ranges.iter().filter(|r| !r.is_empty());
+        let track = &self.frames[frame];
+        if (track.unlogged || track.page_copied) && self.detector.copies_in_software() {
+            // A new page (shipped whole) or one copied whole: every range is covered, and a
+            // software detector has nothing to collect. A bulk load writes new leaves mostly.
+            return Ok(true);
+        }
         if ranges
             .clone()
             .all(|range| self.seen_already(frame, page, &write(range)))
@@ -426,14 +444,6 @@ impl WriteTracker {
     #[inline]
     fn seen_already(&self, frame: FrameId, page: PageId, write: &Write) -> bool {
         let track = &self.frames[frame];
-        if track.unlogged || track.page_copied {
-            // A new page, or one copied whole: every write of it is covered. Page protection
-            // must still collect and unprotect; the other detectors have nothing more to do.
-            return !matches!(
-                self.detector,
-                Detector::PageProtection(_) | Detector::WrittenPages | Detector::None
-            );
-        }
         match (self.detector, write) {
             (
                 Detector::SubPageBlocks { .. } | Detector::Cards { .. },

@@ -87,7 +87,12 @@ pub(crate) fn page_ranges_with(
     // Runs come joined across gaps the rule would join anyway; a piece cut off at a bound is
     // trimmed to its changed bytes, so the answer is that of the exact runs.
     ranges.clear();
-    for_each_run_bridged(before, after, header / 2, &mut |run| ranges.push(run));
+    for_each_run_bridged(
+        before,
+        after,
+        bridge_for(before.len(), header),
+        &mut |run| ranges.push(run),
+    );
     let cuts = cuts.as_slice();
     // The segment (between cuts[k] and cuts[k + 1]) the walk is in, and the one the last
     // range lies in: ranges merge only within one segment.
@@ -152,6 +157,18 @@ pub(crate) fn page_ranges_with(
     *ranges = split;
 }
 
+/// How many equal bytes the scan of `len` bytes may join runs across: half a record's fixed
+/// cost (what the rule joins) for a page, none for a small piece, whose few masks would pay
+/// for the joining without saving a callback.
+fn bridge_for(len: usize, header: usize) -> usize {
+    const JOIN_FROM_BYTES: usize = 512;
+    if len >= JOIN_FROM_BYTES {
+        header / 2
+    } else {
+        0
+    }
+}
+
 /// The part of `range` from its first to its last changed byte; `None` if none changed. The
 /// pieces of a joined run cut at a bound begin or end in a gap of a few bytes, so both loops
 /// are short.
@@ -175,7 +192,7 @@ fn push_merged_runs(
     for_each_run_bridged(
         before,
         after,
-        header / 2,
+        bridge_for(before.len(), header),
         &mut |run| match ranges.last_mut() {
             Some(last) if 2 * (at + run.start - last.end) <= header => last.end = at + run.end,
             _ => {

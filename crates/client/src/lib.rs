@@ -5,6 +5,7 @@
 pub mod as_of;
 pub mod cache;
 pub mod detect;
+mod located;
 pub mod scheme;
 pub mod session;
 

@@ -12,6 +12,7 @@
 
 use crate::cache::ClientCache;
 use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
+use crate::located::{Located, Place, Stamp};
 use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
@@ -145,6 +146,8 @@ pub struct ClientSession {
     /// A commit appended but not yet known durable (see [`ClientSession::commit_deferred`]).
     pending: Option<PendingCommit>,
     stats: ClientStats,
+    /// Where small objects read in the current transaction lie (collection nodes, mostly).
+    located: Located,
 }
 
 /// What waiting for a deferred commit needs: the server's handle, and the pages the
@@ -185,6 +188,7 @@ impl ClientSession {
             txn: None,
             pending: None,
             stats: ClientStats::default(),
+            located: Located::new(),
         })
     }
 
@@ -536,6 +540,9 @@ impl ClientSession {
             Some(frame),
             "the frame holds the page"
         );
+        if matches!(write, Write::Structure) {
+            self.located.layout_changing(); // records may move
+        }
         let dirty = self
             .tracker
             .before_write(&mut self.cache, frame, page, write)?;
@@ -791,8 +798,45 @@ impl ClientSession {
 
     /// The bytes of small object `oid`, if its type is `expected` (any type when `None`).
     pub fn object_bytes(&mut self, oid: Oid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
+        let id = self.active()?.id;
+        let cache = &self.cache;
+        let layout = self.located.layout();
+        // The frame's view for this transaction: none unless it holds the page and was
+        // validated in this very transaction (which then holds a lock on it).
+        let stamp = |frame: FrameId| {
+            (cache.page_of(frame) == Some(oid.page()))
+                .then(|| cache.state(frame).validated_in)
+                .flatten()
+                .filter(|txn| *txn == id)
+                .map(|txn| Stamp {
+                    txn,
+                    fill: cache.fill_number(frame),
+                    layout,
+                })
+        };
+        if let Some(place) = self.located.get(oid, stamp) {
+            let expected_here = expected.is_none_or(|(type_id, len)| {
+                place.type_id == type_id && place.payload.len() == len
+            });
+            if expected_here {
+                return Ok(&self.cache.frame(place.frame)[place.payload]);
+            }
+        }
         let (frame, record) = self.record(oid, LockMode::Shared)?;
         self.check_small(oid, frame, &record, expected)?;
+        if self.cache.state(frame).validated_in == Some(id) {
+            let place = Place {
+                frame,
+                type_id: record.type_id,
+                payload: record.payload(),
+            };
+            let stamp = Stamp {
+                txn: id,
+                fill: self.cache.fill_number(frame),
+                layout: self.located.layout(),
+            };
+            self.located.put(oid, place, stamp);
+        }
         Ok(&self.cache.frame(frame)[record.payload()])
     }
 

@@ -76,7 +76,6 @@ impl Detector {
         }
     }
 
-    /// Bytes of the unit a unit-based detector tracks.
     /// Detectors that find first writes in software and copy pre-images themselves (no
     /// page protection to collect from or lift).
     fn copies_in_software(self) -> bool {
@@ -89,6 +88,7 @@ impl Detector {
         )
     }
 
+    /// Bytes of the unit a unit-based detector tracks.
     fn unit_bytes(self) -> Option<usize> {
         match self {
             Detector::SubPageBlocks { block_bytes } => Some(block_bytes),

@@ -141,6 +141,33 @@ impl Header {
     }
 }
 
+/// What a search knows of a node's integer keys before reading it: every key is at least
+/// `below` and less than `above` (`None`: not known). A descent takes a child's bracket from
+/// the two separators around it in the parent, which the parent's search compared anyway,
+/// and the child's search interpolates between them rather than reading its own first and
+/// last keys: two cache misses fewer in a node just reached. Only a hint: a bracket that is
+/// wrong costs probes, never a wrong answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bracket {
+    pub below: Option<u64>,
+    pub above: Option<u64>,
+}
+
+impl Bracket {
+    /// Nothing known: the search reads the node's first and last keys.
+    pub const UNKNOWN: Bracket = Bracket {
+        below: None,
+        above: None,
+    };
+
+    fn holds(&self, k: u64) -> bool {
+        self.below.is_none_or(|below| k >= below) && self.above.is_none_or(|above| k < above)
+    }
+}
+
+/// A search's answer and, in an inner node, the bracket of the child it leads to when known.
+type SearchOutcome = (Result<usize, usize>, Option<Bracket>);
+
 /// A node read in place.
 #[derive(Clone, Copy)]
 pub struct Node<'a> {
@@ -220,14 +247,26 @@ impl<'a> Node<'a> {
     /// Where `key` is among the entries: `Ok(i)` if entry `i` has it, `Err(i)` if it would go
     /// before entry `i`.
     pub fn search(&self, key: &[u8]) -> Result<Result<usize, usize>, Damage> {
+        self.search_within(key, None).map(|(found, _)| found)
+    }
+
+    /// [`Node::search`] in a node whose keys the caller knows to lie in `bracket` (from the
+    /// separators around it in its parent), also returning the bracket of the child the
+    /// answer leads to in an inner node, when the search compared the keys that bound it
+    /// anyway. Integer keys only; `None` either way for other keys.
+    pub fn search_within(
+        &self,
+        key: &[u8],
+        bracket: Option<Bracket>,
+    ) -> Result<(Result<usize, usize>, Option<Bracket>), Damage> {
         if let Ok(wide) = <[u8; 8]>::try_from(key) {
             if self.header.count >= INTERPOLATE_MIN {
-                if let Some(found) = self.search_u64(key, u64::from_be_bytes(wide))? {
+                if let Some(found) = self.search_u64(key, u64::from_be_bytes(wide), bracket)? {
                     return Ok(found);
                 }
             }
         }
-        self.binary_search(key, 0, self.header.count)
+        Ok((self.binary_search(key, 0, self.header.count)?, None))
     }
 
     /// Binary search for `key` among entries `lo..hi`, which the caller knows bound it: the
@@ -252,71 +291,139 @@ impl<'a> Node<'a> {
     /// Search for an 8-byte key (`k` as an integer) by interpolation: each probe goes where
     /// `k` would lie if the keys between the two that bracket it were evenly spread, and the
     /// probe's key narrows the bracket. Each probe is a cache miss (the key's offset, then the
-    /// key); for evenly spread integer keys a full leaf takes five probes or so (the first and
-    /// last key included) where a search by halves takes nine. After [`INTERPOLATE_STEPS`]
-    /// probes, or at a key that is not 8 bytes wide, the search goes on by halves, so keys
-    /// spread unevenly cost a few probes more than halving, never a walk. `None` when the
-    /// first or last key is not 8 bytes wide (the caller searches by halves). Only the choice
-    /// of probes depends on the interpolation; every answer comes from comparing keys, so it
-    /// is exact for any sorted node.
-    fn search_u64(&self, key: &[u8], k: u64) -> Result<Option<Result<usize, usize>>, Damage> {
+    /// key); for evenly spread integer keys a full leaf takes three to five probes where a
+    /// search by halves takes nine. The first bracket is the caller's when it holds `k`;
+    /// otherwise the node's first and last keys, two probes more. After
+    /// [`INTERPOLATE_STEPS`] probes, or at a key that is not 8 bytes wide, the search goes on
+    /// by halves, so keys spread unevenly cost a few probes more than halving, never a walk.
+    /// `None` when the first or last key is needed and is not 8 bytes wide (the caller
+    /// searches by halves). Only the choice of probes depends on the interpolation and on
+    /// the caller's bracket; every answer comes from comparing keys, so it is exact for any
+    /// sorted node, whatever bracket it is given.
+    fn search_u64(
+        &self,
+        key: &[u8],
+        k: u64,
+        outer: Option<Bracket>,
+    ) -> Result<Option<SearchOutcome>, Damage> {
         let count = self.header.count;
-        // An inner node's first key is empty: below every key, and no endpoint.
-        let lo0 = usize::from(self.key(0)?.is_empty());
-        let (Ok(first), Ok(last)) = (
-            <[u8; 8]>::try_from(self.key(lo0)?),
-            <[u8; 8]>::try_from(self.key(count - 1)?),
-        ) else {
-            return Ok(None);
-        };
-        let (first, last) = (u64::from_be_bytes(first), u64::from_be_bytes(last));
-        match (k.cmp(&first), k.cmp(&last)) {
-            (Ordering::Less, _) => return Ok(Some(Err(lo0))),
-            (Ordering::Equal, _) => return Ok(Some(Ok(lo0))),
-            (_, Ordering::Greater) => return Ok(Some(Err(count))),
-            (_, Ordering::Equal) => return Ok(Some(Ok(count - 1))),
-            _ => {}
-        }
-        // The bracket: key(lo) = k_lo < k < k_hi = key(hi), so the answer is in lo + 1 ..= hi.
-        let (mut lo, mut hi, mut k_lo, mut k_hi) = (lo0, count - 1, first, last);
-        for _ in 0..INTERPOLATE_STEPS {
-            if hi - lo < 2 {
-                return Ok(Some(Err(hi)));
+        let outer = outer.filter(|b| b.holds(k)).unwrap_or(Bracket::UNKNOWN);
+        // An inner node's first key is empty: below every key, never probed.
+        let first_real = usize::from(self.header.level > 0);
+        // The answer lies in start..=end: every entry before `start` is below `k` and every
+        // entry from `end` on above it. `k_lo` and `k_hi` are the keys at `start - 1` and
+        // `end`, or the outer bracket's bounds where those lie outside the node.
+        let (mut start, mut end) = (first_real, count);
+        // A side the caller could not bound is bounded by the node's own key there.
+        let mut k_lo = if let Some(below) = outer.below {
+            below
+        } else {
+            let Ok(first) = <[u8; 8]>::try_from(self.key(first_real)?) else {
+                return Ok(None);
+            };
+            let first = u64::from_be_bytes(first);
+            match first.cmp(&k) {
+                Ordering::Greater => {
+                    let child = Bracket {
+                        below: None,
+                        above: Some(first),
+                    };
+                    return Ok(Some((Err(first_real), Some(child))));
+                }
+                Ordering::Equal => {
+                    let child = Bracket {
+                        below: Some(first),
+                        above: None,
+                    };
+                    return Ok(Some((Ok(first_real), Some(child))));
+                }
+                Ordering::Less => {
+                    start = first_real + 1;
+                    first
+                }
             }
-            debug_assert!(k_lo < k && k < k_hi);
+        };
+        let mut k_hi = if let Some(above) = outer.above {
+            above
+        } else {
+            let Ok(last) = <[u8; 8]>::try_from(self.key(count - 1)?) else {
+                return Ok(None);
+            };
+            let last = u64::from_be_bytes(last);
+            let child = Bracket {
+                below: Some(last),
+                above: None,
+            };
+            match last.cmp(&k) {
+                Ordering::Less => return Ok(Some((Err(count), Some(child)))),
+                Ordering::Equal => return Ok(Some((Ok(count - 1), Some(child)))),
+                Ordering::Greater => {
+                    end = count - 1;
+                    last
+                }
+            }
+        };
+        for _ in 0..INTERPOLATE_STEPS {
+            if start == end {
+                // Entry `end - 1` is the child whose keys lie between the two bounds.
+                let child = Bracket {
+                    below: Some(k_lo),
+                    above: Some(k_hi),
+                };
+                return Ok(Some((Err(end), Some(child))));
+            }
+            debug_assert!(start < end && k_lo <= k && k < k_hi);
             // In floating point: a 128-bit division costs more than the cache miss it saves.
-            let inner = (hi - lo - 1) as f64;
+            let width = (end - start) as f64;
             let fraction = (k - k_lo) as f64 / (k_hi - k_lo) as f64;
-            let probe = lo + 1 + ((fraction * inner) as usize).min(hi - lo - 2);
-            debug_assert!(probe > lo && probe < hi);
+            let probe = start + ((fraction * width) as usize).min(end - start - 1);
+            debug_assert!(probe >= start && probe < end);
             let probed = self.key(probe)?;
             let Ok(wide) = <[u8; 8]>::try_from(probed) else {
                 // Not an integer to interpolate with: halve from here.
-                return match compare_keys(probed, key) {
-                    Ordering::Equal => Ok(Some(Ok(probe))),
-                    Ordering::Less => self.binary_search(key, probe + 1, hi).map(Some),
-                    Ordering::Greater => self.binary_search(key, lo + 1, probe).map(Some),
+                let found = match compare_keys(probed, key) {
+                    Ordering::Equal => Ok(probe),
+                    Ordering::Less => self.binary_search(key, probe + 1, end)?,
+                    Ordering::Greater => self.binary_search(key, start, probe)?,
                 };
+                return Ok(Some((found, None)));
             };
             let at = u64::from_be_bytes(wide);
             match at.cmp(&k) {
-                Ordering::Equal => return Ok(Some(Ok(probe))),
-                Ordering::Less => (lo, k_lo) = (probe, at),
-                Ordering::Greater => (hi, k_hi) = (probe, at),
+                Ordering::Equal => {
+                    let child = Bracket {
+                        below: Some(at),
+                        above: (probe + 1 == end).then_some(k_hi),
+                    };
+                    return Ok(Some((Ok(probe), Some(child))));
+                }
+                Ordering::Less => (start, k_lo) = (probe + 1, at),
+                Ordering::Greater => (end, k_hi) = (probe, at),
             }
         }
-        self.binary_search(key, lo + 1, hi).map(Some)
+        Ok(Some((self.binary_search(key, start, end)?, None)))
     }
 
     /// The child of an inner node whose keys include `key`: the last entry whose key is at
     /// most `key` (the empty first key is below every key).
     pub fn child_for(&self, key: &[u8]) -> Result<usize, Damage> {
+        self.child_within(key, None).map(|(i, _)| i)
+    }
+
+    /// [`Node::child_for`] in a node whose keys lie in `bracket`, with the child's bracket
+    /// when the search learnt it (see [`Node::search_within`]).
+    pub fn child_within(
+        &self,
+        key: &[u8],
+        bracket: Option<Bracket>,
+    ) -> Result<(usize, Option<Bracket>), Damage> {
         if self.header.count == 0 {
             return Err("an inner node without children".into());
         }
-        Ok(match self.search(key)? {
-            Ok(i) => i,
-            Err(i) => i.saturating_sub(1),
+        let (found, child) = self.search_within(key, bracket)?;
+        Ok(match found {
+            Ok(i) => (i, child),
+            Err(i) => (i.saturating_sub(1), child),
         })
     }
 
@@ -570,7 +677,8 @@ mod tests {
 
         /// The search finds what a scan of the entries finds, for integer keys spread evenly
         /// or bunched, for nodes with an empty first key (inner nodes) and for keys of other
-        /// widths among the 8-byte ones.
+        /// widths among the 8-byte ones, with or without a bracket from outside, right or
+        /// wrong; and the bracket it gives a child is the one its separators give.
         #[test]
         fn search_agrees_with_a_scan(
             keys in proptest::collection::btree_set(
@@ -590,6 +698,9 @@ mod tests {
                 ],
                 1..40,
             ),
+            slack in (0u64..1 << 40, 0u64..1 << 40),
+            random in (proptest::option::of(any::<u64>()), proptest::option::of(any::<u64>()))
+                .prop_map(|(below, above)| Bracket { below, above }),
         ) {
             let mut entries: Vec<Entry> =
                 keys.iter().map(|k| entry(k, &[1u8; 8])).collect();
@@ -606,9 +717,43 @@ mod tests {
             let view = Node::read(&node).unwrap();
             let mut all_probes = probes;
             all_probes.extend(entries.iter().map(|(k, _)| k.to_vec()));
+            // A bracket that holds every integer key of the node, as a parent's separators
+            // give, and one drawn at random, which need not.
+            let ints: Vec<u64> = entries
+                .iter()
+                .filter_map(|(k, _)| <[u8; 8]>::try_from(k.as_slice()).ok())
+                .map(u64::from_be_bytes)
+                .collect();
+            let valid = Bracket {
+                below: ints.iter().min().map(|&m| m.saturating_sub(slack.0)),
+                above: ints
+                    .iter()
+                    .max()
+                    .and_then(|&m| m.checked_add(1)?.checked_add(slack.1)),
+            };
             for probe in all_probes {
                 let expected = entries.binary_search_by(|(k, _)| k.as_slice().cmp(&probe));
                 prop_assert_eq!(view.search(&probe).unwrap(), expected, "key {:?}", probe);
+                for outer in [Some(valid), Some(random), None] {
+                    let (found, child) = view.search_within(&probe, outer).unwrap();
+                    prop_assert_eq!(found, expected, "key {:?} in {:?}", probe, outer);
+                    let (Some(child), true) = (child, inner) else { continue };
+                    // In an inner node the bracket returned is the one the child's
+                    // separators give: its own key and the next, or the outer bracket's
+                    // bounds past the node's first and last separators.
+                    // (A bound it could not know is left unknown.)
+                    let k = u64::from_be_bytes(probe.as_slice().try_into().unwrap());
+                    let outer = outer.filter(|b| b.holds(k)).unwrap_or(Bracket::UNKNOWN);
+                    let c = match found { Ok(i) => i, Err(i) => i - 1 };
+                    let int = |i: usize| {
+                        <[u8; 8]>::try_from(entries[i].0.as_slice()).ok().map(u64::from_be_bytes)
+                    };
+                    let below = if c == 0 { outer.below } else { int(c) };
+                    let above = if c + 1 == entries.len() { outer.above } else { int(c + 1) };
+                    prop_assert_eq!(child.below, below, "key {} child {}", k, c);
+                    prop_assert!(child.above.is_none() || child.above == above, "key {} child {}", k, c);
+                    prop_assert!(child.holds(k));
+                }
             }
         }
 

@@ -11,7 +11,7 @@
 //! which `Session::transact` retries).
 
 use super::header::{Meta, MetaCache, HEADER_LEN};
-use super::node::{self, Entry, EntryBytes, Node};
+use super::node::{self, Bracket, Entry, EntryBytes, Node};
 use crate::{ReadTransaction, Transaction};
 use lodestore_core::{Error, Oid as RawOid, Result, TypeId};
 use std::ops::Bound;
@@ -141,6 +141,15 @@ enum LeafInsert {
 /// The inner nodes on the way to a leaf: each node and the child taken.
 type Path = Vec<(RawOid, usize)>;
 
+/// The leaf that holds a key: whether it is the tree's last, and the bracket of its keys
+/// when known (for its search).
+#[derive(Clone, Copy, Debug)]
+struct Located {
+    leaf: RawOid,
+    last: bool,
+    bracket: Option<Bracket>,
+}
+
 /// The leaf a transaction's last descent of a collection reached, the keys it can hold, and
 /// the way there: an insert or lookup whose key falls within those bounds goes straight to
 /// the leaf (keys inserted in ascending order, or near each other, descend once per leaf).
@@ -159,18 +168,25 @@ pub(crate) struct LeafHint {
     /// The key the next leaf starts at, if any.
     high: Option<()>,
     high_key: Vec<u8>,
+    /// The same bounds as integers, when the descent's searches learnt them: the leaf's
+    /// search starts from them.
+    bracket: Option<Bracket>,
     path: Path,
 }
 
 impl LeafHint {
-    /// The leaf of `tree` that holds `key`, and whether it is the last, if known.
+    /// The leaf of `tree` that holds `key`, if known.
     #[inline]
-    fn leaf_for(&self, tree: RawOid, key: &[u8]) -> Option<(RawOid, bool)> {
+    fn leaf_for(&self, tree: RawOid, key: &[u8]) -> Option<Located> {
         let holds = self.valid
             && self.tree == tree
             && (self.low.is_none() || node::compare_keys(key, &self.low_key).is_ge())
             && (self.high.is_none() || node::compare_keys(key, &self.high_key).is_lt());
-        holds.then_some((self.leaf, self.last))
+        holds.then_some(Located {
+            leaf: self.leaf,
+            last: self.last,
+            bracket: self.bracket,
+        })
     }
 
     pub(crate) fn forget(&mut self) {
@@ -428,7 +444,7 @@ impl Tree {
     /// that takes each inner node shared and leaves the hint for the next call (with the way
     /// down, for [`Tree::take_path`]).
     #[inline]
-    fn locate(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<(RawOid, bool)> {
+    fn locate(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<Located> {
         match txn.meta_cache().leaf.leaf_for(self.header, key) {
             Some(found) => Ok(found),
             None => self.descend(txn, meta, key),
@@ -436,12 +452,7 @@ impl Tree {
     }
 
     /// [`Tree::locate`] without the hint: the descent, which leaves a new hint.
-    fn descend(
-        &self,
-        txn: &mut Transaction<'_>,
-        meta: &Meta,
-        key: &[u8],
-    ) -> Result<(RawOid, bool)> {
+    fn descend(&self, txn: &mut Transaction<'_>, meta: &Meta, key: &[u8]) -> Result<Located> {
         txn.meta_cache().leaf.forget();
         let mut hint = std::mem::take(&mut txn.meta_cache().leaf);
         hint.path.clear();
@@ -449,33 +460,49 @@ impl Tree {
         hint.high = None;
         let mut oid = meta.root;
         let mut last = true;
+        let mut bracket = None;
         for level in (1..=meta.height).rev() {
-            let (i, child, last_child) = self.read(txn, meta, oid, level, |n| {
-                let i = n.child_for(key)?;
+            let (i, child, last_child, child_bracket) = self.read(txn, meta, oid, level, |n| {
+                let (i, child_bracket) = n.child_within(key, bracket)?;
                 // The child's bounds: its separator and the next one, where the node has
-                // them; else the node's own, from further up.
+                // them; else the node's own, from further up. Where the search learnt the
+                // child's bracket, its bounds are those separators, already compared.
                 if i > 0 {
                     hint.low = Some(());
                     hint.low_key.clear();
-                    hint.low_key.extend_from_slice(n.key(i)?);
+                    match child_bracket.and_then(|b| b.below) {
+                        Some(below) => hint.low_key.extend_from_slice(&below.to_be_bytes()),
+                        None => hint.low_key.extend_from_slice(n.key(i)?),
+                    }
+                    debug_assert_eq!(hint.low_key, n.key(i)?);
                 }
                 if i + 1 < n.count() {
                     hint.high = Some(());
                     hint.high_key.clear();
-                    hint.high_key.extend_from_slice(n.key(i + 1)?);
+                    match child_bracket.and_then(|b| b.above) {
+                        Some(above) => hint.high_key.extend_from_slice(&above.to_be_bytes()),
+                        None => hint.high_key.extend_from_slice(n.key(i + 1)?),
+                    }
+                    debug_assert_eq!(hint.high_key, n.key(i + 1)?);
                 }
-                Ok((i, n.child(i)?, i + 1 == n.count()))
+                Ok((i, n.child(i)?, i + 1 == n.count(), child_bracket))
             })?;
             last &= last_child;
             hint.path.push((oid, i));
             oid = child;
+            bracket = child_bracket;
         }
         hint.valid = true;
         hint.tree = self.header;
         hint.leaf = oid;
         hint.last = last;
+        hint.bracket = bracket;
         txn.meta_cache().leaf = hint;
-        Ok((oid, last))
+        Ok(Located {
+            leaf: oid,
+            last,
+            bracket,
+        })
     }
 
     /// The way down to `leaf`, which [`Tree::locate`] found for `key`: the hint's, taken
@@ -488,12 +515,15 @@ impl Tree {
         leaf: RawOid,
     ) -> Result<Path> {
         let hint = &mut txn.meta_cache().leaf;
-        if hint.leaf_for(self.header, key) == Some((leaf, hint.last)) {
+        if hint
+            .leaf_for(self.header, key)
+            .is_some_and(|found| found.leaf == leaf)
+        {
             hint.forget();
             return Ok(std::mem::take(&mut hint.path));
         }
         // The hint is gone (a change above the leaves since): descend again, which leaves it.
-        let (found, _) = self.descend(txn, meta, key)?;
+        let found = self.descend(txn, meta, key)?.leaf;
         let hint = &mut txn.meta_cache().leaf;
         hint.forget();
         let path = std::mem::take(&mut hint.path);
@@ -532,20 +562,26 @@ impl Tree {
         let hinted = txn
             .meta_cache()
             .and_then(|cache| cache.leaf.leaf_for(self.header, key));
-        let oid = match hinted {
-            Some((leaf, _)) => leaf,
+        let (oid, bracket) = match hinted {
+            Some(found) => (found.leaf, found.bracket),
             None => {
                 // The way down without the path a change would need.
-                let mut oid = meta.root;
+                // Each node's search brackets the child's keys for the next search.
+                let (mut oid, mut bracket) = (meta.root, None);
                 for level in (1..=meta.height).rev() {
-                    oid = self.read(txn, &meta, oid, level, |n| n.child(n.child_for(key)?))?;
+                    (oid, bracket) = self.read(txn, &meta, oid, level, |n| {
+                        let (i, child_bracket) = n.child_within(key, bracket)?;
+                        Ok((n.child(i)?, child_bracket))
+                    })?;
                 }
-                oid
+                (oid, bracket)
             }
         };
-        self.read(txn, &meta, oid, 0, |n| match n.search(key)? {
-            Ok(i) => Ok(Some(read(n.value(i)?))),
-            Err(_) => Ok(None),
+        self.read(txn, &meta, oid, 0, |n| {
+            match n.search_within(key, bracket)?.0 {
+                Ok(i) => Ok(Some(read(n.value(i)?))),
+                Err(_) => Ok(None),
+            }
         })
     }
 
@@ -583,7 +619,11 @@ impl Tree {
                 max: meta.value_max,
             });
         }
-        let (leaf, last_leaf) = self.locate(txn, &meta, key)?;
+        let Located {
+            leaf,
+            last: last_leaf,
+            bracket,
+        } = self.locate(txn, &meta, key)?;
         // The leaf is locked exclusive from the start: a shared lock upgraded later would let
         // two inserters into one leaf deadlock.
         let (found, done) = self.change(
@@ -592,7 +632,7 @@ impl Tree {
             leaf,
             0,
             |n| {
-                Ok(match n.search(key)? {
+                Ok(match n.search_within(key, bracket)?.0 {
                     Ok(i) => {
                         let old = n.value(i)?.to_vec();
                         match node::overwrite_writes(&n, i, value.len())? {
@@ -747,7 +787,7 @@ impl Tree {
         if key.len() > meta.key_max {
             return Ok(None);
         }
-        let (leaf, _) = self.locate(txn, &meta, key)?;
+        let Located { leaf, bracket, .. } = self.locate(txn, &meta, key)?;
         // A removal may merge nodes, which needs the way down: taken now, as the merge would
         // forget the hint.
         let path = self.take_path(txn, &meta, key, leaf)?;
@@ -756,7 +796,7 @@ impl Tree {
             &meta,
             leaf,
             0,
-            |n| match n.search(key)? {
+            |n| match n.search_within(key, bracket)?.0 {
                 Ok(i) => Ok((
                     Some((i, n.value(i)?.to_vec())),
                     Some(node::remove_writes(&n, i)),

@@ -15,6 +15,10 @@ pub struct SpaceManager {
     page_size: usize,
     /// Hint per page of the file, indexed by page number.
     entries: Vec<u8>,
+    /// How many pages have each hint: a search for room no page's hint promises (a node as
+    /// large as a page, once every page is in use) ends at once instead of reading every
+    /// hint, and a search stops once it has passed every page whose hint promises it.
+    hint_counts: HintCounts,
     /// Map pages whose on-disk copy is older than `entries`.
     dirty_maps: BTreeSet<PageId>,
     /// No free page lies below this one.
@@ -37,12 +41,50 @@ pub fn entry_for_image(id: PageId, image: &[u8]) -> u8 {
     }
 }
 
+/// Pages per hint value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct HintCounts([u32; 256]);
+
+impl Default for HintCounts {
+    fn default() -> HintCounts {
+        HintCounts([0; 256])
+    }
+}
+
+impl HintCounts {
+    fn of(entries: &[u8]) -> HintCounts {
+        let mut counts = HintCounts::default();
+        for &entry in entries {
+            counts.add(entry);
+        }
+        counts
+    }
+
+    fn add(&mut self, entry: u8) {
+        self.0[entry as usize] += 1;
+    }
+
+    fn remove(&mut self, entry: u8) {
+        debug_assert!(self.0[entry as usize] > 0, "no page had hint {entry}");
+        self.0[entry as usize] -= 1;
+    }
+
+    /// Pages whose hint satisfies `wanted`.
+    fn matching(&self, wanted: impl Fn(u8) -> bool) -> u32 {
+        (0..=u8::MAX)
+            .filter(|&entry| wanted(entry))
+            .map(|entry| self.0[entry as usize])
+            .sum()
+    }
+}
+
 impl SpaceManager {
     /// A manager that knows no pages yet (before recovery has run).
     pub fn empty(page_size: usize) -> SpaceManager {
         SpaceManager {
             page_size,
             entries: Vec::new(),
+            hint_counts: HintCounts::default(),
             dirty_maps: BTreeSet::new(),
             free_from: FIRST_MAP_PAGE.0 + 1,
             slotted_cursor: 0,
@@ -75,6 +117,7 @@ impl SpaceManager {
         let mut manager = SpaceManager {
             page_size,
             entries: vec![ENTRY_UNAVAILABLE; page_count as usize],
+            hint_counts: HintCounts::default(),
             dirty_maps: BTreeSet::new(),
             free_from: FIRST_MAP_PAGE.0 + 1,
             slotted_cursor: 0,
@@ -108,6 +151,7 @@ impl SpaceManager {
             }
             map += per_map + 1;
         }
+        manager.hint_counts = HintCounts::of(&manager.entries);
         Ok(manager)
     }
 
@@ -121,6 +165,7 @@ impl SpaceManager {
                 ENTRY_FREE
             };
             self.entries.push(entry);
+            self.hint_counts.add(entry);
         }
         self.free_from = self.free_from.min(old);
     }
@@ -141,6 +186,8 @@ impl SpaceManager {
         );
         assert!(!spacemap::is_map_page(page, self.page_size) && page.0 > FIRST_MAP_PAGE.0);
         if self.entries[index] != entry {
+            self.hint_counts.remove(self.entries[index]);
+            self.hint_counts.add(entry);
             self.entries[index] = entry;
             self.dirty_maps
                 .insert(spacemap::locate(page, self.page_size).0);
@@ -155,19 +202,22 @@ impl SpaceManager {
     pub fn slotted_candidates(&self, bytes: usize, limit: usize) -> Vec<PageId> {
         let count = self.entries.len() as u32;
         let mut found = Vec::new();
-        if count == 0 {
+        let promises = |entry: u8| {
+            entry != ENTRY_FREE
+                && entry != ENTRY_UNAVAILABLE
+                && spacemap::free_bytes_at_least(entry, self.page_size) >= bytes
+        };
+        let mut promising = self.hint_counts.matching(promises);
+        if count == 0 || promising == 0 {
             return found;
         }
         let start = self.slotted_cursor.min(count - 1);
         for i in 0..count {
             let p = (start + i) % count;
-            let entry = self.entries[p as usize];
-            if entry != ENTRY_FREE
-                && entry != ENTRY_UNAVAILABLE
-                && spacemap::free_bytes_at_least(entry, self.page_size) >= bytes
-            {
+            if promises(self.entries[p as usize]) {
                 found.push(PageId(p));
-                if found.len() >= limit {
+                promising -= 1;
+                if found.len() >= limit || promising == 0 {
                     break;
                 }
             }
@@ -224,5 +274,58 @@ impl SpaceManager {
 
     pub fn has_dirty_maps(&self) -> bool {
         !self.dirty_maps.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PAGE: usize = 4096;
+
+    /// The search by hints as it was before the counts: every hint read, from the cursor.
+    fn scan(manager: &SpaceManager, bytes: usize, limit: usize) -> Vec<PageId> {
+        let count = manager.entries.len() as u32;
+        let start = manager.slotted_cursor.min(count.saturating_sub(1));
+        (0..count)
+            .map(|i| (start + i) % count)
+            .filter(|&p| {
+                let entry = manager.entries[p as usize];
+                entry != ENTRY_FREE
+                    && entry != ENTRY_UNAVAILABLE
+                    && spacemap::free_bytes_at_least(entry, PAGE) >= bytes
+            })
+            .take(limit)
+            .map(PageId)
+            .collect()
+    }
+
+    proptest! {
+        /// Whatever hints pages get, the counts agree with them and a search finds the pages
+        /// a scan of every hint finds, in the same order.
+        #[test]
+        fn a_search_finds_what_a_scan_finds(
+            grow_to in 8u32..300,
+            changes in proptest::collection::vec((any::<u32>(), any::<u8>()), 0..400),
+            searches in proptest::collection::vec((0usize..PAGE, 1usize..6, any::<u32>()), 1..20),
+        ) {
+            let mut manager = SpaceManager::empty(PAGE);
+            manager.grow(grow_to);
+            for (page, entry) in changes {
+                let page = PageId(page % grow_to);
+                if page.0 > FIRST_MAP_PAGE.0 && !spacemap::is_map_page(page, PAGE) {
+                    manager.set(page, entry);
+                }
+            }
+            prop_assert_eq!(&manager.hint_counts, &HintCounts::of(&manager.entries));
+            for (bytes, limit, cursor) in searches {
+                manager.note_slotted_success(PageId(cursor % grow_to));
+                prop_assert_eq!(
+                    manager.slotted_candidates(bytes, limit),
+                    scan(&manager, bytes, limit)
+                );
+            }
+        }
     }
 }

@@ -1,6 +1,9 @@
 //! `lodestore bench kv`: Lodestore's ordered map against redb and LMDB on the same keys in the
-//! same run (see `lodestore_bench::kv`). The engines take turns within each run, so a slow
-//! moment of the machine falls on all of them; the table shows medians of the runs.
+//! same run (see `lodestore_bench::kv`). The engines take turns within each run, each run
+//! starting with the next engine (so none always follows the same one), and a slow moment of
+//! the machine falls on all of them. The table shows medians of the runs, and each ratio is the
+//! median of the ratios within the runs: a pair measured minutes apart says little on a
+//! shared machine.
 
 use crate::bench::median;
 use lodestore::{Error, Result};
@@ -32,7 +35,9 @@ pub fn kv(
     let bar = progress_bar((runs * engines.len()) as u64, "store runs", false);
     let mut figures: Vec<Vec<Figures>> = vec![Vec::new(); engines.len()];
     for run in 0..runs {
-        for (i, &engine) in engines.iter().enumerate() {
+        for turn in 0..engines.len() {
+            let i = (run + turn) % engines.len();
+            let engine = engines[i];
             bar.set_message(format!("run {}: {}", run + 1, engine.name()));
             let dir = path.join(engine.name());
             figures[i].push(kv::run(engine, &dir, keys, 1_000 + run as u64)?);
@@ -57,11 +62,14 @@ pub fn kv(
     for (w, name) in WORKLOADS.iter().enumerate() {
         let mut row = vec![name.to_string()];
         row.extend(medians.iter().map(|m| format!("{:.0}", m[w])));
-        row.extend(
-            medians[1..]
+        row.extend(figures[1..].iter().map(|peer| {
+            let ratios = figures[0]
                 .iter()
-                .map(|m| format!("{:.2}", medians[0][w] / m[w])),
-        );
+                .zip(peer)
+                .map(|(ours, theirs)| ours.ops_per_s[w] / theirs.ops_per_s[w])
+                .collect();
+            format!("{:.2}", median(ratios))
+        }));
         table.add_row(row);
     }
     let mut disk = vec!["MB on disk".to_string()];
@@ -74,7 +82,7 @@ pub fn kv(
     table.add_row(disk);
     println!(
         "{keys} u64 keys, u64 values; transactions of {} inserts or lookups, {} scans of {} keys \
-         per read transaction; medians of {runs} runs",
+         per read transaction; medians of {runs} runs (ratios: medians of each run's ratio)",
         kv::BATCH,
         kv::SCANS_PER_TXN,
         kv::SCAN_LEN

@@ -315,8 +315,9 @@ enum BenchCommand {
     /// commits, in the same run: inserts in sorted and in random order (transactions of
     /// 10,000), point lookups and range scans of 1,000 keys, on u64 keys with u64 values in a
     /// Lodestore `BTreeMap`, a redb table and an LMDB database. Every store's reads must add up
-    /// to the same checksum. Prints operations per second with Lodestore's ratio to each peer
-    /// (medians of the runs) and the bytes each store took on disk.
+    /// to the same checksum. The stores take turns within each run, each run starting with the
+    /// next one. Prints operations per second (medians of the runs), Lodestore's ratio to each
+    /// peer (the median of the ratios within each run) and the bytes each store took on disk.
     Kv {
         /// Folder for the benchmark stores (emptied and removed as it goes).
         path: PathBuf,

@@ -260,10 +260,15 @@ impl<'a> Node<'a> {
         bracket: Option<Bracket>,
     ) -> Result<(Result<usize, usize>, Option<Bracket>), Damage> {
         if let Ok(wide) = <[u8; 8]>::try_from(key) {
+            let k = u64::from_be_bytes(wide);
             if self.header.count >= INTERPOLATE_MIN {
-                if let Some(found) = self.search_u64(key, u64::from_be_bytes(wide), bracket)? {
+                if let Some(found) = self.search_u64(key, k, bracket)? {
                     return Ok(found);
                 }
+            } else {
+                let outer = bracket.filter(|b| b.holds(k)).unwrap_or(Bracket::UNKNOWN);
+                let first_real = usize::from(self.header.level > 0);
+                return self.halve_u64(key, k, first_real, self.header.count, outer);
             }
         }
         Ok((self.binary_search(key, 0, self.header.count)?, None))
@@ -401,7 +406,61 @@ impl<'a> Node<'a> {
                 Ordering::Greater => (end, k_hi) = (probe, at),
             }
         }
-        Ok(Some((self.binary_search(key, start, end)?, None)))
+        let bracket = Bracket {
+            below: Some(k_lo),
+            above: Some(k_hi),
+        };
+        self.halve_u64(key, k, start, end, bracket).map(Some)
+    }
+
+    /// Search by halves for an 8-byte key (`k` as an integer) among entries `start..end`,
+    /// which the caller knows bound it, `bracket` holding the keys (or the outer bounds) at
+    /// `start - 1` and `end`. Like the interpolation it keeps the last key compared on either
+    /// side, so it too returns the bracket of the child it leads to: small nodes (a root of a
+    /// few children) pass brackets down as large ones do.
+    fn halve_u64(
+        &self,
+        key: &[u8],
+        k: u64,
+        mut start: usize,
+        mut end: usize,
+        bracket: Bracket,
+    ) -> Result<SearchOutcome, Damage> {
+        let Bracket {
+            below: mut k_lo,
+            above: mut k_hi,
+        } = bracket;
+        while start < end {
+            let mid = start + (end - start) / 2;
+            let probed = self.key(mid)?;
+            let Ok(wide) = <[u8; 8]>::try_from(probed) else {
+                // A key of another width: no integers to keep, halve on by bytes.
+                let found = match compare_keys(probed, key) {
+                    Ordering::Equal => Ok(mid),
+                    Ordering::Less => self.binary_search(key, mid + 1, end)?,
+                    Ordering::Greater => self.binary_search(key, start, mid)?,
+                };
+                return Ok((found, None));
+            };
+            let at = u64::from_be_bytes(wide);
+            match at.cmp(&k) {
+                Ordering::Equal => {
+                    let child = Bracket {
+                        below: Some(at),
+                        above: k_hi.filter(|_| mid + 1 == end),
+                    };
+                    return Ok((Ok(mid), Some(child)));
+                }
+                Ordering::Less => (start, k_lo) = (mid + 1, Some(at)),
+                Ordering::Greater => (end, k_hi) = (mid, Some(at)),
+            }
+        }
+        // Entry `end - 1` is the child whose keys lie between the two bounds.
+        let child = Bracket {
+            below: k_lo,
+            above: k_hi,
+        };
+        Ok((Err(end), Some(child)))
     }
 
     /// The child of an inner node whose keys include `key`: the last entry whose key is at

@@ -1,4 +1,4 @@
-//! The collection part of a workload: one `BTreeMap<u32, Packed<[u8; VALUE_LEN]>>` per store,
+//! The collection part of a workload: one `BTreeMap<u64, Packed<[u8; VALUE_LEN]>>` per store,
 //! changed by inserts, removes and range removes, read by gets and scans in both directions.
 //!
 //! The oracle's model is OID to bytes, so the map's entries enter it under pseudo OIDs of a
@@ -16,33 +16,36 @@ use std::ops::Bound;
 /// Bytes of each value: large enough that a few hundred entries fill several leaves.
 pub(crate) const VALUE_LEN: usize = 48;
 pub(crate) type Value = Packed<[u8; VALUE_LEN]>;
-pub(crate) type Map = BTreeMap<u32, Value>;
+/// Keys are `u64`, as the benchmarks' are: their nodes are searched by interpolation, with
+/// the brackets a descent hands down.
+pub(crate) type Map = BTreeMap<u64, Value>;
 
 /// Entries the map holds at most; past it the workload removes more than it inserts.
 const ENTRIES_MAX: usize = 700;
 /// Keys are drawn below this, so inserts often replace and removes often hit.
-const KEY_SPACE: u32 = 4_000;
+const KEY_SPACE: u64 = 4_000;
 /// The root that names the map.
 pub(crate) const ROOT: &str = "torture-map";
 
 /// The first pseudo OID: volume 0xFFFF, which no store of a campaign has.
 const PSEUDO_BASE: u64 = 0xFFFF << 48;
 
-pub(crate) fn pseudo_oid(key: u32) -> RawOid {
-    RawOid(PSEUDO_BASE | u64::from(key))
+pub(crate) fn pseudo_oid(key: u64) -> RawOid {
+    debug_assert!(key < KEY_SPACE);
+    RawOid(PSEUDO_BASE | key)
 }
 
 pub(crate) fn is_pseudo(oid: RawOid) -> bool {
     oid.0 >= PSEUDO_BASE
 }
 
-fn key_of(oid: RawOid) -> u32 {
+fn key_of(oid: RawOid) -> u64 {
     debug_assert!(is_pseudo(oid));
-    (oid.0 & 0xFFFF_FFFF) as u32
+    oid.0 & 0xFFFF_FFFF
 }
 
 /// The map's entries in the model, in key order.
-fn entries(model: &Model) -> impl DoubleEndedIterator<Item = (u32, &Vec<u8>)> {
+fn entries(model: &Model) -> impl DoubleEndedIterator<Item = (u64, &Vec<u8>)> {
     model
         .range(RawOid(PSEUDO_BASE)..)
         .map(|(oid, bytes)| (key_of(*oid), bytes))
@@ -98,7 +101,7 @@ pub(crate) fn step(
             // A range removed: the keys a scan finds, each removed.
             let low = rng.random_range(0..KEY_SPACE);
             let high = low.saturating_add(rng.random_range(1..400));
-            let keys: Vec<u32> = map
+            let keys: Vec<u64> = map
                 .range(txn, low..high)
                 .map(|e| e.map(|(k, _)| k))
                 .collect::<Result<_>>()?;
@@ -122,16 +125,16 @@ fn compare_scan<R: ReadTransaction>(
     let low = rng.random_range(0..KEY_SPACE);
     let high = low.saturating_add(rng.random_range(1..1_000));
     let range = (Bound::Included(low), Bound::Excluded(high));
-    let expected: Vec<(u32, Vec<u8>)> = entries(model)
+    let expected: Vec<(u64, Vec<u8>)> = entries(model)
         .filter(|(k, _)| (low..high).contains(k))
         .map(|(k, v)| (k, v.clone()))
         .collect();
-    let mut found: Vec<(u32, Vec<u8>)> = if rng.random_bool(0.5) {
+    let mut found: Vec<(u64, Vec<u8>)> = if rng.random_bool(0.5) {
         map.range(txn, range)
             .map(|e| e.map(|(k, v)| (k, value_bytes(&v))))
             .collect::<Result<_>>()?
     } else {
-        let mut backward: Vec<(u32, Vec<u8>)> = map
+        let mut backward: Vec<(u64, Vec<u8>)> = map
             .range(txn, range)
             .rev()
             .map(|e| e.map(|(k, v)| (k, value_bytes(&v))))

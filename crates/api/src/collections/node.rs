@@ -523,7 +523,7 @@ pub fn entry(key: &[u8], value: &[u8]) -> Entry {
 }
 
 /// Formats `node` as an empty node of `level`.
-pub fn init(node: &mut [u8], level: u8) {
+pub fn init(node: &mut [u8], level: u8) -> Header {
     debug_assert!(node.len() <= u16::MAX as usize);
     let header = Header {
         level,
@@ -533,16 +533,19 @@ pub fn init(node: &mut [u8], level: u8) {
     };
     header.write(node);
     node[HEADER_BYTES..].fill(0);
+    header
 }
 
-/// Writes `entries` (sorted) into `node` as a fresh node of `level`. The caller made sure
-/// they fit.
-pub fn build(node: &mut [u8], level: u8, entries: &[Entry]) {
+/// Writes `entries` (sorted) into `node` as a fresh node of `level`, and returns its header.
+/// The caller made sure they fit.
+pub fn build(node: &mut [u8], level: u8, entries: &[Entry]) -> Header {
     debug_assert!(bytes_of(entries) + HEADER_BYTES <= node.len());
-    init(node, level);
+    let mut header = init(node, level);
     for (i, (key, value)) in entries.iter().enumerate() {
-        append(node, i, key, value);
+        append(node, &mut header, i, key, value);
     }
+    header.write(node);
+    header
 }
 
 /// Bytes `entries` take in a node, offsets included.
@@ -559,8 +562,9 @@ pub fn fits(entries: &[Entry], node_len: usize) -> bool {
 }
 
 /// Writes one entry at index `i` of the offsets; the node has room.
-fn append(node: &mut [u8], i: usize, key: &[u8], value: &[u8]) {
-    let mut header = Header::read(node).expect("a node this module formatted");
+/// Writes an entry at index `i` into the free space of `node`, whose header is `header`:
+/// updates `header`, which the caller writes back.
+fn append(node: &mut [u8], header: &mut Header, i: usize, key: &[u8], value: &[u8]) {
     let len = ENTRY_HEADER_BYTES + key.len() + value.len();
     debug_assert!(header.free() >= len + OFFSET_BYTES);
     let at = header.heap_start - len;
@@ -574,22 +578,44 @@ fn append(node: &mut [u8], i: usize, key: &[u8], value: &[u8]) {
     put_u16(node, offsets, at as u16);
     header.count += 1;
     header.heap_start = at;
-    header.write(node);
 }
 
 /// Inserts an entry at index `i` in place, compacting the node first if its free space is
 /// fragmented. False (and the node untouched) if it does not fit even so.
 pub fn insert_at(node: &mut [u8], i: usize, key: &[u8], value: &[u8]) -> Result<bool, Damage> {
     let header = Header::read(node)?;
+    insert_planned(node, header, i, key, value)
+}
+
+/// [`insert_at`] into a node whose header `header` the caller read when it planned the
+/// insert (the node unchanged since): an insert reads the header once.
+pub fn insert_planned(
+    node: &mut [u8],
+    mut header: Header,
+    i: usize,
+    key: &[u8],
+    value: &[u8],
+) -> Result<bool, Damage> {
+    debug_assert_eq!(
+        Header::read(node).map(|h| (h.level, h.count, h.heap_start, h.garbage)),
+        Ok((
+            header.level,
+            header.count,
+            header.heap_start,
+            header.garbage
+        )),
+        "the node changed since its insert was planned"
+    );
     let need = entry_bytes(key.len(), value.len());
     if header.free() < need {
         if header.free() + header.garbage < need {
             return Ok(false);
         }
         let entries = Node::read(node)?.entries()?;
-        build(node, header.level, &entries);
+        header = build(node, header.level, &entries);
     }
-    append(node, i, key, value);
+    append(node, &mut header, i, key, value);
+    header.write(node);
     Ok(true)
 }
 

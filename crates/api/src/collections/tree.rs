@@ -132,8 +132,8 @@ enum LeafInsert {
     /// The key was at this index with a value of another length: the entry was removed, for
     /// the new one to go in.
     Replace(usize, Vec<u8>),
-    /// The key was new and went in at this index.
-    Insert(usize),
+    /// The key was new and went in at this index (of the leaf whose header the plan read).
+    Insert(usize, node::Header),
     /// The key was new, belongs at this index, and the leaf of this many entries is full.
     Full(usize, usize),
 }
@@ -644,7 +644,7 @@ impl Tree {
                         }
                     }
                     Err(i) => match node::insert_writes(&n, i, key.len(), value.len()) {
-                        Some(writes) => (LeafInsert::Insert(i), Some(writes)),
+                        Some(writes) => (LeafInsert::Insert(i, n.header), Some(writes)),
                         None => (LeafInsert::Full(i, n.count()), None),
                     },
                 })
@@ -652,14 +652,14 @@ impl Tree {
             |bytes, found| match *found {
                 LeafInsert::Overwrite(i, _) => node::overwrite_value(bytes, i, value),
                 LeafInsert::Replace(i, _) => node::remove_at(bytes, i).map(|()| true),
-                LeafInsert::Insert(i) => node::insert_at(bytes, i, key, value),
+                LeafInsert::Insert(i, header) => node::insert_planned(bytes, header, i, key, value),
                 LeafInsert::Full(..) => unreachable!("no change was planned"),
             },
         )?;
         debug_assert!(done != Some(false), "the plan said the change fits");
         let (old, at, append) = match found {
             LeafInsert::Overwrite(_, old) => return Ok(Some(old)),
-            LeafInsert::Insert(_) => return Ok(None),
+            LeafInsert::Insert(..) => return Ok(None),
             LeafInsert::Replace(i, old) => {
                 if self.insert_in_place(txn, &meta, leaf, 0, i, key, value)? {
                     return Ok(Some(old));

@@ -46,6 +46,10 @@ pub(crate) struct Stamp {
 
 pub(crate) struct Located {
     entries: Box<[Option<Entry>]>,
+    /// The object changed last, kept apart from the table: an ascending load changes one leaf
+    /// thousands of times in a row, while random inserts change each leaf once or twice and,
+    /// in the table, would push out the inner nodes every descent reads.
+    last_changed: Option<Entry>,
     /// Writes that changed a page's record layout (records added, removed, resized, moved).
     layout_changes: u64,
 }
@@ -54,6 +58,7 @@ impl Located {
     pub fn new() -> Located {
         Located {
             entries: vec![None; ENTRIES].into_boxed_slice(),
+            last_changed: None,
             layout_changes: 0,
         }
     }
@@ -78,7 +83,38 @@ impl Located {
     /// page now).
     #[inline]
     pub fn get(&self, oid: Oid, stamp_of: impl FnOnce(FrameId) -> Option<Stamp>) -> Option<Place> {
-        let entry = self.entries[Self::slot(oid)].as_ref()?;
+        self.trusted(self.entries[Self::slot(oid)].as_ref()?, oid, stamp_of)
+    }
+
+    /// Remembers where `oid` lies, as read under `stamp`.
+    #[inline]
+    pub fn put(&mut self, oid: Oid, place: Place, stamp: Stamp) {
+        self.entries[Self::slot(oid)] = Some(self.entry(oid, place, stamp));
+    }
+
+    /// [`Located::get`] for the object changed last.
+    #[inline]
+    pub fn get_changed(
+        &self,
+        oid: Oid,
+        stamp_of: impl FnOnce(FrameId) -> Option<Stamp>,
+    ) -> Option<Place> {
+        self.trusted(self.last_changed.as_ref()?, oid, stamp_of)
+    }
+
+    /// Remembers where `oid`, about to be changed, lies.
+    #[inline]
+    pub fn put_changed(&mut self, oid: Oid, place: Place, stamp: Stamp) {
+        self.last_changed = Some(self.entry(oid, place, stamp));
+    }
+
+    #[inline]
+    fn trusted(
+        &self,
+        entry: &Entry,
+        oid: Oid,
+        stamp_of: impl FnOnce(FrameId) -> Option<Stamp>,
+    ) -> Option<Place> {
         if entry.oid != oid || entry.layout != self.layout_changes {
             return None;
         }
@@ -90,11 +126,9 @@ impl Located {
         })
     }
 
-    /// Remembers where `oid` lies, as read under `stamp`.
-    #[inline]
-    pub fn put(&mut self, oid: Oid, place: Place, stamp: Stamp) {
+    fn entry(&self, oid: Oid, place: Place, stamp: Stamp) -> Entry {
         debug_assert_eq!(stamp.layout, self.layout_changes);
-        self.entries[Self::slot(oid)] = Some(Entry {
+        Entry {
             oid,
             txn: stamp.txn,
             frame: place.frame,
@@ -102,7 +136,7 @@ impl Located {
             layout: stamp.layout,
             type_id: place.type_id,
             payload: place.payload,
-        });
+        }
     }
 }
 
@@ -141,5 +175,31 @@ mod tests {
         // Any change of a record layout.
         located.layout_changing();
         assert_eq!(located.get(oid, |_| Some(stamp(1, 40, 1))), None);
+    }
+
+    #[test]
+    fn the_object_changed_last_is_kept_apart_under_the_same_rules() {
+        let mut located = Located::new();
+        let (leaf, other) = (Oid(0x0001_0000_0009_0001), Oid(0x0001_0000_000A_0001));
+        let place = Place {
+            frame: 3,
+            type_id: TypeId(5),
+            payload: 40..8_000,
+        };
+        located.put_changed(leaf, place.clone(), stamp(1, 10, 0));
+        assert_eq!(
+            located.get_changed(leaf, |_| Some(stamp(1, 10, 0))),
+            Some(place.clone())
+        );
+        // Not in the table, and the table's entries do not answer for it.
+        assert_eq!(located.get(leaf, |_| Some(stamp(1, 10, 0))), None);
+        located.put(other, place.clone(), stamp(1, 10, 0));
+        assert_eq!(located.get_changed(other, |_| Some(stamp(1, 10, 0))), None);
+        // Another transaction, another fill, another page in the frame, a layout change.
+        assert_eq!(located.get_changed(leaf, |_| Some(stamp(2, 10, 0))), None);
+        assert_eq!(located.get_changed(leaf, |_| Some(stamp(1, 11, 0))), None);
+        assert_eq!(located.get_changed(leaf, |_| None), None);
+        located.layout_changing();
+        assert_eq!(located.get_changed(leaf, |_| Some(stamp(1, 10, 1))), None);
     }
 }

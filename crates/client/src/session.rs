@@ -799,6 +799,28 @@ impl ClientSession {
     /// The bytes of small object `oid`, if its type is `expected` (any type when `None`).
     pub fn object_bytes(&mut self, oid: Oid, expected: Option<(TypeId, usize)>) -> Result<&[u8]> {
         let id = self.active()?.id;
+        if let Some(place) = self.located_place(id, oid, expected, false) {
+            return Ok(&self.cache.frame(place.frame)[place.payload]);
+        }
+        let (frame, record) = self.record(oid, LockMode::Shared)?;
+        self.check_small(oid, frame, &record, expected)?;
+        if let Some((place, stamp)) = self.place_to_remember(id, frame, &record) {
+            self.located.put(oid, place, stamp);
+        }
+        Ok(&self.cache.frame(frame)[record.payload()])
+    }
+
+    /// Where small object `oid` of the `expected` type and size lies, if the location cache
+    /// (its table, or its entry for the object changed last) still trusts what transaction
+    /// `id` read of it.
+    #[inline]
+    fn located_place(
+        &self,
+        id: TxnId,
+        oid: Oid,
+        expected: Option<(TypeId, usize)>,
+        changed_last: bool,
+    ) -> Option<Place> {
         let cache = &self.cache;
         let layout = self.located.layout();
         // The frame's view for this transaction: none unless it holds the page and was
@@ -814,17 +836,26 @@ impl ClientSession {
                     layout,
                 })
         };
-        if let Some(place) = self.located.get(oid, stamp) {
-            let expected_here = expected.is_none_or(|(type_id, len)| {
-                place.type_id == type_id && place.payload.len() == len
-            });
-            if expected_here {
-                return Ok(&self.cache.frame(place.frame)[place.payload]);
-            }
-        }
-        let (frame, record) = self.record(oid, LockMode::Shared)?;
-        self.check_small(oid, frame, &record, expected)?;
-        if self.cache.state(frame).validated_in == Some(id) {
+        let place = if changed_last {
+            self.located.get_changed(oid, stamp)
+        } else {
+            self.located.get(oid, stamp)
+        };
+        place.filter(|place| {
+            expected
+                .is_none_or(|(type_id, len)| place.type_id == type_id && place.payload.len() == len)
+        })
+    }
+
+    /// Where a small object lies (its `record` in `frame`) and under which stamp, to remember
+    /// when the frame was validated in transaction `id`.
+    fn place_to_remember(
+        &self,
+        id: TxnId,
+        frame: FrameId,
+        record: &slotted::Record,
+    ) -> Option<(Place, Stamp)> {
+        (self.cache.state(frame).validated_in == Some(id)).then(|| {
             let place = Place {
                 frame,
                 type_id: record.type_id,
@@ -835,9 +866,8 @@ impl ClientSession {
                 fill: self.cache.fill_number(frame),
                 layout: self.located.layout(),
             };
-            self.located.put(oid, place, stamp);
-        }
-        Ok(&self.cache.frame(frame)[record.payload()])
+            (place, stamp)
+        })
     }
 
     /// The bytes of small object `oid` for writing, if its type is `expected`.
@@ -1172,9 +1202,36 @@ impl ClientSession {
         plan: impl FnOnce(&[u8]) -> Result<(P, Option<W>)>,
     ) -> Result<(P, Option<&mut [u8]>)> {
         assert!(expected.0.is_collection(), "not a collection type");
-        let (frame, record) = self.record(oid, LockMode::Exclusive)?;
-        self.check_small(oid, frame, &record, Some(expected))?;
-        let object = record.payload();
+        let id = self.active()?.id;
+        // The node this transaction changed last, its page still locked exclusive: where it
+        // lies is known (an ascending load changes one leaf ten thousand times in a row).
+        let known = self
+            .located_place(id, oid, Some(expected), true)
+            .filter(|_| {
+                self.txn.as_ref().and_then(|t| t.locks.get(&oid.page()))
+                    == Some(&LockMode::Exclusive)
+            });
+        let (frame, object) = match known {
+            Some(place) => {
+                debug_assert_eq!(
+                    slotted::record(self.cache.frame(place.frame), oid.slot())
+                        .ok()
+                        .flatten()
+                        .map(|record| record.payload()),
+                    Some(place.payload.clone()),
+                    "the location cache is stale for {oid}"
+                );
+                (place.frame, place.payload)
+            }
+            None => {
+                let (frame, record) = self.record(oid, LockMode::Exclusive)?;
+                self.check_small(oid, frame, &record, Some(expected))?;
+                if let Some((place, stamp)) = self.place_to_remember(id, frame, &record) {
+                    self.located.put_changed(oid, place, stamp);
+                }
+                (frame, record.payload())
+            }
+        };
         let (planned, writes) = plan(&self.cache.frame(frame)[object.clone()])?;
         let Some(writes) = writes else {
             return Ok((planned, None));

@@ -386,11 +386,7 @@ impl<'a> Node<'a> {
             let probed = self.key(probe)?;
             let Ok(wide) = <[u8; 8]>::try_from(probed) else {
                 // Not an integer to interpolate with: halve from here.
-                let found = match compare_keys(probed, key) {
-                    Ordering::Equal => Ok(probe),
-                    Ordering::Less => self.binary_search(key, probe + 1, end)?,
-                    Ordering::Greater => self.binary_search(key, start, probe)?,
-                };
+                let found = self.halve_past(key, probed, probe, start, end)?;
                 return Ok(Some((found, None)));
             };
             let at = u64::from_be_bytes(wide);
@@ -411,6 +407,23 @@ impl<'a> Node<'a> {
             above: Some(k_hi),
         };
         self.halve_u64(key, k, start, end, bracket).map(Some)
+    }
+
+    /// Where `key` is among entries `start..end`, which bound it, given the key `probed` at
+    /// `probe` inside them: the search by bytes goes on from there, on the side it lies.
+    fn halve_past(
+        &self,
+        key: &[u8],
+        probed: &[u8],
+        probe: usize,
+        start: usize,
+        end: usize,
+    ) -> Result<Result<usize, usize>, Damage> {
+        match compare_keys(probed, key) {
+            Ordering::Equal => Ok(Ok(probe)),
+            Ordering::Less => self.binary_search(key, probe + 1, end),
+            Ordering::Greater => self.binary_search(key, start, probe),
+        }
     }
 
     /// Search by halves for an 8-byte key (`k` as an integer) among entries `start..end`,
@@ -435,12 +448,7 @@ impl<'a> Node<'a> {
             let probed = self.key(mid)?;
             let Ok(wide) = <[u8; 8]>::try_from(probed) else {
                 // A key of another width: no integers to keep, halve on by bytes.
-                let found = match compare_keys(probed, key) {
-                    Ordering::Equal => Ok(mid),
-                    Ordering::Less => self.binary_search(key, mid + 1, end)?,
-                    Ordering::Greater => self.binary_search(key, start, mid)?,
-                };
-                return Ok((found, None));
+                return Ok((self.halve_past(key, probed, mid, start, end)?, None));
             };
             let at = u64::from_be_bytes(wide);
             match at.cmp(&k) {

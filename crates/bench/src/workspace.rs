@@ -114,3 +114,19 @@ pub fn progress_bar(length: u64, message: &str, quiet: bool) -> ProgressBar {
     bar.set_message(message.to_string());
     bar
 }
+
+/// Bytes of every file under `dir` as allocated (a sparse preallocation counts what it uses).
+pub fn bytes_on_disk(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => bytes_on_disk(&e.path()),
+            Ok(m) => m.blocks() * 512,
+            Err(_) => 0,
+        })
+        .sum()
+}

@@ -3,8 +3,8 @@
 //! system: the latency of one small write plus fdatasync, and the bandwidth of large writes
 //! plus one fdatasync.
 
-use lodestore::{Error, Options, RealFileSystem, Result, Store};
-use lodestore_storage::{FileSystem, OpenMode};
+use lodestore::{Error, Options, Result, Store};
+use lodestore_bench::ceiling;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -12,16 +12,6 @@ use std::time::{Duration, Instant};
 /// Bytes of each thread's object: more than half an 8 KiB page, so every thread updates a page
 /// of its own and the benchmark measures commits, not lock waits.
 const OBJECT_BYTES: usize = 5000;
-const PROBE_SYNCS: usize = 500;
-const PROBE_BATCH_BYTES: usize = 8 << 20;
-const PROBE_BATCHES: usize = 5;
-
-/// The machine's limits, measured.
-#[derive(Clone, Copy, Debug)]
-pub struct Ceiling {
-    pub fdatasync_median_us: f64,
-    pub batched_sync_mb_per_s: f64,
-}
 
 #[derive(Clone, Debug)]
 struct Measure {
@@ -53,7 +43,7 @@ pub fn commit(
     let mut rows: Vec<Vec<Measure>> = vec![Vec::new(); threads.len()];
     let mut ceilings = Vec::new();
     for run in 0..runs {
-        ceilings.push(ceiling(path)?);
+        ceilings.push(ceiling::measure(path)?);
         for (i, &t) in threads.iter().enumerate() {
             let dir = path.join(format!("bench-commit-{t}"));
             remove_store(&dir)?;
@@ -117,39 +107,6 @@ pub(crate) fn remove_store(dir: &Path) -> Result<()> {
         std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, "remove", e))?;
     }
     Ok(())
-}
-
-/// fdatasync latency and batched bandwidth, overwriting a pre-written file as the log does.
-fn ceiling(dir: &Path) -> Result<Ceiling> {
-    let path = dir.join("fsync-probe");
-    if path.exists() {
-        std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
-    }
-    let file = RealFileSystem.open(&path, OpenMode::CreateNew)?;
-    let zeros = vec![0u8; PROBE_BATCH_BYTES];
-    file.write_at(0, &zeros)?;
-    file.sync()?;
-    let small = [7u8; 512];
-    let mut latencies = Vec::with_capacity(PROBE_SYNCS);
-    for i in 0..PROBE_SYNCS {
-        let started = Instant::now();
-        file.write_at((i * 512) as u64, &small)?;
-        file.sync()?;
-        latencies.push(started.elapsed().as_secs_f64() * 1e6);
-    }
-    let batch = vec![9u8; PROBE_BATCH_BYTES];
-    let started = Instant::now();
-    for _ in 0..PROBE_BATCHES {
-        file.write_at(0, &batch)?;
-        file.sync()?;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    drop(file);
-    std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
-    Ok(Ceiling {
-        fdatasync_median_us: median(latencies),
-        batched_sync_mb_per_s: (PROBE_BATCH_BYTES * PROBE_BATCHES) as f64 / seconds / 1e6,
-    })
 }
 
 fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {

@@ -436,6 +436,8 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
     let started = Instant::now();
     let thor_records = thor_experiment::run(&thor_config(&thor)?)?;
     finish_thor(&args.out, &thor_records, started)?;
+    eprintln!("Lodestore against LMDB, redb and SQLite on OO7 oo7-small");
+    crate::bench_peers::peers(&crate::bench_peers::PeersArgs::suite(&args.out, args.smoke))?;
     Ok(code)
 }
 

@@ -6,6 +6,7 @@ mod bench_detect;
 mod bench_diff;
 mod bench_kv;
 mod bench_net;
+mod bench_peers;
 mod bench_readers;
 mod bench_suite;
 mod campaign;
@@ -267,6 +268,11 @@ enum BenchCommand {
     Thor(bench_suite::ThorArgs),
     /// Print the tables and redraw the plots of an earlier run from the summary.json in DIR.
     Report(bench_suite::ReportArgs),
+    /// Lodestore against LMDB, redb and SQLite on the OO7 database, in the same run: load,
+    /// the traversals, durable commits at several thread counts and size on disk, each peer
+    /// holding the objects as key-value pairs and making every commit durable, next to the
+    /// fdatasync ceiling. Tables of medians and Lodestore's lead; peers.csv and a plot in --out.
+    Peers(bench_peers::PeersArgs),
     /// Commits per second and commit latency for each thread count, next to this machine's
     /// fdatasync latency and batched-sync bandwidth measured in the same run in PATH.
     Commit {
@@ -494,6 +500,7 @@ fn main() -> ExitCode {
             Some(BenchCommand::Oo1(args)) => bench_suite::oo1(&args),
             Some(BenchCommand::Thor(args)) => bench_suite::thor(&args),
             Some(BenchCommand::Report(args)) => bench_suite::report_again(&args),
+            Some(BenchCommand::Peers(args)) => bench_peers::peers(&args),
             Some(BenchCommand::Commit {
                 path,
                 threads,

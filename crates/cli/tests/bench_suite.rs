@@ -91,11 +91,25 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
     }
     let csv = std::fs::read_to_string(out.join("runs.csv")).unwrap();
     assert_eq!(csv.lines().count(), runs.len() + 1);
+
+    // The peers: every store in the table, and per store load, 4 traversals, 3 thread counts
+    // and size on disk in peers.csv (one run).
+    assert!(stdout.contains("lead over sqlite"), "{stdout}");
+    let peers = std::fs::read_to_string(out.join("peers/peers.csv")).unwrap();
+    for store in ["lodestore", "lmdb", "redb", "sqlite"] {
+        let rows = peers
+            .lines()
+            .filter(|l| l.starts_with(&format!("{store},")))
+            .count();
+        assert_eq!(rows, 9, "{store}: {peers}");
+    }
+    assert!(peers.contains(",commits x16,commits/s,"), "{peers}");
     for plot in [
         "oo7-oo7-small-t2b-rb0.5MiB-pages",
         "oo1-update-hot",
         "oo1-hot-phases-p0.2",
         "oo1-long-slope",
+        "peers/peers",
     ] {
         for ext in ["svg", "png"] {
             let path = out.join(format!("{plot}.{ext}"));
@@ -120,6 +134,15 @@ fn bad_bench_arguments_are_refused_with_their_names() {
         (vec!["bench", "oo7", "--recovery-buffer", "4XB"], "4XB"),
         (vec!["bench", "oo7", "--clients", "1..9"], "--clients"),
         (vec!["bench", "oo1", "--probabilities", "1.5"], "1.5"),
+        (
+            vec!["bench", "peers", "--stores", "lmdb,lodestore"],
+            "lodestore as its first",
+        ),
+        (
+            vec!["bench", "peers", "--stores", "lodestore,mongo"],
+            "mongo",
+        ),
+        (vec!["bench", "peers", "--threads", "0"], "--threads"),
     ] {
         let output = lodestore()
             .args(&args)

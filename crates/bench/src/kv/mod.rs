@@ -116,7 +116,7 @@ pub fn run(engine: EngineKind, dir: &Path, keys: u64, seed: u64) -> Result<Figur
         )));
     }
     drop(store);
-    let bytes_on_disk = du(&random_dir);
+    let bytes_on_disk = crate::workspace::bytes_on_disk(&random_dir);
     remove(&random_dir)?;
     Ok(Figures {
         engine,
@@ -155,20 +155,4 @@ fn remove(dir: &Path) -> Result<()> {
         std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, "remove", e))?;
     }
     Ok(())
-}
-
-/// Bytes of every file under `dir` (as allocated: a sparse preallocation counts what it uses).
-fn du(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.metadata() {
-            Ok(m) if m.is_dir() => du(&e.path()),
-            Ok(m) => m.blocks() * 512,
-            Err(_) => 0,
-        })
-        .sum()
 }

@@ -89,6 +89,9 @@ pub struct TraversalCounts {
     pub updates: u64,
     pub distinct_objects_modified: u64,
     pub distinct_composite_parts_visited: u64,
+    /// A sum over the atomic-part visits of a hash of the part's id and fields as read:
+    /// equal on any two stores that hold the same graph with the same updates.
+    pub checksum: u64,
 }
 
 /// What a traversal needs of a transaction: reads, and for the T2 variants an update of an
@@ -177,6 +180,7 @@ impl Walker {
                 let part = txn.get(root)?;
                 null_procedure(part.x, part.y);
                 self.counts.atomic_parts_visited += 1;
+                self.counts.checksum = self.counts.checksum.wrapping_add(part_hash(part));
                 Ok(())
             }
             _ => self.atomic_graph(txn, root),
@@ -199,6 +203,7 @@ impl Walker {
             }
             self.visited[index] = true;
             self.counts.atomic_parts_visited += 1;
+            self.counts.checksum = self.counts.checksum.wrapping_add(part_hash(&part));
             null_procedure(part.x, part.y);
             let times = match self.traversal {
                 Traversal::T2a if oid == root => 1,
@@ -222,6 +227,12 @@ impl Walker {
         }
         Ok(())
     }
+}
+
+/// What an atomic part adds to a traversal's checksum.
+fn part_hash(part: &AtomicPart) -> u64 {
+    let mixed = part.id ^ (part.x as u64).rotate_left(21) ^ (part.y as u64).rotate_left(42);
+    mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
 /// The benchmark's null procedure: takes the fields and does nothing the optimiser can drop.

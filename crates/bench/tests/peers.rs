@@ -34,6 +34,7 @@ fn config(out: &Path) -> PeersConfig {
         commit_seconds: 0.05,
         out: out.to_path_buf(),
         quiet: true,
+        crash_child: None,
     }
 }
 

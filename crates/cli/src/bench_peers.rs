@@ -10,6 +10,7 @@ use lodestore::{Error, Result};
 use lodestore_bench::oo7::{Oo7Params, Traversal};
 use lodestore_bench::peers::{self, Database, Figures, PeersConfig, StoreKind};
 use lodestore_bench::workspace::progress_bar;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -47,6 +48,23 @@ pub struct PeersArgs {
     /// Folder for the stores, the template database, peers.csv and the plot.
     #[arg(long, default_value = "target/lodestore-bench/peers")]
     pub out: PathBuf,
+}
+
+/// Where the kill -9 workload's child commits.
+#[derive(Args, Debug, Clone)]
+pub struct CrashChildArgs {
+    #[arg(long)]
+    pub store: String,
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The OID of the atomic part each commit writes.
+    #[arg(long)]
+    pub part: u64,
+}
+
+pub fn crash_child(args: &CrashChildArgs) -> Result<ExitCode> {
+    peers::crash::child(args.store.parse()?, &args.dir, args.part)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 impl PeersArgs {
@@ -88,10 +106,22 @@ impl PeersArgs {
             commit_seconds: self.seconds,
             out: self.out.clone(),
             quiet: false,
+            crash_child: Some(crash_child_command()?),
         };
         config.validate()?;
         Ok(config)
     }
+}
+
+/// This program's own `bench peers-crash-child`.
+fn crash_child_command() -> Result<Vec<OsString>> {
+    let program =
+        std::env::current_exe().map_err(|e| Error::io("the lodestore program", "locate", e))?;
+    Ok(vec![
+        program.into_os_string(),
+        "bench".into(),
+        "peers-crash-child".into(),
+    ])
 }
 
 pub fn peers(args: &PeersArgs) -> Result<ExitCode> {

@@ -273,6 +273,10 @@ enum BenchCommand {
     /// holding the objects as key-value pairs and making every commit durable, next to the
     /// fdatasync ceiling. Tables of medians and Lodestore's lead; peers.csv and a plot in --out.
     Peers(bench_peers::PeersArgs),
+    /// The child process of `bench peers`' kill -9 workload: commits on the store until
+    /// killed, printing each acknowledged sequence number.
+    #[command(hide = true)]
+    PeersCrashChild(bench_peers::CrashChildArgs),
     /// Commits per second and commit latency for each thread count, next to this machine's
     /// fdatasync latency and batched-sync bandwidth measured in the same run in PATH.
     Commit {
@@ -501,6 +505,7 @@ fn main() -> ExitCode {
             Some(BenchCommand::Thor(args)) => bench_suite::thor(&args),
             Some(BenchCommand::Report(args)) => bench_suite::report_again(&args),
             Some(BenchCommand::Peers(args)) => bench_peers::peers(&args),
+            Some(BenchCommand::PeersCrashChild(args)) => bench_peers::crash_child(&args),
             Some(BenchCommand::Commit {
                 path,
                 threads,

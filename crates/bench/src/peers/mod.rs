@@ -13,8 +13,11 @@
 //!   so they hold the same graph with the same updates;
 //! - **durable commits**: 1 to N threads, each committing transactions that update one atomic
 //!   part (its own stripe of parts), for a fixed time;
-//! - **size on disk** of the store's folder after it is closed.
+//! - **size on disk** of the store's folder after it is closed;
+//! - **reopen after kill -9** ([`crash`]): a child process commits on the store until killed,
+//!   then the store is opened again, timed, and checked for every acknowledged commit.
 
+pub mod crash;
 mod kv;
 pub mod lmdb;
 mod objects;
@@ -31,6 +34,7 @@ use crate::oo7::{self, Oo7Params, Traversal, TraversalCounts};
 use indicatif::ProgressBar;
 use lodestore::{Error, Options, Persistent, RawOid, Result, Store};
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -66,7 +70,7 @@ impl StoreKind {
     }
 
     /// The peer of this kind opened (or created) in `dir`; `None` for Lodestore itself.
-    fn open_peer(self, dir: &Path) -> Result<Option<Box<dyn Peer>>> {
+    pub(crate) fn open_peer(self, dir: &Path) -> Result<Option<Box<dyn Peer>>> {
         Ok(match self {
             StoreKind::Lodestore => None,
             StoreKind::Lmdb => Some(Box::new(lmdb::Lmdb::open(dir)?)),
@@ -115,6 +119,9 @@ pub struct PeersConfig {
     /// Folder for the template database and the stores of each run.
     pub out: PathBuf,
     pub quiet: bool,
+    /// The command that runs [`crash::child`], to which `--store`, `--dir` and `--part` are
+    /// added; `None` leaves the kill -9 workload out.
+    pub crash_child: Option<Vec<OsString>>,
 }
 
 impl PeersConfig {
@@ -163,6 +170,7 @@ pub struct Figures {
     /// Durable commits per second, by thread count.
     pub commits_per_s: Vec<(usize, f64)>,
     pub bytes_on_disk: u64,
+    pub reopen: Option<crash::Reopened>,
 }
 
 /// One row of the comparison: a name, a unit, whether more is better, and the value.
@@ -201,6 +209,12 @@ impl Figures {
             higher_is_better: false,
             value: self.bytes_on_disk as f64 / 1e6,
         });
+        rows.extend(self.reopen.map(|r| Metric {
+            name: "reopen after kill -9".into(),
+            unit: "ms",
+            higher_is_better: false,
+            value: r.reopen_ms,
+        }));
         rows
     }
 }
@@ -291,6 +305,26 @@ pub fn run(
     let load_s = subject.load_s;
     subject.close()?;
     let bytes_on_disk = crate::workspace::bytes_on_disk(dir);
+    let reopen = match &config.crash_child {
+        Some(command) => {
+            let part = database.first_atomic_part();
+            let mut command = command.clone();
+            command.extend(
+                [
+                    "--store".into(),
+                    store.name().into(),
+                    "--dir".into(),
+                    dir.as_os_str().to_owned(),
+                    "--part".into(),
+                    part.to_string().into(),
+                ]
+                .into_iter()
+                .map(|a: OsString| a),
+            );
+            Some(crash::kill_and_reopen(&command, store, dir, part)?)
+        }
+        None => None,
+    };
     remove(dir)?;
     Ok(Figures {
         store,
@@ -299,6 +333,7 @@ pub fn run(
         checksum,
         commits_per_s,
         bytes_on_disk,
+        reopen,
     })
 }
 

@@ -1,0 +1,205 @@
+//! Reopen after kill -9: a child process commits durable transactions on a loaded store, each
+//! writing its sequence number into one atomic part and printing the number once the commit
+//! returned; the parent kills it with SIGKILL mid-stream, times reopening the store and reading
+//! the part back, and checks that no acknowledged commit is lost (the part holds the last
+//! number printed, or the next one if its commit finished unacknowledged).
+
+use super::kv::{KvAccess, Peer};
+use super::objects::PeerObjects;
+use super::StoreKind;
+use crate::lists::typed;
+use crate::oo7::schema::AtomicPart;
+use lodestore::{Error, Oid, Options, Persistent, ReadTransaction, Result, Store};
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a child may run if nobody kills it: a bound, not a setting.
+const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
+
+/// Acknowledged commits the parent waits for before the kill (or [`WAIT_MAX`]).
+const ACKS_BEFORE_KILL: u64 = 200;
+const WAIT_MAX: Duration = Duration::from_secs(20);
+
+/// What one kill and reopen measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Reopened {
+    /// Opening the store and reading the part, in milliseconds.
+    pub reopen_ms: f64,
+    pub acknowledged: u64,
+    /// The sequence number found: `acknowledged` or one more.
+    pub found: u64,
+}
+
+/// The child's side: opens the store `kind` in `dir` and commits until killed (or
+/// [`CHILD_LIFETIME_MAX`]), printing each acknowledged sequence number on its own line.
+pub fn child(kind: StoreKind, dir: &Path, part: u64) -> Result<()> {
+    let part: Oid<AtomicPart> = typed(part);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let started = Instant::now();
+    let mut acknowledge = |n: u64| -> Result<bool> {
+        writeln!(out, "{n}")
+            .and_then(|_| out.flush())
+            .map_err(|e| Error::io("stdout", "write", e))?;
+        Ok(started.elapsed() < CHILD_LIFETIME_MAX)
+    };
+    match kind.open_peer(dir)? {
+        None => {
+            let store = Store::open(dir, Options::new())?;
+            let mut session = store.session()?;
+            let mut n = session.transact(|txn| Ok(txn.get(part)?.x as u64))?;
+            loop {
+                n += 1;
+                session.transact(|txn| {
+                    txn.get_mut(part)?.x = n as i64;
+                    Ok(())
+                })?;
+                if !acknowledge(n)? {
+                    return Ok(());
+                }
+            }
+        }
+        Some(peer) => {
+            let mut n = read_sequence(peer.as_ref(), part)?;
+            loop {
+                n += 1;
+                peer.write(&mut |kv| write_sequence(kv, part, n))?;
+                if !acknowledge(n)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+fn read_sequence(peer: &dyn Peer, part: Oid<AtomicPart>) -> Result<u64> {
+    let mut n = 0;
+    peer.read(&mut |kv| {
+        n = PeerObjects::new(kv).read(part)?.x as u64;
+        Ok(())
+    })?;
+    Ok(n)
+}
+
+fn write_sequence(kv: &mut dyn KvAccess, part: Oid<AtomicPart>, n: u64) -> Result<()> {
+    let mut objects = PeerObjects::new(kv);
+    let mut atomic = objects.read(part)?;
+    atomic.x = n as i64;
+    let mut value = Vec::new();
+    super::kv::encode_object(AtomicPart::TYPE_ID, bytemuck::bytes_of(&atomic), &mut value);
+    kv.put(part.raw().0, &value)
+}
+
+/// The parent's side: runs `command` (which must end up in [`child`] for `kind`, `dir` and
+/// `part`), kills it with SIGKILL after [`ACKS_BEFORE_KILL`] acknowledgements, reopens the
+/// store and checks the part.
+pub fn kill_and_reopen(
+    command: &[OsString],
+    kind: StoreKind,
+    dir: &Path,
+    part: u64,
+) -> Result<Reopened> {
+    let (program, args) = command
+        .split_first()
+        .ok_or_else(|| Error::InvalidArgument("no command for the crash child".into()))?;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| Error::io(Path::new(program), "start the crash child", e))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout);
+    let mut acknowledged = 0u64;
+    let mut acknowledgements = 0u64;
+    let mut line = Vec::new();
+    let started = Instant::now();
+    let mut read_line = |acknowledged: &mut u64, count: &mut u64| -> Result<bool> {
+        line.clear();
+        let read = lines
+            .read_until(b'\n', &mut line)
+            .map_err(|e| Error::io("crash child", "read", e))?;
+        // A line cut by the kill was never acknowledged.
+        if read == 0 || line.last() != Some(&b'\n') {
+            return Ok(false);
+        }
+        let text = std::str::from_utf8(&line[..line.len() - 1]).unwrap_or("");
+        *acknowledged = text.parse().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "crash child printed {text:?}, not a sequence number"
+            ))
+        })?;
+        *count += 1;
+        Ok(true)
+    };
+    while acknowledgements < ACKS_BEFORE_KILL && started.elapsed() < WAIT_MAX {
+        if !read_line(&mut acknowledged, &mut acknowledgements)? {
+            break;
+        }
+    }
+    child
+        .kill()
+        .map_err(|e| Error::io("crash child", "kill", e))?;
+    // Lines already written before the kill were acknowledged too.
+    while read_line(&mut acknowledged, &mut acknowledgements)? {}
+    let output = child
+        .wait_with_output()
+        .map_err(|e| Error::io("crash child", "wait", e))?;
+    if acknowledgements == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "{kind}: the crash child acknowledged no commit: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    let part: Oid<AtomicPart> = typed(part);
+    let started = Instant::now();
+    let (found, reopen_ms) = match kind.open_peer(dir)? {
+        None => {
+            let store = Store::open(dir, Options::new())?;
+            let mut session = store.session()?;
+            let found = session.transact(|txn| Ok(txn.get(part)?.x as u64))?;
+            let reopen_ms = started.elapsed().as_secs_f64() * 1e3;
+            drop(session);
+            store.close()?;
+            (found, reopen_ms)
+        }
+        Some(peer) => {
+            let found = read_sequence(peer.as_ref(), part)?;
+            (found, started.elapsed().as_secs_f64() * 1e3)
+        }
+    };
+    verdict(kind, reopen_ms, acknowledged, found)
+}
+
+fn verdict(kind: StoreKind, reopen_ms: f64, acknowledged: u64, found: u64) -> Result<Reopened> {
+    if found != acknowledged && found != acknowledged.wrapping_add(1) {
+        return Err(Error::InvalidArgument(format!(
+            "{kind} lost acknowledged commits: after kill -9 the part holds sequence number \
+             {found}, but {acknowledged} was acknowledged"
+        )));
+    }
+    Ok(Reopened {
+        reopen_ms,
+        acknowledged,
+        found,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_acknowledged_commit_is_an_error_and_one_unacknowledged_is_not() {
+        assert_eq!(verdict(StoreKind::Lmdb, 1.0, 40, 40).unwrap().found, 40);
+        assert_eq!(verdict(StoreKind::Lmdb, 1.0, 40, 41).unwrap().found, 41);
+        let lost = verdict(StoreKind::Redb, 1.0, 40, 39).unwrap_err().to_string();
+        assert!(lost.contains("redb lost acknowledged commits"), "{lost}");
+        assert!(verdict(StoreKind::Redb, 1.0, 40, 42).is_err());
+        // Sequence numbers start from a part's field, which may be negative.
+        assert!(verdict(StoreKind::Sqlite, 1.0, u64::MAX, 0).is_ok());
+    }
+}

@@ -120,7 +120,10 @@ fn operations_count_what_the_benchmark_predicts() {
     let some = ops::traverse(&mut txn, start, 0.1, &mut StdRng::seed_from_u64(5)).unwrap();
     assert!(some.updates > 200 && some.updates < 500, "{}", some.updates);
     let again = ops::traverse(&mut txn, start, 0.1, &mut StdRng::seed_from_u64(5)).unwrap();
-    assert_eq!(some, again);
+    // The same choices; the checksum differs, as the parts read hold the first one's updates.
+    let choices = |c: ops::OpCounts| (c.parts_visited, c.updates, c.distinct_objects_modified);
+    assert_eq!(choices(some), choices(again));
+    assert_ne!(some.checksum, again.checksum);
     txn.commit().unwrap();
     let mut txn = session.begin().unwrap();
     // Every update committed: x grew by one per update, over all parts.

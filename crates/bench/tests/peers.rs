@@ -7,7 +7,7 @@ use lodestore_bench::lists::typed;
 use lodestore_bench::oo7::schema::{AtomicPart, Connection};
 use lodestore_bench::oo7::traverse::Traverse;
 use lodestore_bench::oo7::{Oo7Params, Traversal};
-use lodestore_bench::peers::{self, Database, Peer, PeerObjects, PeersConfig, StoreKind};
+use lodestore_bench::peers::{self, Databases, Peer, PeerObjects, PeersConfig, StoreKind};
 use std::path::Path;
 
 fn config(out: &Path) -> PeersConfig {
@@ -34,6 +34,7 @@ fn config(out: &Path) -> PeersConfig {
         commit_seconds: 0.05,
         out: out.to_path_buf(),
         quiet: true,
+        oo1_parts: Some(500),
         crash_child: None,
     }
 }
@@ -51,12 +52,12 @@ fn open(kind: StoreKind, dir: &Path) -> Box<dyn Peer> {
 fn every_store_holds_the_same_graph_and_the_same_updates() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    let database = Database::export(&peers::template(&config).unwrap()).unwrap();
+    let databases = Databases::prepare(&config).unwrap();
     let figures: Vec<_> = config
         .stores
         .iter()
         .map(|&store| {
-            peers::run(store, &config, &database, &dir.path().join(store.name())).unwrap()
+            peers::run(store, &config, &databases, &dir.path().join(store.name())).unwrap()
         })
         .collect();
     peers::check_agreement(&figures).unwrap();
@@ -76,6 +77,10 @@ fn every_store_holds_the_same_graph_and_the_same_updates() {
         assert_eq!(t2c.counts.updates, 4 * t2c.counts.atomic_parts_visited);
         assert_eq!(f.commits_per_s.len(), 2);
         assert!(f.commits_per_s.iter().all(|&(_, rate)| rate > 0.0), "{f:?}");
+        let oo1 = f.oo1.as_ref().unwrap();
+        // Per run: 1,000 lookups and two traversals of 3,280 visits.
+        assert_eq!(oo1.parts_visited, 2 * (1000 + 2 * 3280));
+        assert!(oo1.load_s > 0.0 && oo1.update_ms > 0.0);
     }
 
     // A store whose graph or updates differ is caught, and both stores are named.
@@ -92,12 +97,13 @@ fn every_store_holds_the_same_graph_and_the_same_updates() {
 fn peers_refuse_wrong_types_and_missing_objects_and_keep_commits() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(dir.path());
-    let database = Database::export(&peers::template(&config).unwrap()).unwrap();
+    let databases = Databases::prepare(&config).unwrap();
+    let database = &databases.oo7;
     for kind in [StoreKind::Lmdb, StoreKind::Redb, StoreKind::Sqlite] {
         let store_dir = dir.path().join(kind.name());
         let peer = open(kind, &store_dir);
-        peers::load(peer.as_ref(), &database).unwrap();
-        let part: Oid<AtomicPart> = typed(database.first_atomic_part());
+        database.load(peer.as_ref()).unwrap();
+        let part: Oid<AtomicPart> = typed(database.first_part());
         let before = read_part(peer.as_ref(), part);
         peer.read(&mut |kv| {
             let mut objects = PeerObjects::new(kv);

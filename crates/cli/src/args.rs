@@ -86,6 +86,14 @@ pub fn oo1_parts(text: &str) -> Result<u64, String> {
     integer_in(text, 10..=10_000_000)
 }
 
+/// OO1 parts, or 0 for none.
+pub fn oo1_parts_or_none(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    oo1_parts(text)
+}
+
 /// Traversals per commit of a long-running transaction.
 pub fn iterations(text: &str) -> Result<u32, String> {
     integer_in(text, 1..=100_000).map(|n| n as u32)

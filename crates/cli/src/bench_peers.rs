@@ -8,7 +8,7 @@ use crate::bench::median;
 use clap::Args;
 use lodestore::{Error, Result};
 use lodestore_bench::oo7::{Oo7Params, Traversal};
-use lodestore_bench::peers::{self, Database, Figures, PeersConfig, StoreKind};
+use lodestore_bench::peers::{self, Databases, Figures, PeersConfig, StoreKind};
 use lodestore_bench::workspace::progress_bar;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,11 @@ pub struct PeersArgs {
     /// Runs, each store once per run; the table shows medians.
     #[arg(long, default_value_t = 3, value_parser = crate::args::runs)]
     pub runs: usize,
-    /// Seed of the database generator and the traversals' random choices.
+    /// Parts of the OO1 database (lookup, traversal and update on a store of its own); 0 leaves
+    /// OO1 out.
+    #[arg(long, default_value_t = 20_000, value_parser = crate::args::oo1_parts_or_none)]
+    pub oo1_parts: u64,
+    /// Seed of the database generators and the traversals' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Folder for the stores, the template database, peers.csv and the plot.
@@ -81,6 +85,7 @@ impl PeersArgs {
             threads: vec![1, 4, 16],
             seconds: if smoke { 0.2 } else { 1.0 },
             runs: 1,
+            oo1_parts: if smoke { 2000 } else { 20_000 },
             seed: 1,
             out: out.join("peers"),
         }
@@ -106,6 +111,7 @@ impl PeersArgs {
             commit_seconds: self.seconds,
             out: self.out.clone(),
             quiet: false,
+            oo1_parts: (self.oo1_parts > 0).then_some(self.oo1_parts),
             crash_child: Some(crash_child_command()?),
         };
         config.validate()?;
@@ -127,8 +133,7 @@ fn crash_child_command() -> Result<Vec<OsString>> {
 pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     let config = args.config()?;
     std::fs::create_dir_all(&config.out).map_err(|e| Error::io(&config.out, "create folder", e))?;
-    let template = peers::template(&config)?;
-    let database = Database::export(&template)?;
+    let databases = Databases::prepare(&config)?;
     let stores = &config.stores;
     let bar = progress_bar((args.runs * stores.len()) as u64, "store runs", false);
     let mut figures: Vec<Vec<Figures>> = vec![Vec::new(); stores.len()];
@@ -140,7 +145,7 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
             let i = (run + turn) % stores.len();
             bar.set_message(format!("run {}: {}", run + 1, stores[i]));
             let dir = config.out.join("stores").join(stores[i].name());
-            this_run.push(peers::run(stores[i], &config, &database, &dir)?);
+            this_run.push(peers::run(stores[i], &config, &databases, &dir)?);
             bar.inc(1);
         }
         peers::check_agreement(&this_run)?;
@@ -157,12 +162,17 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
     println!(
         "OO7 {} ({} objects, {:.1} MB of objects), traversals of module 1 ({} per run, \
-         median), durable commits of one atomic part; medians of {} runs; a lead is Lodestore's \
-         speed over the peer's, the median of each run's ratio (above 1: Lodestore ahead)",
+         median), durable commits of one atomic part; OO1 on {}; medians of {} runs; a lead is \
+         Lodestore's speed over the peer's, the median of each run's ratio (above 1: Lodestore \
+         ahead)",
         config.preset,
-        database.objects(),
-        database.object_bytes() as f64 / 1e6,
+        databases.oo7.objects(),
+        databases.oo7.object_bytes() as f64 / 1e6,
         config.traversal_runs,
+        match &databases.oo1 {
+            Some(oo1) => format!("{} parts ({} objects)", args.oo1_parts, oo1.objects()),
+            None => "no parts (left out)".into(),
+        },
         args.runs
     );
     println!("{}", table(stores, &figures));

@@ -93,7 +93,8 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
     assert_eq!(csv.lines().count(), runs.len() + 1);
 
     // The peers: every store in the table, and per store load, 4 traversals, 3 thread counts,
-    // size on disk and reopen after kill -9 (no acknowledged commit lost) in peers.csv.
+    // size on disk, reopen after kill -9 (no acknowledged commit lost), and OO1 load, lookup,
+    // traversal and update in peers.csv.
     assert!(stdout.contains("lead over sqlite"), "{stdout}");
     let peers = std::fs::read_to_string(out.join("peers/peers.csv")).unwrap();
     for store in ["lodestore", "lmdb", "redb", "sqlite"] {
@@ -101,8 +102,10 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
             .lines()
             .filter(|l| l.starts_with(&format!("{store},")))
             .count();
-        assert_eq!(rows, 10, "{store}: {peers}");
-        assert!(peers.contains(&format!("{store},0,reopen after kill -9,ms,")));
+        assert_eq!(rows, 14, "{store}: {peers}");
+        for workload in ["reopen after kill -9,ms", "oo1 update,ms"] {
+            assert!(peers.contains(&format!("{store},0,{workload},")), "{peers}");
+        }
     }
     assert!(peers.contains(",commits x16,commits/s,"), "{peers}");
     for plot in [

@@ -56,17 +56,7 @@ pub fn run(config: &Oo1Config) -> Result<Vec<RunRecord>> {
             )));
         }
     }
-    let template = workspace::template(
-        &config.out,
-        &format!("{}-seed{}", config.preset(), config.seed),
-        |path| {
-            let store = Store::create(path, Options::new())?;
-            let bar = workspace::progress_bar(config.parts, "generating OO1", config.quiet);
-            oo1::generate(&store, config.parts, config.seed, &bar)?;
-            bar.finish_and_clear();
-            Ok(())
-        },
-    )?;
+    let template = template(&config.out, config.parts, config.seed, config.quiet)?;
     let steps = config.runs as usize
         * config.schemes.len()
         * (1 + config.probabilities.len() + config.long_probabilities.len());
@@ -93,6 +83,17 @@ pub fn run(config: &Oo1Config) -> Result<Vec<RunRecord>> {
     bar.finish_and_clear();
     workspace::remove_work(&config.out)?;
     Ok(records)
+}
+
+/// The OO1 database of `parts` parts for `seed`, generated once under `out/templates`.
+pub fn template(out: &Path, parts: u64, seed: u64, quiet: bool) -> Result<PathBuf> {
+    workspace::template(out, &format!("oo1-{parts}-seed{seed}"), |path| {
+        let store = Store::create(path, Options::new())?;
+        let bar = workspace::progress_bar(parts, "generating OO1", quiet);
+        oo1::generate(&store, parts, seed, &bar)?;
+        bar.finish_and_clear();
+        Ok(())
+    })
 }
 
 /// A fresh copy of the database, opened cold with one session.

@@ -9,7 +9,7 @@ use super::objects::PeerObjects;
 use super::StoreKind;
 use crate::lists::typed;
 use crate::oo7::schema::AtomicPart;
-use lodestore::{Error, Oid, Options, Persistent, ReadTransaction, Result, Store};
+use lodestore::{Error, Oid, Options, ReadTransaction, Result, Store};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -88,9 +88,7 @@ fn write_sequence(kv: &mut dyn KvAccess, part: Oid<AtomicPart>, n: u64) -> Resul
     let mut objects = PeerObjects::new(kv);
     let mut atomic = objects.read(part)?;
     atomic.x = n as i64;
-    let mut value = Vec::new();
-    super::kv::encode_object(AtomicPart::TYPE_ID, bytemuck::bytes_of(&atomic), &mut value);
-    kv.put(part.raw().0, &value)
+    objects.put(part, &atomic)
 }
 
 /// The parent's side: runs `command` (which must end up in [`child`] for `kind`, `dir` and
@@ -196,7 +194,9 @@ mod tests {
     fn a_lost_acknowledged_commit_is_an_error_and_one_unacknowledged_is_not() {
         assert_eq!(verdict(StoreKind::Lmdb, 1.0, 40, 40).unwrap().found, 40);
         assert_eq!(verdict(StoreKind::Lmdb, 1.0, 40, 41).unwrap().found, 41);
-        let lost = verdict(StoreKind::Redb, 1.0, 40, 39).unwrap_err().to_string();
+        let lost = verdict(StoreKind::Redb, 1.0, 40, 39)
+            .unwrap_err()
+            .to_string();
         assert!(lost.contains("redb lost acknowledged commits"), "{lost}");
         assert!(verdict(StoreKind::Redb, 1.0, 40, 42).is_err());
         // Sequence numbers start from a part's field, which may be negative.

@@ -3,7 +3,9 @@
 //!
 //! An object is stored under its Lodestore OID (a u64) with the value `type id (u32, little
 //! endian) ++ object bytes`; references inside the bytes are OIDs, so a traversal follows them
-//! by key lookups. Key 0, which no object has (OID 0 is null), holds the named roots.
+//! by key lookups. Key 0, which no object has (OID 0 is null), holds the named roots; keys with
+//! the top bit set, which no OID has, hold an index: the OO1 part numbers, each mapped to its
+//! part's OID (u64 little endian).
 
 use lodestore::{Error, RawOid, Result};
 use std::collections::BTreeMap;
@@ -13,6 +15,23 @@ pub const TYPE_BYTES: usize = 4;
 
 /// The key of the roots entry.
 pub const ROOTS_KEY: u64 = 0;
+
+/// The bit that marks an index key.
+const INDEX_BIT: u64 = 1 << 63;
+
+/// The key under which the index maps `number`.
+pub fn index_key(number: u64) -> Result<u64> {
+    if number & INDEX_BIT != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "index number {number} does not fit the peers' index keys"
+        )));
+    }
+    Ok(INDEX_BIT | number)
+}
+
+pub fn is_index_key(key: u64) -> bool {
+    key & INDEX_BIT != 0
+}
 
 /// Reads and writes inside one transaction of a peer.
 pub trait KvAccess {

@@ -15,33 +15,31 @@
 //!   part (its own stripe of parts), for a fixed time;
 //! - **size on disk** of the store's folder after it is closed;
 //! - **reopen after kill -9** ([`crash`]): a child process commits on the store until killed,
-//!   then the store is opened again, timed, and checked for every acknowledged commit.
+//!   then the store is opened again, timed, and checked for every acknowledged commit;
+//! - **OO1** ([`oo1`]), on a store of its own: load, lookup, traversal and update.
 
 pub mod crash;
+mod database;
+mod engine;
 mod kv;
 pub mod lmdb;
 mod objects;
+pub mod oo1;
+mod oo7;
 pub mod redb;
 pub mod sqlite;
 
+pub use database::Database;
 pub use kv::{KvAccess, Peer};
 pub use objects::PeerObjects;
 
-use crate::lists::typed;
-use crate::oo7::schema::AtomicPart;
-use crate::oo7::traverse::Traverse;
-use crate::oo7::{self, Oo7Params, Traversal, TraversalCounts};
+use crate::oo7::{Oo7Params, Traversal, TraversalCounts};
 use indicatif::ProgressBar;
-use lodestore::{Error, Options, Persistent, RawOid, Result, Store};
-use std::collections::BTreeMap;
+use lodestore::{Error, Result};
 use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::time::{Duration, Instant};
-
-/// Bytes of objects per load transaction (the generator's batch size too).
-const LOAD_BATCH_BYTES: usize = 2 << 20;
 
 /// The stores compared.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -119,6 +117,8 @@ pub struct PeersConfig {
     /// Folder for the template database and the stores of each run.
     pub out: PathBuf,
     pub quiet: bool,
+    /// Parts of the OO1 database; `None` leaves OO1 out.
+    pub oo1_parts: Option<u64>,
     /// The command that runs [`crash::child`], to which `--store`, `--dir` and `--part` are
     /// added; `None` leaves the kill -9 workload out.
     pub crash_child: Option<Vec<OsString>>,
@@ -171,6 +171,7 @@ pub struct Figures {
     pub commits_per_s: Vec<(usize, f64)>,
     pub bytes_on_disk: u64,
     pub reopen: Option<crash::Reopened>,
+    pub oo1: Option<oo1::Oo1Figures>,
 }
 
 /// One row of the comparison: a name, a unit, whether more is better, and the value.
@@ -215,117 +216,111 @@ impl Figures {
             higher_is_better: false,
             value: r.reopen_ms,
         }));
+        if let Some(oo1) = &self.oo1 {
+            for (name, value, unit) in [
+                ("oo1 load", oo1.load_s, "s"),
+                ("oo1 lookup", oo1.lookup_ms, "ms"),
+                ("oo1 traversal", oo1.traversal_ms, "ms"),
+                ("oo1 update", oo1.update_ms, "ms"),
+            ] {
+                rows.push(Metric {
+                    name: name.into(),
+                    unit,
+                    higher_is_better: false,
+                    value,
+                });
+            }
+        }
         rows
     }
 }
 
-/// The OO7 database as objects, read once from a Lodestore template, loaded into every peer.
-pub struct Database {
-    /// (OID, encoded value), in OID order.
-    objects: Vec<(u64, Vec<u8>)>,
-    roots: BTreeMap<String, RawOid>,
-    /// The atomic parts' OIDs, in OID order: the durable-commit workload's targets.
-    atomic_parts: Vec<u64>,
-    bytes: u64,
+/// The databases every store of a run holds, exported once from Lodestore templates.
+pub struct Databases {
+    pub oo7: Database,
+    pub oo1: Option<Database>,
 }
 
-impl Database {
-    /// Reads every object of the (closed) store in `store_path`.
-    pub fn export(store_path: &Path) -> Result<Database> {
-        let mut objects = Vec::new();
-        let mut atomic_parts = Vec::new();
-        let mut bytes = 0u64;
-        lodestore::objects(&lodestore::RealFileSystem, store_path, |object| {
-            let mut value = Vec::new();
-            kv::encode_object(object.type_id.0, &object.bytes, &mut value);
-            if object.type_id.0 == AtomicPart::TYPE_ID {
-                atomic_parts.push(object.oid.0);
-            }
-            bytes += object.bytes.len() as u64;
-            objects.push((object.oid.0, value));
-            Ok(())
-        })?;
-        let roots = lodestore::roots(&lodestore::RealFileSystem, store_path)?;
-        if atomic_parts.is_empty() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: no OO7 atomic parts in the template store",
-                store_path.display()
-            )));
-        }
-        Ok(Database {
-            objects,
-            roots,
-            atomic_parts,
-            bytes,
+impl Databases {
+    /// The templates of `config` (generated once under `config.out/templates`), exported.
+    pub fn prepare(config: &PeersConfig) -> Result<Databases> {
+        let oo7 = crate::experiments::oo7::template(
+            &config.out,
+            &config.preset,
+            &config.params,
+            config.seed,
+            config.quiet,
+        )?;
+        let oo1 = config
+            .oo1_parts
+            .map(|parts| {
+                let template = crate::experiments::oo1::template(
+                    &config.out,
+                    parts,
+                    config.seed,
+                    config.quiet,
+                )?;
+                Database::export(&template.join("store"))
+            })
+            .transpose()?;
+        Ok(Databases {
+            oo7: Database::export(&oo7.join("store"))?,
+            oo1,
         })
     }
-
-    /// The first atomic part, by OID.
-    pub fn first_atomic_part(&self) -> u64 {
-        self.atomic_parts[0]
-    }
-
-    pub fn objects(&self) -> usize {
-        self.objects.len()
-    }
-
-    /// Bytes of the objects themselves.
-    pub fn object_bytes(&self) -> u64 {
-        self.bytes
-    }
-}
-
-/// The template database for `config`, generated once under `config.out/templates`.
-pub fn template(config: &PeersConfig) -> Result<PathBuf> {
-    Ok(crate::experiments::oo7::template(
-        &config.out,
-        &config.preset,
-        &config.params,
-        config.seed,
-        config.quiet,
-    )?
-    .join("store"))
 }
 
 /// Runs every workload on `store` in `dir` (emptied first and removed after).
 pub fn run(
     store: StoreKind,
     config: &PeersConfig,
-    database: &Database,
+    databases: &Databases,
     dir: &Path,
 ) -> Result<Figures> {
     remove(dir)?;
-    let mut subject = Subject::load(store, config, database, dir)?;
-    let (traversals, checksum) = subject.traversals(config)?;
+    let database = &databases.oo7;
+    let (engine, load_s) = engine::Engine::load(store, dir, database, |lodestore| {
+        crate::oo7::generate(
+            lodestore,
+            &config.params,
+            config.seed,
+            &ProgressBar::hidden(),
+        )
+        .map(drop)
+    })?;
+    let (traversals, checksum) = oo7::traversals(&engine, config)?;
     let mut commits_per_s = Vec::new();
     for &threads in &config.threads {
-        let rate = subject.commits(threads, &database.atomic_parts, config.commit_seconds)?;
+        let rate = engine.durable_commits(threads, database.parts(), config.commit_seconds)?;
         commits_per_s.push((threads, rate));
     }
-    let load_s = subject.load_s;
-    subject.close()?;
+    engine.close()?;
     let bytes_on_disk = crate::workspace::bytes_on_disk(dir);
     let reopen = match &config.crash_child {
         Some(command) => {
-            let part = database.first_atomic_part();
+            let part = database.first_part();
             let mut command = command.clone();
-            command.extend(
-                [
-                    "--store".into(),
-                    store.name().into(),
-                    "--dir".into(),
-                    dir.as_os_str().to_owned(),
-                    "--part".into(),
-                    part.to_string().into(),
-                ]
-                .into_iter()
-                .map(|a: OsString| a),
-            );
+            command.extend([
+                OsString::from("--store"),
+                store.name().into(),
+                "--dir".into(),
+                dir.as_os_str().to_owned(),
+                "--part".into(),
+                part.to_string().into(),
+            ]);
             Some(crash::kill_and_reopen(&command, store, dir, part)?)
         }
         None => None,
     };
     remove(dir)?;
+    let oo1 = match (&databases.oo1, config.oo1_parts) {
+        (Some(database), Some(parts)) => {
+            let figures = oo1::run(store, config, database, parts, dir)?;
+            remove(dir)?;
+            Some(figures)
+        }
+        _ => None,
+    };
     Ok(Figures {
         store,
         load_s,
@@ -334,6 +329,7 @@ pub fn run(
         commits_per_s,
         bytes_on_disk,
         reopen,
+        oo1,
     })
 }
 
@@ -349,238 +345,29 @@ pub fn check_agreement(run: &[Figures]) -> Result<()> {
                 .map(|t| t.counts.atomic_parts_visited)
                 .collect()
         };
-        if other.checksum != first.checksum || counts(other) != counts(first) {
+        let oo1 = |f: &Figures| f.oo1.as_ref().map(|o| (o.checksum, o.parts_visited));
+        if other.checksum != first.checksum
+            || counts(other) != counts(first)
+            || oo1(other) != oo1(first)
+        {
             return Err(Error::InvalidArgument(format!(
-                "{} and {} disagree on the graph: checksums {:#x} and {:#x}, atomic parts \
-                 visited {:?} and {:?}",
+                "{} and {} disagree on the graph: OO7 checksums {:#x} and {:#x}, atomic parts \
+                 visited {:?} and {:?}; OO1 checksums and parts visited {:?} and {:?}",
                 first.store,
                 other.store,
                 first.checksum,
                 other.checksum,
                 counts(first),
-                counts(other)
+                counts(other),
+                oo1(first),
+                oo1(other)
             )));
         }
     }
     Ok(())
 }
 
-/// The store under test.
-enum Engine {
-    Lodestore(Box<Store>),
-    Peer(Box<dyn Peer>),
-}
-
-struct Subject {
-    engine: Engine,
-    load_s: f64,
-}
-
-impl Subject {
-    fn load(
-        kind: StoreKind,
-        config: &PeersConfig,
-        database: &Database,
-        dir: &Path,
-    ) -> Result<Subject> {
-        let started = Instant::now();
-        let engine = match kind.open_peer(dir)? {
-            None => {
-                let store = Store::create(dir, Options::new())?;
-                oo7::generate(&store, &config.params, config.seed, &ProgressBar::hidden())?;
-                Engine::Lodestore(Box::new(store))
-            }
-            Some(peer) => {
-                load(peer.as_ref(), database)?;
-                Engine::Peer(peer)
-            }
-        };
-        Ok(Subject {
-            engine,
-            load_s: started.elapsed().as_secs_f64(),
-        })
-    }
-
-    /// The measured traversals (median time of each), then the checksum of a final T1.
-    fn traversals(&mut self, config: &PeersConfig) -> Result<(Vec<TraversalFigure>, u64)> {
-        let mut figures = Vec::new();
-        let mut runner = Runner::new(&self.engine)?;
-        runner.traverse(Traversal::T1, config.seed)?;
-        for &traversal in &config.traversals {
-            let mut times = Vec::new();
-            let mut counts = TraversalCounts::default();
-            for run in 0..config.traversal_runs {
-                let started = Instant::now();
-                counts = runner.traverse(traversal, config.seed + u64::from(run))?;
-                times.push(started.elapsed().as_secs_f64() * 1e3);
-            }
-            figures.push(TraversalFigure {
-                traversal,
-                median_ms: median(times),
-                counts,
-            });
-        }
-        let checksum = runner.traverse(Traversal::T1, config.seed)?.checksum;
-        Ok((figures, checksum))
-    }
-
-    /// Durable commits per second by `threads` threads, each updating parts of its own stripe
-    /// of `parts`, one per transaction, for `seconds`.
-    fn commits(&self, threads: usize, parts: &[u64], seconds: f64) -> Result<f64> {
-        let stripe = parts.len().div_ceil(threads).max(1);
-        let started = Instant::now();
-        let deadline = started + Duration::from_secs_f64(seconds);
-        let commits: u64 = std::thread::scope(|scope| {
-            let workers: Vec<_> = parts
-                .chunks(stripe)
-                .take(threads)
-                .map(|stripe| {
-                    let engine = &self.engine;
-                    scope.spawn(move || commit_loop(engine, stripe, deadline))
-                })
-                .collect();
-            workers
-                .into_iter()
-                .map(|w| w.join().expect("commit thread panicked"))
-                .sum::<Result<u64>>()
-        })?;
-        Ok(commits as f64 / started.elapsed().as_secs_f64())
-    }
-
-    fn close(self) -> Result<()> {
-        match self.engine {
-            Engine::Lodestore(store) => store.close(),
-            Engine::Peer(peer) => {
-                drop(peer);
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Loads every object into `peer` in durable transactions of about [`LOAD_BATCH_BYTES`], the
-/// roots last.
-pub fn load(peer: &dyn Peer, database: &Database) -> Result<()> {
-    let mut rest = &database.objects[..];
-    while !rest.is_empty() {
-        let mut bytes = 0;
-        let count = rest
-            .iter()
-            .take_while(|(_, value)| {
-                bytes += value.len();
-                bytes <= LOAD_BATCH_BYTES
-            })
-            .count()
-            .max(1);
-        let (batch, after) = rest.split_at(count);
-        peer.write(&mut |kv| {
-            for (key, value) in batch {
-                kv.put(*key, value)?;
-            }
-            Ok(())
-        })?;
-        rest = after;
-    }
-    let roots = kv::encode_roots(&database.roots)?;
-    peer.write(&mut |kv| kv.put(kv::ROOTS_KEY, &roots))
-}
-
-/// Runs traversals of the first module, each in one transaction.
-enum Runner<'e> {
-    Lodestore {
-        session: Box<lodestore::Session>,
-        module: lodestore::Oid<oo7::schema::Module>,
-    },
-    Peer {
-        peer: &'e dyn Peer,
-        module: lodestore::Oid<oo7::schema::Module>,
-    },
-}
-
-impl<'e> Runner<'e> {
-    fn new(engine: &'e Engine) -> Result<Runner<'e>> {
-        let first = |modules: Vec<lodestore::Oid<oo7::schema::Module>>| {
-            modules
-                .first()
-                .copied()
-                .ok_or_else(|| Error::InvalidArgument("the OO7 database has no module".into()))
-        };
-        Ok(match engine {
-            Engine::Lodestore(store) => {
-                let mut session = Box::new(store.session()?);
-                let mut txn = session.begin()?;
-                let module = first(oo7::modules(&mut txn)?)?;
-                txn.commit()?;
-                Runner::Lodestore { session, module }
-            }
-            Engine::Peer(peer) => {
-                let mut modules = Vec::new();
-                peer.read(&mut |kv| {
-                    modules = oo7::modules(&mut PeerObjects::new(kv))?;
-                    Ok(())
-                })?;
-                Runner::Peer {
-                    peer: peer.as_ref(),
-                    module: first(modules)?,
-                }
-            }
-        })
-    }
-
-    fn traverse(&mut self, traversal: Traversal, seed: u64) -> Result<TraversalCounts> {
-        match self {
-            Runner::Lodestore { session, module } => {
-                let mut txn = session.begin()?;
-                let counts = oo7::traverse(&mut txn, *module, traversal, seed)?;
-                txn.commit()?;
-                Ok(counts)
-            }
-            Runner::Peer { peer, module } => {
-                let mut counts = TraversalCounts::default();
-                let work = &mut |kv: &mut dyn KvAccess| {
-                    counts = oo7::traverse(&mut PeerObjects::new(kv), *module, traversal, seed)?;
-                    Ok(())
-                };
-                if traversal.updates() {
-                    peer.write(work)?;
-                } else {
-                    peer.read(work)?;
-                }
-                Ok(counts)
-            }
-        }
-    }
-}
-
-/// One thread of the durable-commit workload: transactions updating the next part of `stripe`
-/// until `deadline`; the number committed.
-fn commit_loop(engine: &Engine, stripe: &[u64], deadline: Instant) -> Result<u64> {
-    let mut commits = 0u64;
-    let part = |n: u64| -> lodestore::Oid<AtomicPart> { typed(stripe[n as usize % stripe.len()]) };
-    match engine {
-        Engine::Lodestore(store) => {
-            let mut session = store.session()?;
-            while Instant::now() < deadline {
-                session.transact(|txn| {
-                    let atomic = txn.get_mut(part(commits))?;
-                    atomic.x += 1;
-                    atomic.y += 1;
-                    Ok(())
-                })?;
-                commits += 1;
-            }
-        }
-        Engine::Peer(peer) => {
-            while Instant::now() < deadline {
-                peer.write(&mut |kv| PeerObjects::new(kv).update(part(commits)))?;
-                commits += 1;
-            }
-        }
-    }
-    Ok(commits)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
+pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     if values.is_empty() {
         return 0.0;
     }

@@ -1,9 +1,14 @@
 //! Lodestore objects read through a peer's transaction: [`PeerObjects`] implements
 //! [`ReadTransaction`] and the OO7 [`Traverse`], so the very traversal code that runs on
 //! Lodestore runs on every peer, reading each object by a key lookup and decoding it with the
-//! same `bytemuck` types.
+//! same `bytemuck` types; it also implements the OO1 operations' [`Oo1Access`], finding parts
+//! by number through the peer's own index entries.
 
-use super::kv::{decode_object, decode_roots, KvAccess, ROOTS_KEY, TYPE_BYTES};
+use super::kv::{
+    decode_object, decode_roots, encode_object, index_key, KvAccess, ROOTS_KEY, TYPE_BYTES,
+};
+use crate::oo1::ops::Oo1Access;
+use crate::oo1::schema::Part;
 use crate::oo7::schema::AtomicPart;
 use crate::oo7::traverse::Traverse;
 use lodestore::{Error, ObjectInfo, Oid, Persistent, RawOid, ReadTransaction, Result, TypeId};
@@ -56,6 +61,28 @@ impl<'a> PeerObjects<'a> {
             }
         }
         Ok(TYPE_BYTES..self.value.len())
+    }
+}
+
+impl PeerObjects<'_> {
+    /// Stores `value` as the object `oid`.
+    pub fn put<T: Persistent>(&mut self, oid: Oid<T>, value: &T) -> Result<()> {
+        encode_object(T::TYPE_ID, bytemuck::bytes_of(value), &mut self.encoded);
+        self.kv.put(oid.raw().0, &self.encoded)
+    }
+
+    /// The OID the index maps `number` to, if any.
+    pub fn index_entry(&mut self, number: u64) -> Result<Option<RawOid>> {
+        if !self.kv.get(index_key(number)?, &mut self.value)? {
+            return Ok(None);
+        }
+        let oid: [u8; 8] = self.value[..].try_into().map_err(|_| {
+            Error::InvalidArgument(format!(
+                "the peer's index entry for {number} has {} bytes, not an OID's 8",
+                self.value.len()
+            ))
+        })?;
+        Ok(Some(RawOid(u64::from_le_bytes(oid))))
     }
 }
 
@@ -112,17 +139,29 @@ impl ReadTransaction for PeerObjects<'_> {
     }
 }
 
+impl Oo1Access for PeerObjects<'_> {
+    fn part(&mut self, oid: Oid<Part>) -> Result<Part> {
+        self.read(oid)
+    }
+
+    fn find(&mut self, number: u64) -> Result<Option<Oid<Part>>> {
+        Ok(self.index_entry(number)?.map(Oid::from_raw))
+    }
+
+    fn increment(&mut self, oid: Oid<Part>) -> Result<()> {
+        let mut part = self.read(oid)?;
+        part.x += 1;
+        part.y += 1;
+        self.put(oid, &part)
+    }
+}
+
 impl Traverse for PeerObjects<'_> {
     /// Reads the atomic part, increments its `x` and `y`, and writes it back.
     fn update(&mut self, oid: Oid<AtomicPart>) -> Result<()> {
         let mut part = *self.get(oid)?;
         part.x += 1;
         part.y += 1;
-        super::kv::encode_object(
-            AtomicPart::TYPE_ID,
-            bytemuck::bytes_of(&part),
-            &mut self.encoded,
-        );
-        self.kv.put(oid.raw().0, &self.encoded)
+        self.put(oid, &part)
     }
 }

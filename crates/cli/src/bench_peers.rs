@@ -181,12 +181,28 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
          batched sync {bandwidth:.0} MB/s",
         1e6 / fsync
     );
+    let restarts: Vec<_> = figures[0].iter().filter_map(|f| f.reopen).collect();
+    if let Some(replayed) = median_of(&restarts, |r| r.log_replayed_bytes.map(|b| b as f64)) {
+        let restart_ms = median_of(&restarts, |r| r.restart_ms).unwrap_or(0.0);
+        println!(
+            "Lodestore after kill -9: restart {restart_ms:.2} ms of the reopen, reading {:.0} KiB \
+             of log from the last checkpoint ({:.0} MB/s)",
+            replayed / 1024.0,
+            replayed / 1e6 / (restart_ms / 1e3).max(1e-9)
+        );
+    }
     let csv = config.out.join("peers.csv");
     write_csv(&csv, &figures, &ceilings)?;
     let plot = config.out.join("peers");
     plot_relative(&plot, stores, &figures, &config.preset)?;
     println!("wrote {} and {}.svg/png", csv.display(), plot.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The median of `field` over the runs that have it.
+fn median_of<T>(runs: &[T], field: impl Fn(&T) -> Option<f64>) -> Option<f64> {
+    let values: Vec<f64> = runs.iter().filter_map(field).collect();
+    (!values.is_empty()).then(|| median(values))
 }
 
 /// Lodestore's lead over `peer` in one metric of one run: its speed over the peer's.

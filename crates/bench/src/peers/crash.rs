@@ -31,6 +31,10 @@ pub struct Reopened {
     pub acknowledged: u64,
     /// The sequence number found: `acknowledged` or one more.
     pub found: u64,
+    /// Lodestore only: log bytes from the last checkpoint to the end, which restart read,
+    /// and the restart's own time in milliseconds (within `reopen_ms`).
+    pub log_replayed_bytes: Option<u64>,
+    pub restart_ms: Option<f64>,
 }
 
 /// The child's side: opens the store `kind` in `dir` and commits until killed (or
@@ -154,12 +158,14 @@ pub fn kill_and_reopen(
     }
     let part: Oid<AtomicPart> = typed(part);
     let started = Instant::now();
+    let mut restart = None;
     let (found, reopen_ms) = match kind.open_peer(dir)? {
         None => {
             let store = Store::open(dir, Options::new())?;
             let mut session = store.session()?;
             let found = session.transact(|txn| Ok(txn.get(part)?.x as u64))?;
             let reopen_ms = started.elapsed().as_secs_f64() * 1e3;
+            restart = Some(store.restart_report().clone());
             drop(session);
             store.close()?;
             (found, reopen_ms)
@@ -169,7 +175,12 @@ pub fn kill_and_reopen(
             (found, started.elapsed().as_secs_f64() * 1e3)
         }
     };
-    verdict(kind, reopen_ms, acknowledged, found)
+    let mut reopened = verdict(kind, reopen_ms, acknowledged, found)?;
+    if let Some(report) = restart {
+        reopened.log_replayed_bytes = Some(report.log_end.saturating_sub(report.checkpoint_lsn));
+        reopened.restart_ms = Some(report.elapsed_us as f64 / 1e3);
+    }
+    Ok(reopened)
 }
 
 fn verdict(kind: StoreKind, reopen_ms: f64, acknowledged: u64, found: u64) -> Result<Reopened> {
@@ -183,6 +194,8 @@ fn verdict(kind: StoreKind, reopen_ms: f64, acknowledged: u64, found: u64) -> Re
         reopen_ms,
         acknowledged,
         found,
+        log_replayed_bytes: None,
+        restart_ms: None,
     })
 }
 

@@ -65,8 +65,8 @@ impl Default for Options {
             page_size: None,
             client_cache_bytes: 64 << 20,
             server_pool_bytes: 64 << 20,
-            log_segment_bytes: 16 << 20,
-            checkpoint_log_bytes: 64 << 20,
+            log_segment_bytes: 1 << 20,
+            checkpoint_log_bytes: lodestore_server::CHECKPOINT_LOG_BYTES_DEFAULT,
             lock_wait_timeout: Duration::from_secs(10),
             scheme: Scheme::default(),
             recovery_method: None,
@@ -139,15 +139,17 @@ impl Options {
         self
     }
 
-    /// LSN span of one log segment file (default 16 MiB; 256 KiB to 1 GiB). Fixed when the
-    /// store is created.
+    /// LSN span of one log segment file (default 1 MiB; 256 KiB to 1 GiB). Fixed when the
+    /// store is created. A restart reads the segment the log ends in whole, and the log keeps
+    /// whole segments, so small segments keep restarts quick and small stores small.
     pub fn log_segment_bytes(mut self, bytes: u64) -> Options {
         self.log_segment_bytes = bytes;
         self
     }
 
     /// Take a checkpoint after this many bytes of log (default 64 MiB). Smaller means shorter
-    /// restarts and more page writes.
+    /// restarts after a crash, more page writes, and more whole pages logged: the first change
+    /// to a page after a checkpoint logs the page whole.
     pub fn checkpoint_log_bytes(mut self, bytes: u64) -> Options {
         self.checkpoint_log_bytes = bytes;
         self

@@ -94,9 +94,9 @@ pub fn oo1_parts_or_none(text: &str) -> Result<u64, String> {
     oo1_parts(text)
 }
 
-/// Traversals per commit of a long-running transaction; 0 stands for none.
+/// Traversals per commit of a long-running transaction.
 pub fn iterations(text: &str) -> Result<u32, String> {
-    integer_in(text, 0..=100_000).map(|n| n as u32)
+    integer_in(text, 1..=100_000).map(|n| n as u32)
 }
 
 /// Crash points of a campaign.

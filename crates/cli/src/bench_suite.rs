@@ -77,7 +77,8 @@ pub struct Oo1Args {
     /// Update probabilities of the update series, comma separated.
     #[arg(long, value_delimiter = ',', default_value = "0,0.05,0.1,0.2,0.5,1.0")]
     pub probabilities: Vec<f64>,
-    /// Hot traversals per commit of the long-running transactions, comma separated (none: 0).
+    /// Hot traversals per commit of the long-running transactions, comma separated (each 1 to
+    /// 100,000).
     #[arg(long, value_delimiter = ',', default_value = "1,5,10,20,50", value_parser = crate::args::iterations)]
     pub iterations_per_commit: Vec<u32>,
     /// Update probabilities of the long-running transactions, comma separated.

@@ -53,8 +53,8 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 8192, value_parser = args::page_size)]
         page_size: usize,
         /// LSN span of one log segment file in bytes: a multiple of 4096 from 256 KiB to 1 GiB
-        /// (default 16 MiB). Fixed for the store's life.
-        #[arg(long, default_value_t = 16 << 20)]
+        /// (default 1 MiB). Fixed for the store's life.
+        #[arg(long, default_value_t = 1 << 20)]
         log_segment_bytes: u64,
         /// Keep snapshots (see `snapshot`); a store that keeps them always does.
         #[arg(long)]

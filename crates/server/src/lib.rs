@@ -25,6 +25,7 @@ pub use lodestore_protocol::{
 };
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{
-    allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions, LOG_DIR_NAME,
+    allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions,
+    CHECKPOINT_LOG_BYTES_DEFAULT, LOG_DIR_NAME,
 };
 pub use stats::ServerStats;

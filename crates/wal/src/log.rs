@@ -38,7 +38,7 @@ pub struct LogOptions {
 impl Default for LogOptions {
     fn default() -> Self {
         LogOptions {
-            segment_bytes: 16 << 20,
+            segment_bytes: 1 << 20,
             buffer_bytes_max: 4 << 20,
             spare_segments_max: 2,
             page_size_max: 65536,
@@ -370,6 +370,16 @@ impl Log {
             page_size_max: self.shared.options.page_size_max,
         }
         .scan(from, visit)
+    }
+
+    /// Deletes the spare segments (a closed store needs none; a writer creates segments as it
+    /// needs them).
+    pub fn remove_spares(&self) -> Result<()> {
+        let spares = std::mem::take(&mut self.lock().spares);
+        for spare in spares {
+            self.shared.fs.remove(&spare)?;
+        }
+        Ok(())
     }
 
     /// Segments wholly before `lsn` are no longer needed: keep a few as spares, delete the rest.

@@ -495,3 +495,31 @@ fn a_log_whose_anchor_is_gone_is_refused_by_name() {
         other => panic!("expected a missing anchor, got {:?}", other.err()),
     }
 }
+
+#[test]
+fn removing_spares_leaves_a_log_that_reopens_and_creates_segments_again() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 1500);
+    assert!(log.recycle_before(lsns[1400]).unwrap() >= 2);
+    let spares = |fs: &MemoryFileSystem| {
+        fs.list(dir)
+            .unwrap()
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("spare-"))
+            .count()
+    };
+    assert_eq!(spares(&fs), 1, "recycling keeps one spare here");
+    log.remove_spares().unwrap();
+    assert_eq!(spares(&fs), 0);
+    let end = log.end_lsn();
+    drop(log);
+    let (log, found) = Log::open(fs.clone(), dir, options(), lsns[1400]).unwrap();
+    assert_eq!(found.end, end);
+    // With no spare left, the next segments are created, not reused.
+    let created = log.stats().segments_created;
+    write_many(&log, 600);
+    assert!(log.stats().segments_created > created);
+    assert_eq!(log.stats().segments_reused, 0);
+}

@@ -69,6 +69,10 @@ struct Shared {
     inner: Mutex<Inner>,
     /// Written only by the flush leader when it opens a new segment.
     anchor: Mutex<Anchor>,
+    /// The segment the flush leader writes last, and how far into it zeros or records are
+    /// known to have been written (see [`segment::ZEROS_AHEAD_BYTES`]). Only the flush leader
+    /// uses it.
+    zeroed: Mutex<(u64, u64)>,
 }
 
 struct Inner {
@@ -206,6 +210,8 @@ impl Log {
             dir: dir.to_path_buf(),
             options,
             anchor: Mutex::new(anchor),
+            // Nothing known: the first write fills zeros ahead of itself.
+            zeroed: Mutex::new((0, 0)),
             inner: Mutex::new(Inner {
                 buffer: Vec::new(),
                 buffer_start: end,
@@ -513,9 +519,34 @@ impl Shared {
             let n = ((size - offset) as usize).min(bytes.len() - done);
             let file = self.segment_for_write(index)?;
             file.write_at(SEGMENT_HEADER_BYTES + offset, &bytes[done..done + n])?;
+            self.zeros_ahead(file.as_ref(), index, offset + n as u64)?;
             file.sync()?;
             done += n;
             position += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Fills segment `index` with zeros from `written` (where the records just written end) to
+    /// [`segment::ZEROS_AHEAD_BYTES`] past it, unless that is done already, so that the next
+    /// commits overwrite allocated blocks. The bytes past the log's end are never part of it,
+    /// so overwriting them is safe; the sync that follows covers them with the records.
+    fn zeros_ahead(&self, file: &dyn Storage, index: u64, written: u64) -> Result<()> {
+        let size = self.options.segment_bytes;
+        let mut zeroed = self.zeroed.lock().unwrap_or_else(|e| e.into_inner());
+        if zeroed.0 != index {
+            // A segment this writer did not open (the last one before a restart): nothing known.
+            *zeroed = (index, 0);
+        }
+        let known = zeroed.1.max(written);
+        // Topped up when less than half the distance is left, so a commit rarely pays for it.
+        if known < (written + segment::ZEROS_AHEAD_BYTES / 2).min(size) {
+            let to = (written + segment::ZEROS_AHEAD_BYTES).min(size);
+            let zeros = vec![0u8; (to - known) as usize];
+            file.write_at(SEGMENT_HEADER_BYTES + known, &zeros)?;
+            zeroed.1 = to;
+        } else {
+            zeroed.1 = known;
         }
         Ok(())
     }
@@ -539,6 +570,9 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .record(index)?;
+        // A recycled segment is allocated throughout; a new one only where written.
+        *self.zeroed.lock().unwrap_or_else(|e| e.into_inner()) =
+            (index, if reused { size } else { 0 });
         let mut inner = self.lock();
         if reused {
             inner.stats.segments_reused += 1;

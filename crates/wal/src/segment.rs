@@ -12,8 +12,11 @@
 //! 32    zeros
 //! ```
 //!
-//! New segment files are written full of zeros and synced before use, and old ones are recycled
-//! (renamed and given a new header): overwriting allocated blocks syncs faster than appending.
+//! A new segment file is created at its full length but sparse, with only its header written
+//! and synced before use: the log writer fills zeros a little ahead of its records
+//! ([`ZEROS_AHEAD_BYTES`]), so most commits overwrite allocated blocks, which syncs faster than
+//! writing into a hole, and a segment takes disk space only as far as the log has come. Old
+//! segments are recycled (renamed and given a new header): they are allocated throughout.
 
 use lodestore_core::checksum::crc32c;
 use lodestore_core::{Error, Result};
@@ -27,12 +30,14 @@ pub const SEGMENT_MAGIC: [u8; 8] = *b"LODELOG\0";
 /// Smallest segment: must hold the largest record (a 64 KiB page image or update) with room.
 pub const SEGMENT_BYTES_MIN: u64 = 256 << 10;
 pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
-/// Zeros written per call when a segment file is pre-written.
-const PREWRITE_CHUNK_BYTES: usize = 1 << 20;
+/// How far ahead of its records the log writer fills a new segment with zeros. At most the
+/// smallest segment.
+pub const ZEROS_AHEAD_BYTES: u64 = 256 << 10;
 // Segment sizes are whole multiples of the header's 4 KiB, and the header fits the smallest.
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(SEGMENT_HEADER_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(SEGMENT_BYTES_MIN));
 const _: () = assert!(SEGMENT_HEADER_BYTES < SEGMENT_BYTES_MIN);
+const _: () = assert!(ZEROS_AHEAD_BYTES <= SEGMENT_BYTES_MIN);
 
 pub fn segment_path(dir: &Path, index: u64) -> PathBuf {
     dir.join(format!("segment-{index:010}.log"))
@@ -136,7 +141,7 @@ pub fn creating_path(dir: &Path, index: u64) -> PathBuf {
     dir.join(format!("creating-{index:010}.log"))
 }
 
-/// Creates segment `index`: header plus zeros for its whole span, synced, then renamed into
+/// Creates segment `index`: full length, sparse but for its header, synced, then renamed into
 /// place.
 pub fn create(
     fs: &dyn FileSystem,
@@ -149,14 +154,7 @@ pub fn create(
         fs.remove(&temporary)?;
     }
     let file = fs.open(&temporary, OpenMode::CreateNew)?;
-    let zeros = vec![0u8; PREWRITE_CHUNK_BYTES];
-    let mut at = SEGMENT_HEADER_BYTES;
-    let end = SEGMENT_HEADER_BYTES + segment_bytes;
-    while at < end {
-        let n = (end - at).min(PREWRITE_CHUNK_BYTES as u64) as usize;
-        file.write_at(at, &zeros[..n])?;
-        at += n as u64;
-    }
+    file.set_len(SEGMENT_HEADER_BYTES + segment_bytes)?;
     file.write_at(0, &encode_header(index, segment_bytes))?;
     file.sync()?;
     drop(file);

@@ -18,6 +18,7 @@
 
 use crate::bytes::{get_u16, get_u32, put_u16, put_u32};
 use crate::page::{self, PageKind};
+use lodestore_core::limits::PAGE_SIZE_MAX;
 use lodestore_core::{PageId, SlotId, TypeId, VolumeId};
 use std::ops::Range;
 
@@ -112,11 +113,22 @@ pub fn record(page: &[u8], slot: SlotId) -> Result<Option<Record>, String> {
             slot_count(page)
         ));
     }
-    let offset = slot_offset(page, slot);
+    checked_record(page, slot, slot_offset(page, slot), slot_table_end(page))
+}
+
+/// The record slot `slot` places at `offset` (`None` at 0, a free slot), checked as
+/// [`record`] checks it; `table_end` is the end of the page's slot table.
+#[inline]
+fn checked_record(
+    page: &[u8],
+    slot: usize,
+    offset: usize,
+    table_end: usize,
+) -> Result<Option<Record>, String> {
     if offset == 0 {
         return Ok(None);
     }
-    match read_header(page, offset, slot_table_end(page)) {
+    match read_header(page, offset, table_end) {
         Header::OutsideRecordArea => Err(format!(
             "slot {slot} points to offset {offset}, outside the record area"
         )),
@@ -325,11 +337,63 @@ pub fn live_slots(page: &[u8]) -> impl Iterator<Item = SlotId> + '_ {
         .map(|s| s as SlotId)
 }
 
+/// Words of the coverage bitmap [`validate`] keeps: one bit per 8-byte unit of the largest
+/// page.
+const COVER_WORDS_MAX: usize = PAGE_SIZE_MAX / RECORD_ALIGN / 64;
+
+/// Marks units `from..to` as covered; false if any of them already was.
+#[inline]
+fn cover(covered: &mut [u64; COVER_WORDS_MAX], from: usize, to: usize) -> bool {
+    let mut unit = from;
+    while unit < to {
+        let word = unit / 64;
+        let bit = unit % 64;
+        let span = (64 - bit).min(to - unit);
+        let mask = if span == 64 {
+            u64::MAX
+        } else {
+            ((1u64 << span) - 1) << bit
+        };
+        if covered[word] & mask != 0 {
+            return false;
+        }
+        covered[word] |= mask;
+        unit += span;
+    }
+    true
+}
+
+/// The message naming two overlapping records of a page [`validate`] found to have some.
+#[cold]
+fn overlap(page: &[u8], count: usize) -> String {
+    let mut extents: Vec<(usize, usize, usize)> = (0..count)
+        .filter_map(|slot| {
+            record(page, slot as SlotId)
+                .ok()
+                .flatten()
+                .map(|r| (r.offset, r.offset + record_bytes(r.payload_len), slot))
+        })
+        .collect();
+    extents.sort_unstable();
+    extents
+        .windows(2)
+        .find(|pair| pair[0].1 > pair[1].0)
+        .map_or_else(
+            || "records overlap".to_string(),
+            |pair| format!("records of slots {} and {} overlap", pair[0].2, pair[1].2),
+        )
+}
+
 /// Full structural check of a slotted page whose header already verified: slot table inside
 /// the page, every record aligned and inside the record area, no two records overlapping, the
 /// free-byte count consistent, no trailing free slot.
 pub fn validate(page: &[u8]) -> Result<(), String> {
     let page_size = page.len();
+    if page_size > PAGE_SIZE_MAX {
+        return Err(format!(
+            "{page_size} bytes is larger than any page ({PAGE_SIZE_MAX})"
+        ));
+    }
     let count = slot_count(page);
     let table_end = SLOT_TABLE_AT + SLOT_BYTES * count;
     let start = data_start(page);
@@ -349,34 +413,32 @@ pub fn validate(page: &[u8]) -> Result<(), String> {
     if count > 0 && slot_offset(page, count - 1) == 0 {
         return Err(format!("last slot {} is free", count - 1));
     }
-    let mut extents = Vec::with_capacity(count);
+    // Overlaps are found by marking the 8-byte units each record covers (records and their
+    // lengths are aligned to units), with no allocation or sort: this runs on every page read
+    // from disk. Only a page found bad is looked at again, to name the two slots.
+    let mut covered = [0u64; COVER_WORDS_MAX];
+    let mut used = 0usize;
     for slot in 0..count {
-        match record(page, slot as SlotId)? {
-            None => {}
-            Some(rec) => {
-                if rec.offset < start {
-                    return Err(format!(
-                        "slot {slot} points to offset {}, below data start {start}",
-                        rec.offset
-                    ));
-                }
-                if rec.type_id == TypeId::ROOT_DIRECTORY && rec.large {
-                    return Err(format!("slot {slot}: root directory marked large"));
-                }
-                extents.push((rec.offset, rec.offset + record_bytes(rec.payload_len), slot));
-            }
-        }
-    }
-    extents.sort_unstable();
-    for pair in extents.windows(2) {
-        if pair[0].1 > pair[1].0 {
+        // The table was checked to fit the page above.
+        let Some(rec) = checked_record(page, slot, slot_offset(page, slot), table_end)? else {
+            continue;
+        };
+        if rec.offset < start {
             return Err(format!(
-                "records of slots {} and {} overlap",
-                pair[0].2, pair[1].2
+                "slot {slot} points to offset {}, below data start {start}",
+                rec.offset
             ));
         }
+        if rec.type_id == TypeId::ROOT_DIRECTORY && rec.large {
+            return Err(format!("slot {slot}: root directory marked large"));
+        }
+        let end = rec.offset + record_bytes(rec.payload_len);
+        debug_assert!(rec.offset.is_multiple_of(RECORD_ALIGN) && end <= page_size);
+        if !cover(&mut covered, rec.offset / RECORD_ALIGN, end / RECORD_ALIGN) {
+            return Err(overlap(page, count));
+        }
+        used += end - rec.offset;
     }
-    let used: usize = extents.iter().map(|e| e.1 - e.0).sum();
     let expected_free = page_size - table_end - used;
     if free_bytes(page) != expected_free {
         return Err(format!(
@@ -455,6 +517,14 @@ mod tests {
         set_slot_offset(&mut page, 0, 4090);
         assert!(record(&page, 0).is_err());
         assert!(validate(&page).is_err());
+    }
+
+    #[test]
+    fn a_buffer_larger_than_any_page_is_refused_not_indexed_past() {
+        let mut page = vec![0u8; PAGE_SIZE_MAX * 2];
+        init(&mut page[..PAGE_SIZE_MAX], PageId(9), 0);
+        let error = validate(&page).unwrap_err();
+        assert!(error.contains("larger than any page"), "{error}");
     }
 
     #[test]

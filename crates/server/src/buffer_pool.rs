@@ -154,6 +154,13 @@ impl BufferPool {
         &self.bytes[self.range(frame)]
     }
 
+    /// A reserved frame's bytes, to read a page into in place; the caller writes all of them.
+    pub fn frame_bytes_mut(&mut self, frame: FrameId) -> &mut [u8] {
+        self.states[frame].page_lsn = None;
+        let range = self.range(frame);
+        &mut self.bytes[range]
+    }
+
     /// Copies `image` into a reserved frame.
     pub fn fill(&mut self, frame: FrameId, image: &[u8]) {
         self.states[frame].page_lsn = None;

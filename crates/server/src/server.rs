@@ -16,6 +16,7 @@ use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
 use crate::versions::{Snapshot, Versions};
+use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
@@ -530,22 +531,26 @@ impl Server {
             state.stats.pool_hits += 1;
             return Ok(());
         }
-        let mut buf = vec![0u8; self.volume.page_size()];
-        match self.method.newer_copy_in_log(state, page) {
-            Some(lsn) => {
-                self.read_logged_image(page, lsn, &mut buf)?;
-                state.stats.pages_reread_from_log += 1;
-            }
-            None => {
-                if whole {
-                    self.volume.read_page(page, &mut buf)?;
-                } else {
-                    self.volume.read_page_sealed(page, &mut buf)?;
-                }
-                state.stats.pages_read += 1;
-            }
+        if let Some(lsn) = self.method.newer_copy_in_log(state, page) {
+            let mut buf = vec![0u8; self.volume.page_size()];
+            self.read_logged_image(page, lsn, &mut buf)?;
+            state.stats.pages_reread_from_log += 1;
+            return self.install(state, page, &buf);
         }
-        self.install(state, page, &buf)
+        // Read straight into the frame: no buffer to clear and copy on every miss.
+        let frame = self.reserve_frame(state, page)?;
+        let bytes = state.pool.frame_bytes_mut(frame);
+        let read = if whole {
+            self.volume.read_page(page, bytes)
+        } else {
+            self.volume.read_page_sealed(page, bytes)
+        };
+        if let Err(e) = read {
+            state.pool.remove(page);
+            return Err(e);
+        }
+        state.stats.pages_read += 1;
+        Ok(())
     }
 
     /// Reads the image of `page` logged at `lsn` into `buf`, stamped with that LSN.
@@ -575,6 +580,14 @@ impl Server {
 
     /// Puts `image` into the pool as `page` (not present yet), writing back a dirty victim.
     pub(crate) fn install(&self, state: &mut State, page: PageId, image: &[u8]) -> Result<()> {
+        let frame = self.reserve_frame(state, page)?;
+        state.pool.fill(frame, image);
+        Ok(())
+    }
+
+    /// Gives `page` (not in the pool) a frame, writing the page that leaves it home first if
+    /// it is dirty. The caller fills the frame.
+    fn reserve_frame(&self, state: &mut State, page: PageId) -> Result<FrameId> {
         // Every change to a page passes through the pool: one that has been here may differ
         // from what the extension wrote. Allocation takes free pages in ascending order, so
         // the fresh range shrinks from its start; pages skipped below `page` are simply read.
@@ -589,8 +602,7 @@ impl Server {
                 self.write_back(state, victim.page, &mut bytes)?;
             }
         }
-        state.pool.fill(frame, image);
-        Ok(())
+        Ok(frame)
     }
 
     /// Writes a dirty page to the data file, after the log is durable up to its LSN (and, for

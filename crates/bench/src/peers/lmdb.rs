@@ -42,11 +42,7 @@ struct Reading<'t, 'e> {
 
 impl KvAccess for Reading<'_, '_> {
     fn get(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool> {
-        let found = self
-            .objects
-            .get(self.txn, &key)
-            .map_err(|e| peer_error("lmdb", "get", e))?;
-        copy_found(found, out)
+        get_into(self.objects, self.txn, key, out)
     }
 
     fn put(&mut self, key: u64, _value: &[u8]) -> Result<()> {
@@ -63,11 +59,7 @@ struct Writing<'t, 'e> {
 
 impl KvAccess for Writing<'_, '_> {
     fn get(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool> {
-        let found = self
-            .objects
-            .get(self.txn, &key)
-            .map_err(|e| peer_error("lmdb", "get", e))?;
-        copy_found(found, out)
+        get_into(self.objects, self.txn, key, out)
     }
 
     fn put(&mut self, key: u64, value: &[u8]) -> Result<()> {
@@ -77,7 +69,11 @@ impl KvAccess for Writing<'_, '_> {
     }
 }
 
-fn copy_found(found: Option<&[u8]>, out: &mut Vec<u8>) -> Result<bool> {
+/// Copies the value under `key` into `out`; false when absent.
+fn get_into(objects: Objects, txn: &heed::RoTxn, key: u64, out: &mut Vec<u8>) -> Result<bool> {
+    let found = objects
+        .get(txn, &key)
+        .map_err(|e| peer_error("lmdb", "get", e))?;
     out.clear();
     match found {
         Some(value) => {

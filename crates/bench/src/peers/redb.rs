@@ -34,12 +34,7 @@ struct Reading {
 
 impl KvAccess for Reading {
     fn get(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool> {
-        out.clear();
-        let found = self
-            .table
-            .get(key)
-            .map_err(|e| peer_error("redb", "get", e))?;
-        Ok(found.map(|v| out.extend_from_slice(v.value())).is_some())
+        get_into(&self.table, key, out)
     }
 
     fn put(&mut self, key: u64, _value: &[u8]) -> Result<()> {
@@ -55,12 +50,7 @@ struct Writing<'t> {
 
 impl KvAccess for Writing<'_> {
     fn get(&mut self, key: u64, out: &mut Vec<u8>) -> Result<bool> {
-        out.clear();
-        let found = self
-            .table
-            .get(key)
-            .map_err(|e| peer_error("redb", "get", e))?;
-        Ok(found.map(|v| out.extend_from_slice(v.value())).is_some())
+        get_into(&self.table, key, out)
     }
 
     fn put(&mut self, key: u64, value: &[u8]) -> Result<()> {
@@ -69,6 +59,17 @@ impl KvAccess for Writing<'_> {
             .map(drop)
             .map_err(|e| peer_error("redb", "insert", e))
     }
+}
+
+/// Copies the value under `key` into `out`; false when absent.
+fn get_into(
+    table: &impl ReadableTable<u64, &'static [u8]>,
+    key: u64,
+    out: &mut Vec<u8>,
+) -> Result<bool> {
+    out.clear();
+    let found = table.get(key).map_err(|e| peer_error("redb", "get", e))?;
+    Ok(found.map(|v| out.extend_from_slice(v.value())).is_some())
 }
 
 impl Peer for Redb {

@@ -69,7 +69,7 @@ pub use offline::{
     check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
     snapshot_summary, RecoveredView, Salvaged,
 };
-pub use options::{paired_method, Options};
+pub use options::{paired_method, Options, OUTGROWN_FACTOR};
 pub use read::ReadTransaction;
 pub use retry::RetryPolicy;
 pub use store::{Session, Store};

@@ -102,6 +102,10 @@ impl std::fmt::Debug for Options {
     }
 }
 
+/// A store more than this many times a session's caches is reported as outgrowing them
+/// ([`Options::outgrown_by`]).
+pub const OUTGROWN_FACTOR: f64 = 2.0;
+
 /// The server's recovery method QuickStore pairs with a client scheme: whole-page logging at
 /// the client (section 3.4) goes with whole-page logging at the server, a client that ships log
 /// records only with redo at the server (section 3.5), and the rest with ESM.
@@ -283,6 +287,16 @@ impl Options {
         Ok(())
     }
 
+    /// How many times a data file of `data_bytes` outgrows the memory these options give one
+    /// session (its client cache and the server pool), when that is more than
+    /// [`OUTGROWN_FACTOR`]: most of its pages are then read from the data file on every visit,
+    /// and larger caches would help. `None` when the store fits well enough.
+    pub fn outgrown_by(&self, data_bytes: u64) -> Option<f64> {
+        let caches = (self.client_cache_bytes + self.server_pool_bytes) as f64;
+        let factor = data_bytes as f64 / caches;
+        (factor > OUTGROWN_FACTOR).then_some(factor)
+    }
+
     pub(crate) fn page_size_or_default(&self) -> usize {
         self.page_size.unwrap_or(PAGE_SIZE_DEFAULT)
     }
@@ -318,5 +332,24 @@ mod pairing_tests {
             };
             assert_eq!(paired_method(scheme), expected, "{}", scheme.name());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_is_outgrown_past_twice_the_caches_of_one_session() {
+        let options = Options::new()
+            .client_cache_bytes(64 << 20)
+            .server_pool_bytes(64 << 20);
+        assert_eq!(options.outgrown_by(256 << 20), None, "exactly twice fits");
+        assert_eq!(options.outgrown_by(10 << 20), None);
+        let factor = options.outgrown_by(313 << 20).unwrap();
+        assert!((factor - 313.0 / 128.0).abs() < 1e-9, "{factor}");
+        // Larger caches make the same store fit.
+        let larger = options.server_pool_bytes(512 << 20);
+        assert_eq!(larger.outgrown_by(313 << 20), None);
     }
 }

@@ -120,6 +120,18 @@ impl Store {
             None
         };
         let server = Server::open(fs, &path, options.page_size, server_options)?;
+        let data_bytes =
+            u64::from(server.volume().page_count()) * server.volume().page_size() as u64;
+        if let Some(factor) = options.outgrown_by(data_bytes) {
+            tracing::warn!(
+                store = %path.display(),
+                data_bytes,
+                client_cache_bytes = options.client_cache_bytes,
+                server_pool_bytes = options.server_pool_bytes,
+                "the store is {factor:.1} times its caches: most page visits will read the data \
+                 file; Options::client_cache_bytes and server_pool_bytes set larger caches"
+            );
+        }
         pool_pages(
             "client cache",
             options.client_cache_bytes,

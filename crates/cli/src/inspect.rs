@@ -137,6 +137,14 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
         info.objects, info.large_objects, info.object_bytes
     );
     println!("free space     {} bytes", info.free_bytes);
+    let defaults = lodestore::Options::new();
+    if let Some(factor) = defaults.outgrown_by(info.pages * info.page_size as u64) {
+        println!(
+            "caches         the store is {factor:.1} times the default caches (64 MiB client \
+             cache and 64 MiB server pool): most page visits will read the data file; open it \
+             with larger Options::client_cache_bytes and server_pool_bytes"
+        );
+    }
     println!("named roots    {}", info.roots);
     println!("last LSN       {}", info.last_lsn);
     if let Some((list, stats)) = &snapshots {

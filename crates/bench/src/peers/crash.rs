@@ -20,7 +20,9 @@ use std::time::{Duration, Instant};
 const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
 
 /// Acknowledged commits the parent waits for before the kill (or [`WAIT_MAX`]).
-const ACKS_BEFORE_KILL: u64 = 200;
+const ACKS_BEFORE_KILL: usize = 200;
+/// Acknowledgements read ahead of the parent; past this the reader, then the child, wait.
+const ACK_QUEUE_MAX: usize = 1024;
 const WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// What one kill and reopen measured.
@@ -114,39 +116,49 @@ pub fn kill_and_reopen(
         .spawn()
         .map_err(|e| Error::io(Path::new(program), "start the crash child", e))?;
     let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout);
-    let mut acknowledged = 0u64;
-    let mut acknowledgements = 0u64;
-    let mut line = Vec::new();
-    let started = Instant::now();
-    let mut read_line = |acknowledged: &mut u64, count: &mut u64| -> Result<bool> {
-        line.clear();
-        let read = lines
-            .read_until(b'\n', &mut line)
-            .map_err(|e| Error::io("crash child", "read", e))?;
-        // A line cut by the kill was never acknowledged.
-        if read == 0 || line.last() != Some(&b'\n') {
-            return Ok(false);
+    // A reader thread, so a child that stops printing cannot hold the parent past WAIT_MAX.
+    let (sender, acks) = std::sync::mpsc::sync_channel::<Result<u64>>(ACK_QUEUE_MAX);
+    let reader = std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            // A line cut by the kill was never acknowledged.
+            match lines.read_until(b'\n', &mut line) {
+                Ok(_) if line.last() == Some(&b'\n') => {}
+                _ => return,
+            }
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
+            let parsed = text.parse().map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "crash child printed {text:?}, not a sequence number"
+                ))
+            });
+            if sender.send(parsed).is_err() {
+                return;
+            }
         }
-        let text = std::str::from_utf8(&line[..line.len() - 1]).unwrap_or("");
-        *acknowledged = text.parse().map_err(|_| {
-            Error::InvalidArgument(format!(
-                "crash child printed {text:?}, not a sequence number"
-            ))
-        })?;
-        *count += 1;
-        Ok(true)
-    };
-    while acknowledgements < ACKS_BEFORE_KILL && started.elapsed() < WAIT_MAX {
-        if !read_line(&mut acknowledged, &mut acknowledgements)? {
-            break;
+    });
+    let deadline = Instant::now() + WAIT_MAX;
+    let mut received = Vec::new();
+    while received.len() < ACKS_BEFORE_KILL {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match acks.recv_timeout(left) {
+            Ok(ack) => received.push(ack),
+            Err(_) => break,
         }
     }
     child
         .kill()
         .map_err(|e| Error::io("crash child", "kill", e))?;
-    // Lines already written before the kill were acknowledged too.
-    while read_line(&mut acknowledged, &mut acknowledgements)? {}
+    // Lines written before the kill were acknowledged too; the reader ends at the pipe's end.
+    received.extend(acks.iter());
+    reader.join().expect("the crash child's reader panicked");
+    let acknowledgements = received.len();
+    let acknowledged = match received.into_iter().collect::<Result<Vec<u64>>>()?.last() {
+        Some(&last) => last,
+        None => 0,
+    };
     let output = child
         .wait_with_output()
         .map_err(|e| Error::io("crash child", "wait", e))?;

@@ -1,5 +1,5 @@
 //! Lodestore against the stores a Rust user would pick instead (LMDB through heed, redb, SQLite
-//! through rusqlite), on the OO7 database, in the same run.
+//! through rusqlite), on the OO7 and OO1 databases, in the same run.
 //!
 //! Each peer holds the database as key-value pairs ([`kv`]: key the object's OID, value its
 //! type id and bytes, references as OIDs) and runs the same code for each workload: the OO7

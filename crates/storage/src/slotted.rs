@@ -180,25 +180,45 @@ fn read_header(page: &[u8], offset: usize, table_end: usize) -> Header {
 
 /// Can a record of `payload_len` bytes be inserted (after compaction if need be)?
 pub fn can_insert(page: &[u8], payload_len: usize) -> bool {
-    let extra_slot = if first_free_slot(page).is_some() {
-        0
-    } else {
-        SLOT_BYTES
-    };
+    fits(page, payload_len, first_free_slot(page).is_some())
+}
+
+/// [`can_insert`] knowing whether the page has a free slot to reuse.
+fn fits(page: &[u8], payload_len: usize, free_slot: bool) -> bool {
+    let extra_slot = if free_slot { 0 } else { SLOT_BYTES };
     slot_count(page) < u16::MAX as usize
         && record_bytes(payload_len) + extra_slot <= free_bytes(page)
 }
 
+/// The first free slot of the page's table (of the part that lies inside the page).
 fn first_free_slot(page: &[u8]) -> Option<usize> {
-    (0..slot_count(page)).find(|&s| slot_offset(page, s) == 0)
+    let end = slot_table_end(page).min(page.len());
+    let table = &page[SLOT_TABLE_AT.min(end)..end];
+    // Four slots per 8-byte word, read at once: inserts scan the table of every page they
+    // fill, which otherwise cost a read per slot per insert. The lowest lane flagged by the
+    // zero-lane test is always a zero lane (a borrow only flags lanes above one).
+    let mut words = table.chunks_exact(8);
+    for (i, word) in (&mut words).enumerate() {
+        let word = u64::from_le_bytes(word.try_into().expect("chunks of eight"));
+        let zero_lanes = word.wrapping_sub(0x0001_0001_0001_0001) & !word & 0x8000_8000_8000_8000;
+        if zero_lanes != 0 {
+            return Some(i * 4 + zero_lanes.trailing_zeros() as usize / 16);
+        }
+    }
+    let done = table.len() / 8 * 4;
+    words
+        .remainder()
+        .chunks_exact(SLOT_BYTES)
+        .position(|slot| slot == [0, 0])
+        .map(|p| done + p)
 }
 
 /// Inserts a zero-filled record and returns its slot, or `None` when it does not fit.
 pub fn insert(page: &mut [u8], type_id: TypeId, payload_len: usize, large: bool) -> Option<SlotId> {
-    if !can_insert(page, payload_len) {
+    let reused = first_free_slot(page);
+    if !fits(page, payload_len, reused.is_some()) {
         return None;
     }
-    let reused = first_free_slot(page);
     let extra_slot = if reused.is_some() { 0 } else { SLOT_BYTES };
     if data_start(page) < slot_table_end(page) + extra_slot + record_bytes(payload_len) {
         // Compact before the table grows, so the new slot entry never lands on a record.
@@ -517,6 +537,25 @@ mod tests {
         set_slot_offset(&mut page, 0, 4090);
         assert!(record(&page, 0).is_err());
         assert!(validate(&page).is_err());
+    }
+
+    proptest! {
+        /// The word-at-a-time scan finds the same first free slot as a scan slot by slot.
+        #[test]
+        fn first_free_slot_matches_a_scan_by_slot(
+            offsets in proptest::collection::vec(prop_oneof![3 => 1u16..=u16::MAX, 1 => Just(0u16)], 0..300),
+            garbled_count in proptest::option::of(any::<u16>()),
+        ) {
+            let mut page = new_page(4096);
+            let count = offsets.len().min((4096 - SLOT_TABLE_AT) / SLOT_BYTES);
+            for (slot, &offset) in offsets[..count].iter().enumerate() {
+                put_u16(&mut page, SLOT_TABLE_AT + SLOT_BYTES * slot, offset);
+            }
+            put_u16(&mut page, SLOT_COUNT_AT, garbled_count.unwrap_or(count as u16));
+            let inside = slot_count(&page).min((4096 - SLOT_TABLE_AT) / SLOT_BYTES);
+            let naive = (0..inside).find(|&s| slot_offset(&page, s) == 0);
+            prop_assert_eq!(first_free_slot(&page), naive);
+        }
     }
 
     #[test]

@@ -17,13 +17,13 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long a child may run if nobody kills it: a bound, not a setting.
-const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
+pub const CHILD_LIFETIME_MAX: Duration = Duration::from_secs(120);
 
 /// Acknowledged commits the parent waits for before the kill (or [`WAIT_MAX`]).
-const ACKS_BEFORE_KILL: usize = 200;
+pub const ACKS_BEFORE_KILL: usize = 200;
 /// Acknowledgements read ahead of the parent; past this the reader, then the child, wait.
 const ACK_QUEUE_MAX: usize = 1024;
-const WAIT_MAX: Duration = Duration::from_secs(20);
+pub const WAIT_MAX: Duration = Duration::from_secs(20);
 
 /// What one kill and reopen measured.
 #[derive(Clone, Copy, Debug)]

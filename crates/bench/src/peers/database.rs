@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 /// Bytes of objects per load transaction (the generators' batch size too).
-const LOAD_BATCH_BYTES: usize = 2 << 20;
+pub const LOAD_BATCH_BYTES: usize = 2 << 20;
 
 /// A database's objects, ready to load into a peer.
 pub struct Database {

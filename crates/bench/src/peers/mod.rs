@@ -19,9 +19,9 @@
 //! - **OO1** ([`oo1`]), on a store of its own: load, lookup, traversal and update.
 
 pub mod crash;
-mod database;
+pub mod database;
 mod engine;
-mod kv;
+pub mod kv;
 pub mod lmdb;
 mod objects;
 pub mod oo1;

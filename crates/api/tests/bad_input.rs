@@ -179,6 +179,17 @@ fn checksum_failure_names_file_and_page() {
     }
     drop(txn);
     drop(session);
+    // The damaged page was read into a pool frame and refused there: the frame is free again,
+    // so a second reader (a fresh session, with an empty cache) is refused too, never served
+    // the damaged bytes from the pool.
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    assert!(
+        matches!(txn.bytes(oids[0]), Err(Error::CorruptPage { page: p, .. }) if p.0 == page),
+        "a second read of the damaged page"
+    );
+    drop(txn);
+    drop(session);
     drop(store);
     let report = lodestore::check(&RealFileSystem, &path).unwrap();
     assert!(!report.is_sound());

@@ -69,7 +69,11 @@ pub use offline::{
     check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
     snapshot_summary, RecoveredView, Salvaged,
 };
-pub use options::{paired_method, Options, OUTGROWN_FACTOR};
+pub use options::{
+    default_server_pool_bytes, memory_bytes_max, paired_method, Options,
+    CLIENT_CACHE_BYTES_DEFAULT, OUTGROWN_FACTOR, SERVER_POOL_BYTES_DEFAULT_MAX,
+    SERVER_POOL_BYTES_DEFAULT_MIN,
+};
 pub use read::ReadTransaction;
 pub use retry::RetryPolicy;
 pub use store::{Session, Store};

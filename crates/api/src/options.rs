@@ -28,6 +28,25 @@ pub fn memory_bytes_max() -> u64 {
         1 << 40
     }
 }
+/// The smallest and largest server pool [`Options::new`] gives a store by default
+/// ([`default_server_pool_bytes`]).
+pub const SERVER_POOL_BYTES_DEFAULT_MIN: usize = 64 << 20;
+pub const SERVER_POOL_BYTES_DEFAULT_MAX: usize = 1 << 30;
+
+/// The server pool a store gets by default: an eighth of this machine's memory, from 64 MiB to
+/// 1 GiB (redb's default cache is 1 GiB; LMDB leans on the whole OS page cache). The pool is
+/// one per store, shared by all its sessions, and takes memory only as pages come into it, so
+/// a small store costs no more than before while one of a few hundred megabytes stays in
+/// memory instead of being read back from the data file on every visit.
+pub fn default_server_pool_bytes() -> usize {
+    let eighth = usize::try_from(memory_bytes_max() / 8).unwrap_or(usize::MAX);
+    eighth.clamp(SERVER_POOL_BYTES_DEFAULT_MIN, SERVER_POOL_BYTES_DEFAULT_MAX)
+}
+
+/// The client cache each session gets by default. Each session has its own, so this stays
+/// modest; the shared server pool ([`default_server_pool_bytes`]) holds the rest.
+pub const CLIENT_CACHE_BYTES_DEFAULT: usize = 64 << 20;
+
 /// Longest lock wait: past this, a transaction is stuck, not waiting.
 pub const LOCK_WAIT_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3600);
 
@@ -63,8 +82,8 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             page_size: None,
-            client_cache_bytes: 64 << 20,
-            server_pool_bytes: 64 << 20,
+            client_cache_bytes: CLIENT_CACHE_BYTES_DEFAULT,
+            server_pool_bytes: default_server_pool_bytes(),
             log_segment_bytes: 1 << 20,
             checkpoint_log_bytes: lodestore_server::CHECKPOINT_LOG_BYTES_DEFAULT,
             lock_wait_timeout: Duration::from_secs(10),
@@ -137,7 +156,9 @@ impl Options {
         self
     }
 
-    /// Memory of the server's buffer pool (default 64 MiB).
+    /// Memory of the server's buffer pool, shared by all sessions of the store (default
+    /// [`default_server_pool_bytes`]: an eighth of this machine's memory, from 64 MiB to
+    /// 1 GiB). Pages take its memory only as they are read or written.
     pub fn server_pool_bytes(mut self, bytes: usize) -> Options {
         self.server_pool_bytes = bytes;
         self

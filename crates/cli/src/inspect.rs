@@ -140,9 +140,11 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     let defaults = lodestore::Options::new();
     if let Some(factor) = defaults.outgrown_by(info.pages * info.page_size as u64) {
         println!(
-            "caches         the store is {factor:.1} times the default caches (64 MiB client \
-             cache and 64 MiB server pool): most page visits will read the data file; open it \
-             with larger Options::client_cache_bytes and server_pool_bytes"
+            "caches         the store is {factor:.1} times the default caches ({} MiB client \
+             cache and {} MiB server pool): most page visits will read the data file; open it \
+             with larger Options::client_cache_bytes and server_pool_bytes",
+            lodestore::CLIENT_CACHE_BYTES_DEFAULT >> 20,
+            lodestore::default_server_pool_bytes() >> 20
         );
     }
     println!("named roots    {}", info.roots);

@@ -11,13 +11,20 @@ pub type FrameId = usize;
 /// Page table plus clock replacement over `capacity` frames.
 #[derive(Debug)]
 pub struct FrameTable {
+    /// Frames used so far: they grow up to `capacity` as pages arrive, so a large pool costs
+    /// memory (and time to open) only for the frames a store has filled.
     page_of_frame: Vec<Option<PageId>>,
     /// Looked up on every object access: a fast hash (page ids are not attacker-chosen).
     frame_of_page: FxHashMap<PageId, FrameId>,
     referenced: Vec<bool>,
+    /// Frames given back by `remove`, used again before any new one.
     free: Vec<FrameId>,
+    capacity: usize,
     hand: FrameId,
 }
+
+/// Page table entries made room for at once, however large the pool: the rest grow as used.
+const FRAMES_RESERVED: usize = 1024;
 
 /// The outcome of asking for a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,16 +37,23 @@ pub struct Assigned {
 impl FrameTable {
     pub fn new(capacity: usize) -> FrameTable {
         assert!(capacity > 0, "a pool needs at least one frame");
+        let reserved = capacity.min(FRAMES_RESERVED);
         FrameTable {
-            page_of_frame: vec![None; capacity],
-            frame_of_page: FxHashMap::with_capacity_and_hasher(capacity, Default::default()),
-            referenced: vec![false; capacity],
-            free: (0..capacity).rev().collect(),
+            page_of_frame: Vec::with_capacity(reserved),
+            frame_of_page: FxHashMap::with_capacity_and_hasher(reserved, Default::default()),
+            referenced: Vec::with_capacity(reserved),
+            free: Vec::new(),
+            capacity,
             hand: 0,
         }
     }
 
     pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Frames handed out so far (in use or given back): every frame below this exists.
+    pub fn frames_used(&self) -> usize {
         self.page_of_frame.len()
     }
 
@@ -64,8 +78,9 @@ impl FrameTable {
         self.frame_of_page.get(&page).copied()
     }
 
+    /// The page in `frame`; `None` for a frame empty or not used yet.
     pub fn page(&self, frame: FrameId) -> Option<PageId> {
-        self.page_of_frame[frame]
+        self.page_of_frame.get(frame).copied().flatten()
     }
 
     /// Gives `page` (not yet present) a frame: a free one, or the clock's victim among the
@@ -76,8 +91,14 @@ impl FrameTable {
         mut evictable: impl FnMut(FrameId, PageId) -> bool,
     ) -> Option<Assigned> {
         debug_assert!(!self.frame_of_page.contains_key(&page));
+        let unused = self.page_of_frame.len();
         let (frame, evicted) = match self.free.pop() {
             Some(frame) => (frame, None),
+            None if unused < self.capacity => {
+                self.page_of_frame.push(None);
+                self.referenced.push(false);
+                (unused, None)
+            }
             None => {
                 let frame = self.victim(&mut evictable)?;
                 let old = self.page_of_frame[frame].take();
@@ -96,10 +117,12 @@ impl FrameTable {
     /// Two sweeps of the clock at most: the first clears reference bits, the second must find
     /// an unreferenced evictable frame if any evictable frame exists.
     fn victim(&mut self, evictable: &mut impl FnMut(FrameId, PageId) -> bool) -> Option<FrameId> {
-        let capacity = self.capacity();
-        for _ in 0..2 * capacity + 1 {
+        // Only called once every frame is in use.
+        let frames = self.page_of_frame.len();
+        debug_assert_eq!(frames, self.capacity);
+        for _ in 0..2 * frames + 1 {
             let frame = self.hand;
-            self.hand = (self.hand + 1) % capacity;
+            self.hand = (self.hand + 1) % frames;
             let Some(page) = self.page_of_frame[frame] else {
                 continue;
             };
@@ -145,6 +168,26 @@ mod tests {
         assert!(a.evicted.is_some());
         assert_eq!(table.len(), 3);
         assert!(table.peek(PageId(10)).is_some());
+    }
+
+    /// Frames come into use one at a time, lowest first, and a frame given back is used
+    /// again before a new one: a large table costs only what it holds.
+    #[test]
+    fn frames_come_into_use_as_pages_arrive() {
+        let mut table = FrameTable::new(1 << 20);
+        assert_eq!(table.frames_used(), 0);
+        assert_eq!(table.page(5), None);
+        for p in 0..3 {
+            let assigned = table.assign(PageId(p), |_, _| true).unwrap();
+            assert_eq!(assigned.frame, p as usize);
+        }
+        assert_eq!(table.frames_used(), 3);
+        assert_eq!(table.remove(PageId(1)), Some(1));
+        assert_eq!(table.assign(PageId(7), |_, _| true).unwrap().frame, 1);
+        assert_eq!(table.assign(PageId(8), |_, _| true).unwrap().frame, 3);
+        assert_eq!(table.frames_used(), 4);
+        assert_eq!(table.page(3), Some(PageId(8)));
+        assert_eq!(table.page(4), None);
     }
 
     #[test]

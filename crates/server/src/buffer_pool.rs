@@ -82,7 +82,8 @@ impl BufferPool {
         BufferPool {
             page_size,
             frames: FrameTable::new(frame_count),
-            states: vec![FrameState::default(); frame_count],
+            // Grows with the frames the table hands out (see `FrameTable`).
+            states: Vec::new(),
             bytes: Frames::new(page_size * frame_count),
         }
     }
@@ -142,6 +143,9 @@ impl BufferPool {
             .frames
             .assign(page, |_, _| true)
             .expect("a pool of at least one frame always has a victim");
+        if assigned.frame == self.states.len() {
+            self.states.push(FrameState::default());
+        }
         let old = std::mem::take(&mut self.states[assigned.frame]);
         let victim = assigned.evicted.map(|p| Victim {
             page: p,

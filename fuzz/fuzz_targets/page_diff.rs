@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use lodestore_core::PageId;
-use lodestore_loggen::page::{object_cuts, SERVER_OWNED};
+use lodestore_loggen::page::{diff_cuts, object_cuts, SERVER_OWNED};
 use lodestore_loggen::{
     page_ranges, page_ranges_cached, Generator, PageBounds, UPDATE_RECORD_FIXED_BYTES,
 };
@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
         0..PAGE_BYTES,
         &before,
         &after,
-        &object_cuts(&[&before, &after]),
+        &diff_cuts(&before, &after),
     );
 
     // An earlier diff of the page, of two bytes 8 apart (so its bounds are read and kept,

@@ -1,7 +1,10 @@
 //! Page diffing: the ranges of a page to log, never spanning two objects. Object boundaries are
 //! taken from both images (objects may have moved in between, by compaction), and the page's
-//! header fields and slot table count as objects of their own. The checksum (bytes 0..4) and
-//! the LSN (8..16) are never logged: the server sets them.
+//! header fields and slot table count as objects of their own. A page that held no objects
+//! before (a free page the transaction took) is one segment past its header fields: no other
+//! transaction can have written it, and its new objects are logged in a few records instead of
+//! one each, as ESM logs a new page whole. The checksum (bytes 0..4) and the LSN (8..16) are
+//! never logged: the server sets them.
 //!
 //! - this module: the diff itself: one scan whose runs are merged by the minimal-traffic rule
 //!   as they are found, and the exact split at the cuts when a merged range may reach one;
@@ -18,7 +21,7 @@ use crate::compare::for_each_run_bridged;
 use bounds::ranges_stay_in_objects;
 pub use bounds::PageBounds;
 use cuts::Cuts;
-pub use cuts::{object_cuts, object_cuts_within};
+pub use cuts::{diff_cuts, object_cuts, object_cuts_within};
 use lodestore_storage::page::{self, PageKind};
 use std::ops::Range;
 
@@ -72,13 +75,13 @@ pub(crate) fn page_ranges_with(
     if ranges.is_empty() {
         return;
     }
-    if has_objects(before) || has_objects(after) {
+    if has_objects(before) {
         if ranges_stay_in_objects(before, after, ranges, cached) {
             return;
         }
     } else if ranges[0].start >= HEADER_FIELDS_END {
-        // A page without objects whose runs all lie past the header fields: they lie in one
-        // segment, which ends at the page end.
+        // A page that held no objects, whose runs all lie past the header fields: they lie
+        // in one segment, which ends at the page end (see [`diff_cuts`]).
         return;
     }
     let cuts = Cuts::of(before, after);

@@ -9,10 +9,10 @@ use lodestore_core::{PageId, TypeId};
 use lodestore_storage::slotted;
 use proptest::prelude::*;
 
-/// The definition: within each segment between object cuts (server-owned fields left
+/// The definition: within each segment between the diff's cuts (server-owned fields left
 /// out), the changed runs merged by the rule.
 fn page_ranges_by_segment(before: &[u8], after: &[u8], header: usize) -> Vec<Range<usize>> {
-    let cuts = object_cuts(&[before, after]);
+    let cuts = diff_cuts(before, after);
     let mut ranges = Vec::new();
     for window in cuts.windows(2) {
         if !is_server_owned(window[0]..window[1]) {
@@ -289,6 +289,56 @@ fn regions_never_span_two_objects() {
         rebuilt[r.clone()].copy_from_slice(&after[r.clone()]);
     }
     assert_eq!(rebuilt, after);
+}
+
+/// A free page a transaction took and filled with objects is logged in a few records (the
+/// header, the slot table, the objects as one stretch), not one per object, and the records
+/// rebuild it; a page that held objects before keeps its per-object records.
+#[test]
+fn a_page_that_held_no_objects_is_logged_in_a_few_records() {
+    let mut free = vec![0u8; 8192];
+    lodestore_storage::page::format(
+        &mut free,
+        lodestore_storage::page::PageKind::Free,
+        PageId(9),
+        0,
+    );
+    let mut filled = free.clone();
+    slotted::init(&mut filled, PageId(9), 0);
+    let mut objects = 0;
+    while slotted::insert(&mut filled, TypeId(1), 24, false).is_some() {
+        objects += 1;
+    }
+    for slot in 0..objects as u16 {
+        let payload = slotted::record(&filled, slot).unwrap().unwrap().payload();
+        for (i, byte) in filled[payload].iter_mut().enumerate() {
+            *byte = 1 + (i % 7) as u8;
+        }
+    }
+    assert!(objects > 100, "{objects}");
+    let ranges = page_ranges(&free, &filled, 56);
+    assert!(
+        ranges.len() <= 4,
+        "{} ranges for {objects} objects: {ranges:?}",
+        ranges.len()
+    );
+    let mut rebuilt = free.clone();
+    for r in &ranges {
+        assert!(!is_server_owned(r.clone()), "{r:?}");
+        rebuilt[r.clone()].copy_from_slice(&filled[r.clone()]);
+    }
+    rebuilt[..4].copy_from_slice(&filled[..4]);
+    rebuilt[8..16].copy_from_slice(&filled[8..16]);
+    assert_eq!(rebuilt, filled);
+
+    // The same objects changed again on the now slotted page: one record each.
+    let mut next = filled.clone();
+    for slot in 0..objects as u16 {
+        let record = slotted::record(&next, slot).unwrap().unwrap();
+        let at = record.payload().start;
+        next[at] ^= 0x80;
+    }
+    assert_eq!(page_ranges(&filled, &next, 56).len(), objects);
 }
 
 #[test]

@@ -76,8 +76,14 @@ struct Shared {
 }
 
 struct Inner {
-    /// Bytes of LSNs `buffer_start..end` not yet durable (some may be being written).
+    /// Bytes of LSNs `buffer_start..end` not yet durable: first those the flush leader is
+    /// writing (`in_flight`), then those appended since (`buffer`). The leader takes the buffer
+    /// whole instead of copying it, so a large commit's records are not copied once more.
+    in_flight: Arc<Vec<u8>>,
     buffer: Vec<u8>,
+    /// An emptied buffer of an earlier round, kept for its capacity (up to
+    /// [`SPARE_BUFFER_BYTES_MAX`]) so appends after a round do not grow a new one.
+    spare: Vec<u8>,
     buffer_start: u64,
     end: u64,
     durable: u64,
@@ -90,6 +96,10 @@ struct Inner {
     spares: Vec<PathBuf>,
     stats: LogStats,
 }
+
+/// Largest emptied buffer kept for the next round; a larger one (after a very large commit)
+/// is given back to the allocator.
+const SPARE_BUFFER_BYTES_MAX: usize = 16 << 20;
 
 impl Log {
     /// Creates an empty log in `dir`. The first record will get LSN `segment_bytes`.
@@ -213,7 +223,9 @@ impl Log {
             // Nothing known: the first write fills zeros ahead of itself.
             zeroed: Mutex::new((0, 0)),
             inner: Mutex::new(Inner {
+                in_flight: Arc::default(),
                 buffer: Vec::new(),
+                spare: Vec::new(),
                 buffer_start: end,
                 end,
                 durable: end,
@@ -334,7 +346,13 @@ impl Log {
             }
             if lsn.0 >= inner.buffer_start {
                 let at = (lsn.0 - inner.buffer_start) as usize;
-                let bytes = &inner.buffer[at..];
+                // A batch ends with its flush mark, so no record straddles the two.
+                let flying = inner.in_flight.len();
+                let bytes = if at < flying {
+                    &inner.in_flight[at..]
+                } else {
+                    &inner.buffer[at - flying..]
+                };
                 return decode_at(bytes, lsn, page_size_max).map_err(|reason| Error::CorruptLog {
                     path: self.shared.dir.clone(),
                     offset: lsn.0,
@@ -472,20 +490,32 @@ impl Shared {
             &RecordBody::FlushMark,
         );
         let start = inner.buffer_start;
-        let bytes = inner.buffer.clone();
+        debug_assert!(inner.in_flight.is_empty(), "one flush round at a time");
+        let fresh = std::mem::take(&mut inner.spare);
+        let bytes = Arc::new(std::mem::replace(&mut inner.buffer, fresh));
+        inner.in_flight = Arc::clone(&bytes);
         drop(inner);
         let result = self.write_out(start, &bytes);
         inner = self.lock();
+        inner.in_flight = Arc::default();
+        // Readers clone nothing out of the lock, so the round holds the only reference.
+        let mut bytes = Arc::try_unwrap(bytes).unwrap_or_else(|shared| (*shared).clone());
         match result {
             Ok(()) => {
-                inner.buffer.drain(..bytes.len());
                 inner.buffer_start += bytes.len() as u64;
                 inner.durable = inner.buffer_start;
                 inner.stats.flushes += 1;
                 inner.stats.bytes_flushed += bytes.len() as u64;
+                if bytes.capacity() <= SPARE_BUFFER_BYTES_MAX {
+                    bytes.clear();
+                    inner.spare = bytes;
+                }
             }
             Err(e) => {
-                // The log's state on disk is unknown now; refuse everything after.
+                // The log's state on disk is unknown now; refuse everything after. The bytes
+                // stay buffered, in order, for reads of records not yet durable.
+                bytes.extend_from_slice(&inner.buffer);
+                inner.buffer = bytes;
                 inner.failed = Some(e.to_string());
             }
         }

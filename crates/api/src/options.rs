@@ -66,6 +66,8 @@ pub struct Options {
     pub(crate) log_segment_bytes: u64,
     pub(crate) checkpoint_log_bytes: u64,
     pub(crate) lock_wait_timeout: Duration,
+    pub(crate) commit_delay: Duration,
+    pub(crate) commit_siblings: usize,
     pub(crate) scheme: Scheme,
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
     pub(crate) background_install: bool,
@@ -87,6 +89,8 @@ impl Default for Options {
             log_segment_bytes: 1 << 20,
             checkpoint_log_bytes: lodestore_server::CHECKPOINT_LOG_BYTES_DEFAULT,
             lock_wait_timeout: Duration::from_secs(10),
+            commit_delay: Duration::ZERO,
+            commit_siblings: lodestore_server::COMMIT_SIBLINGS_DEFAULT,
             scheme: Scheme::default(),
             recovery_method: None,
             background_install: true,
@@ -108,6 +112,8 @@ impl std::fmt::Debug for Options {
             .field("log_segment_bytes", &self.log_segment_bytes)
             .field("checkpoint_log_bytes", &self.checkpoint_log_bytes)
             .field("lock_wait_timeout", &self.lock_wait_timeout)
+            .field("commit_delay", &self.commit_delay)
+            .field("commit_siblings", &self.commit_siblings)
             .field("scheme", &self.scheme.name())
             .field("recovery_method", &self.recovery_method.map(|m| m.name()))
             .field("background_install", &self.background_install)
@@ -184,6 +190,23 @@ impl Options {
     /// (default 10 s). Deadlocks are detected at once, whatever this is.
     pub fn lock_wait_timeout(mut self, timeout: Duration) -> Options {
         self.lock_wait_timeout = timeout;
+        self
+    }
+
+    /// Adaptive commit delay (default zero: off), after PostgreSQL's `commit_delay`: a commit
+    /// that would start a log sync first waits this long, so that commits arriving meanwhile
+    /// share the sync, but only while at least [`Options::commit_siblings`] other transactions
+    /// are active. Group commit already batches whatever arrives during a sync; a delay can
+    /// add commits per sync when many threads commit at once, at the cost of latency. At most
+    /// 100 ms.
+    pub fn commit_delay(mut self, delay: Duration) -> Options {
+        self.commit_delay = delay;
+        self
+    }
+
+    /// Other active transactions a commit needs before it delays (default 5, PostgreSQL's).
+    pub fn commit_siblings(mut self, siblings: usize) -> Options {
+        self.commit_siblings = siblings;
         self
     }
 
@@ -299,6 +322,13 @@ impl Options {
         if self.checkpoint_log_bytes == 0 {
             return invalid("checkpoint_log_bytes must be at least 1".into());
         }
+        if self.commit_delay > lodestore_server::COMMIT_DELAY_MAX {
+            return invalid(format!(
+                "commit_delay {:?} is longer than {:?}",
+                self.commit_delay,
+                lodestore_server::COMMIT_DELAY_MAX
+            ));
+        }
         if self.lock_wait_timeout > LOCK_WAIT_TIMEOUT_MAX {
             return invalid(format!(
                 "lock_wait_timeout {:?} is longer than {LOCK_WAIT_TIMEOUT_MAX:?}",
@@ -332,6 +362,8 @@ impl Options {
             checkpoint_log_bytes: self.checkpoint_log_bytes,
             lock_wait_timeout: self.lock_wait_timeout,
             method: self.recovery_method,
+            commit_delay: self.commit_delay,
+            commit_siblings: self.commit_siblings,
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

@@ -60,6 +60,19 @@ pub fn thread_count(text: &str) -> Result<usize, String> {
     integer_in(text, 1..=THREADS_MAX).map(|n| n as usize)
 }
 
+/// An adaptive commit delay in microseconds, up to `lodestore_server::COMMIT_DELAY_MAX`.
+pub fn commit_delay_us(text: &str) -> Result<u64, String> {
+    integer_in(
+        text,
+        0..=lodestore_server::COMMIT_DELAY_MAX.as_micros() as u64,
+    )
+}
+
+/// A number of other transactions, 0 to the most threads a benchmark runs.
+pub fn thread_count_or_zero(text: &str) -> Result<usize, String> {
+    integer_in(text, 0..=THREADS_MAX).map(|n| n as usize)
+}
+
 pub fn demo_objects(text: &str) -> Result<u64, String> {
     integer_in(text, 1..=DEMO_OBJECTS_MAX)
 }

@@ -16,6 +16,8 @@ const OBJECT_BYTES: usize = 5000;
 #[derive(Clone, Debug)]
 struct Measure {
     threads: usize,
+    /// The adaptive commit delay the store ran with (`Options::commit_delay`), microseconds.
+    delay_us: u64,
     commits_per_s: f64,
     median_us: f64,
     p99_us: f64,
@@ -29,28 +31,40 @@ struct Measure {
 pub fn commit(
     path: &Path,
     threads: &[usize],
+    delays_us: &[u64],
+    siblings: usize,
     seconds: f64,
     runs: usize,
     csv: Option<&Path>,
 ) -> Result<ExitCode> {
-    if threads.is_empty() || threads.contains(&0) || runs == 0 || seconds.is_nan() || seconds <= 0.0
+    if threads.is_empty()
+        || threads.contains(&0)
+        || delays_us.is_empty()
+        || runs == 0
+        || seconds.is_nan()
+        || seconds <= 0.0
     {
         return Err(Error::InvalidArgument(
             "bench commit needs thread counts of at least 1, at least one run and a positive duration".into(),
         ));
     }
     std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create directory", e))?;
-    let mut rows: Vec<Vec<Measure>> = vec![Vec::new(); threads.len()];
+    // One row per delay and thread count, in that order.
+    let cases: Vec<(u64, usize)> = delays_us
+        .iter()
+        .flat_map(|&d| threads.iter().map(move |&t| (d, t)))
+        .collect();
+    let mut rows: Vec<Vec<Measure>> = vec![Vec::new(); cases.len()];
     let mut ceilings = Vec::new();
     for run in 0..runs {
         ceilings.push(ceiling::measure(path)?);
-        for (i, &t) in threads.iter().enumerate() {
+        for (i, &(delay, t)) in cases.iter().enumerate() {
             let dir = path.join(format!("bench-commit-{t}"));
             remove_store(&dir)?;
-            let measure = measure(&dir, t, seconds)?;
+            let measure = measure(&dir, t, delay, siblings, seconds)?;
             remove_store(&dir)?;
             eprintln!(
-                "run {}: {t:>2} threads {:>9.0} commits/s, median {:>7.1} us",
+                "run {}: {t:>2} threads, delay {delay} us: {:>9.0} commits/s, median {:>7.1} us",
                 run + 1,
                 measure.commits_per_s,
                 measure.median_us
@@ -61,13 +75,15 @@ pub fn commit(
     let fsync = median(ceilings.iter().map(|c| c.fdatasync_median_us).collect());
     let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
     println!("ceiling (median of {runs} runs): write 512 B + fdatasync {fsync:.1} us; batched sync {bandwidth:.0} MB/s");
-    println!("threads  commits/s  median us  p99 us  log MB/s  commits/flush  us/flush  x 1 thread  latency / fdatasync  log / batched");
-    let single = median(rows[0].iter().map(|m| m.commits_per_s).collect());
+    println!("delay us  threads  commits/s  median us  p99 us  log MB/s  commits/flush  us/flush  x 1 thread  latency / fdatasync  log / batched");
     let mut lines = vec![
-        "threads,run,commits_per_s,median_us,p99_us,log_mb_per_s,commits_per_flush,flush_interval_us,fdatasync_us,batched_mb_per_s"
+        "threads,run,commits_per_s,median_us,p99_us,log_mb_per_s,commits_per_flush,flush_interval_us,fdatasync_us,batched_mb_per_s,commit_delay_us"
             .to_string(),
     ];
-    for (i, &t) in threads.iter().enumerate() {
+    for (i, &(delay, t)) in cases.iter().enumerate() {
+        // Against the first thread count at the same delay.
+        let first = i - i % threads.len();
+        let single = median(rows[first].iter().map(|m| m.commits_per_s).collect());
         let rate = median(rows[i].iter().map(|m| m.commits_per_s).collect());
         let latency = median(rows[i].iter().map(|m| m.median_us).collect());
         let p99 = median(rows[i].iter().map(|m| m.p99_us).collect());
@@ -75,14 +91,14 @@ pub fn commit(
         let per_flush = median(rows[i].iter().map(|m| m.commits_per_flush).collect());
         let interval = median(rows[i].iter().map(|m| m.flush_interval_us).collect());
         println!(
-            "{t:>7} {rate:>10.0} {latency:>10.1} {p99:>7.1} {log:>9.2} {per_flush:>14.1} {interval:>9.1} {:>11.2} {:>20.2} {:>14.4}",
+            "{delay:>8} {t:>8} {rate:>10.0} {latency:>10.1} {p99:>7.1} {log:>9.2} {per_flush:>14.1} {interval:>9.1} {:>11.2} {:>20.2} {:>14.4}",
             rate / single,
             latency / fsync,
             log / bandwidth
         );
         for (run, m) in rows[i].iter().enumerate() {
             lines.push(format!(
-                "{},{},{:.1},{:.2},{:.2},{:.3},{:.2},{:.1},{:.2},{:.1}",
+                "{},{},{:.1},{:.2},{:.2},{:.3},{:.2},{:.1},{:.2},{:.1},{}",
                 m.threads,
                 run,
                 m.commits_per_s,
@@ -92,7 +108,8 @@ pub fn commit(
                 m.commits_per_flush,
                 m.flush_interval_us,
                 ceilings[run].fdatasync_median_us,
-                ceilings[run].batched_sync_mb_per_s
+                ceilings[run].batched_sync_mb_per_s,
+                m.delay_us
             ));
         }
     }
@@ -109,8 +126,17 @@ pub(crate) fn remove_store(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
-    let store = Store::create(dir, Options::new())?;
+fn measure(
+    dir: &Path,
+    threads: usize,
+    delay_us: u64,
+    siblings: usize,
+    seconds: f64,
+) -> Result<Measure> {
+    let options = Options::new()
+        .commit_delay(Duration::from_micros(delay_us))
+        .commit_siblings(siblings);
+    let store = Store::create(dir, options)?;
     let objects = {
         let mut session = store.session()?;
         let mut txn = session.begin()?;
@@ -166,6 +192,7 @@ fn measure(dir: &Path, threads: usize, seconds: f64) -> Result<Measure> {
     let p99 = all.get(all.len() * 99 / 100).copied().unwrap_or(0.0);
     Ok(Measure {
         threads,
+        delay_us,
         commits_per_s: commits / elapsed,
         median_us: median(all.clone()),
         p99_us: p99,

@@ -285,6 +285,15 @@ enum BenchCommand {
         /// Thread counts, comma separated (each 1 to 256).
         #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16", value_parser = args::thread_count)]
         threads: Vec<usize>,
+        /// Adaptive commit delays to measure, in microseconds, comma separated (0: off, the
+        /// default; at most 100000): a commit that would start a log sync first waits this
+        /// long while at least 5 other transactions are active (`Options::commit_delay`).
+        #[arg(long, value_delimiter = ',', default_value = "0", value_parser = args::commit_delay_us)]
+        commit_delay_us: Vec<u64>,
+        /// Other active transactions a commit needs before it delays
+        /// (`Options::commit_siblings`; 0: always).
+        #[arg(long, default_value_t = 5, value_parser = args::thread_count_or_zero)]
+        commit_siblings: usize,
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3.0, value_parser = args::seconds)]
         seconds: f64,
@@ -509,10 +518,20 @@ fn main() -> ExitCode {
             Some(BenchCommand::Commit {
                 path,
                 threads,
+                commit_delay_us,
+                commit_siblings,
                 seconds,
                 runs,
                 csv,
-            }) => bench::commit(&path, &threads, seconds, runs, csv.as_deref()),
+            }) => bench::commit(
+                &path,
+                &threads,
+                &commit_delay_us,
+                commit_siblings,
+                seconds,
+                runs,
+                csv.as_deref(),
+            ),
             Some(BenchCommand::Diff {
                 page_size,
                 seconds,

@@ -26,6 +26,6 @@ pub use lodestore_protocol::{
 pub use recovery::{RecoveryMethodKind, RestartReport};
 pub use server::{
     allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions,
-    CHECKPOINT_LOG_BYTES_DEFAULT, LOG_DIR_NAME,
+    CHECKPOINT_LOG_BYTES_DEFAULT, COMMIT_DELAY_MAX, COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME,
 };
 pub use stats::ServerStats;

@@ -63,7 +63,18 @@ pub struct ServerOptions {
     /// A component that keeps old versions of pages, beside the recovery method (see
     /// [`crate::versions`]).
     pub versions: Versions,
+    /// Adaptive commit delay (PostgreSQL's `commit_delay`): a committer that leads a log
+    /// flush first waits this long, so that more commits join its sync, but only while at
+    /// least `commit_siblings` other transactions are active. Zero (the default): no wait.
+    pub commit_delay: Duration,
+    pub commit_siblings: usize,
 }
+
+/// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
+/// disk, and throughput only falls.
+pub const COMMIT_DELAY_MAX: Duration = Duration::from_millis(100);
+/// Other active transactions a committer needs before it delays by default (PostgreSQL's).
+pub const COMMIT_SIBLINGS_DEFAULT: usize = 5;
 
 impl std::fmt::Debug for ServerOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,6 +85,8 @@ impl std::fmt::Debug for ServerOptions {
             .field("lock_wait_timeout", &self.lock_wait_timeout)
             .field("method", &self.method)
             .field("versions", &self.versions.is_some())
+            .field("commit_delay", &self.commit_delay)
+            .field("commit_siblings", &self.commit_siblings)
             .finish()
     }
 }
@@ -87,6 +100,8 @@ impl Default for ServerOptions {
             lock_wait_timeout: Duration::from_secs(10),
             method: None,
             versions: None,
+            commit_delay: Duration::ZERO,
+            commit_siblings: COMMIT_SIBLINGS_DEFAULT,
         }
     }
 }
@@ -847,6 +862,22 @@ fn log_options(options: &ServerOptions, page_size: usize) -> LogOptions {
 }
 
 impl Server {
+    /// The adaptive commit delay for a commit now: the configured delay while enough other
+    /// transactions are active to be worth waiting for, else none.
+    fn commit_delay_now(&self) -> Duration {
+        let delay = self.options.commit_delay;
+        if delay.is_zero() {
+            return delay;
+        }
+        // The committing transaction is gone from the table already: the rest are siblings.
+        let siblings = self.lock_state().txns.len();
+        if siblings >= self.options.commit_siblings {
+            delay
+        } else {
+            Duration::ZERO
+        }
+    }
+
     /// Page records of `txn` (see `PageServer::ship_records`).
     fn ship_page_records(&self, txn: TxnId, records: &PageUpdates) -> Result<()> {
         let records: Vec<PageUpdate<'_>> = records.iter().collect();
@@ -1196,7 +1227,8 @@ impl PageServer for Server {
         }
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).
-        match self.log.flush(commit.lsn) {
+        let delay = self.commit_delay_now();
+        match self.log.flush_after(commit.lsn, delay) {
             Ok(()) => {
                 self.locks.release_all(txn);
                 Ok(())

@@ -21,6 +21,7 @@ use lodestore_storage::{FileSystem, OpenMode, Storage};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Log settings.
 #[derive(Clone, Debug)]
@@ -291,6 +292,13 @@ impl Log {
 
     /// Returns when every record up to and including the one at `upto` is durable.
     pub fn flush(&self, upto: Lsn) -> Result<()> {
+        self.flush_after(upto, Duration::ZERO)
+    }
+
+    /// [`Log::flush`], where a caller that becomes the flush leader first waits `delay`
+    /// (without the log's lock), so that commits arriving meanwhile share its sync: the
+    /// adaptive commit delay. Followers never wait for it on their own.
+    pub fn flush_after(&self, upto: Lsn, delay: Duration) -> Result<()> {
         let shared = &self.shared;
         let mut inner = self.lock();
         let target = (upto.0 + 1).min(inner.end);
@@ -309,6 +317,11 @@ impl Log {
                 continue;
             }
             inner.flushing = true;
+            if !delay.is_zero() {
+                drop(inner);
+                std::thread::sleep(delay);
+                inner = self.lock();
+            }
             while inner.failed.is_none() && inner.durable < target {
                 inner = shared.flush_round(inner);
             }

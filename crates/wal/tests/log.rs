@@ -258,6 +258,32 @@ fn concurrent_committers_share_flushes() {
     assert!(stats.flushes <= 8 * 200, "{stats:?}");
 }
 
+/// The adaptive commit delay: a leader that waits before its sync carries the commit that
+/// arrived while it waited, in one flush; without the wait it would have flushed alone first.
+#[test]
+fn a_delayed_leader_carries_commits_that_arrive_while_it_waits() {
+    let log = Arc::new(Log::create(fs(), Path::new("/s/log"), options()).unwrap());
+    let first = log
+        .append(Some(TxnId(1)), Lsn(0), &RecordBody::Commit)
+        .unwrap();
+    let leader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            log.flush_after(first, std::time::Duration::from_millis(300))
+                .unwrap()
+        })
+    };
+    // Well inside the leader's wait (had it not waited, it would have flushed by now).
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let second = log
+        .append(Some(TxnId(2)), Lsn(0), &RecordBody::Commit)
+        .unwrap();
+    log.flush(second).unwrap();
+    leader.join().unwrap();
+    assert!(log.durable_lsn() > second);
+    assert_eq!(log.stats().flushes, 1, "{:?}", log.stats());
+}
+
 /// Damage to the last real record of a durable batch (say, a commit) must not pass for a torn
 /// tail: the batch's flush mark follows it, so the reader reports the damage.
 #[test]

@@ -15,8 +15,8 @@ use crate::registry::{Activity, Registry};
 use crate::tls::transport::{Channel, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
 use lodestore_server::{
-    LockMode, LockTarget, ObjectUpdates, PageServer, PageUpdates, Server, ShippedPage,
-    ShippedRecords,
+    validate_client_page, LockMode, LockTarget, ObjectUpdates, PageServer, PageUpdates, Server,
+    ShippedPage, ShippedRecords,
 };
 use rustc_hash::FxHashSet;
 use std::net::{TcpListener, TcpStream};
@@ -378,6 +378,15 @@ impl Connection {
                         p.page,
                         p.image.len()
                     )));
+                }
+                // The trust boundary: the server takes a shipped page's structure as sound.
+                if !p.image.is_empty() {
+                    validate_client_page(&p.image).map_err(|reason| {
+                        Error::InvalidArgument(format!(
+                            "page {} shipped malformed: {reason}",
+                            p.page
+                        ))
+                    })?;
                 }
                 Ok(ShippedPage {
                     page: self.page(p.page)?,

@@ -5,8 +5,8 @@
 use lodestore_core::{Error, PageId, TxnId, TypeId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
 use lodestore_net::message::{
-    decode, encode, Request, Response, WireError, WireLockTarget, WireObjectUpdates, WireRecords,
-    WireTxnKind, WireUpdates,
+    decode, encode, Request, Response, WireError, WireLockTarget, WireObjectUpdates, WirePage,
+    WireRecords, WireTxnKind, WireUpdates,
 };
 use lodestore_net::RemotePageServer;
 use lodestore_server::{LockMode, PageServer};
@@ -210,6 +210,26 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
             }),
         },
         "malformed object redo records",
+    );
+
+    // A page image whose structure is unsound (a slot pointing past the page's end): refused
+    // at the connection, before the server takes it as a page.
+    let mut image = vec![0u8; steady.page_size()];
+    slotted::init(&mut image, PageId(page), 0);
+    let slot = slotted::insert(&mut image, TypeId(1), 16, false).unwrap() as usize;
+    let entry = slotted::SLOT_TABLE_AT + slotted::SLOT_BYTES * slot;
+    image[entry..entry + 2].copy_from_slice(&u16::MAX.to_le_bytes());
+    assert_refused_in_a_transaction(
+        &address,
+        |txn| Request::ShipDirtyPages {
+            txn,
+            pages: vec![WirePage {
+                page,
+                logged: false,
+                image: image.clone(),
+            }],
+        },
+        &format!("page {page} shipped malformed"),
     );
 
     // Disconnecting in the middle of a frame.

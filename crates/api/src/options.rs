@@ -12,8 +12,9 @@ use lodestore_wal::LogOptions;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest cache, pool or buffer an option may ask for: this machine's memory (1 TiB where it
-/// cannot be read). Past it, the allocation would fail or swap.
+/// Largest cache, pool or buffer an option may ask for: the memory this process may use, this
+/// machine's or less where a control group limits it (a container; 1 TiB where neither can be
+/// read). Past it, the allocation would fail, swap, or have the process killed.
 pub fn memory_bytes_max() -> u64 {
     // SAFETY: sysconf only reads system constants.
     let (pages, page) = unsafe {
@@ -22,18 +23,35 @@ pub fn memory_bytes_max() -> u64 {
             libc::sysconf(libc::_SC_PAGESIZE),
         )
     };
-    if pages > 0 && page > 0 {
+    let machine = if pages > 0 && page > 0 {
         pages as u64 * page as u64
     } else {
         1 << 40
-    }
+    };
+    CGROUP_MEMORY_LIMITS
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .filter_map(|text| cgroup_limit(&text))
+        .fold(machine, u64::min)
+}
+
+/// Where a control group states the memory its processes may use: version 2, then version 1.
+const CGROUP_MEMORY_LIMITS: [&str; 2] = [
+    "/sys/fs/cgroup/memory.max",
+    "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+];
+
+/// A control group's memory limit as its file states it: bytes, or `max` (none).
+fn cgroup_limit(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
 }
 /// The smallest and largest server pool [`Options::new`] gives a store by default
 /// ([`default_server_pool_bytes`]).
 pub const SERVER_POOL_BYTES_DEFAULT_MIN: usize = 64 << 20;
 pub const SERVER_POOL_BYTES_DEFAULT_MAX: usize = 1 << 30;
 
-/// The server pool a store gets by default: an eighth of this machine's memory, from 64 MiB to
+/// The server pool a store gets by default: an eighth of the memory this process may use
+/// ([`memory_bytes_max`]: the machine's, or its container's limit), from 64 MiB to
 /// 1 GiB (redb's default cache is 1 GiB; LMDB leans on the whole OS page cache). The pool is
 /// one per store, shared by all its sessions, and takes memory only as pages come into it, so
 /// a small store costs no more than before while one of a few hundred megabytes stays in
@@ -163,7 +181,7 @@ impl Options {
     }
 
     /// Memory of the server's buffer pool, shared by all sessions of the store (default
-    /// [`default_server_pool_bytes`]: an eighth of this machine's memory, from 64 MiB to
+    /// [`default_server_pool_bytes`]: an eighth of the memory this process may use, from 64 MiB to
     /// 1 GiB). Pages take its memory only as they are read or written.
     pub fn server_pool_bytes(mut self, bytes: usize) -> Options {
         self.server_pool_bytes = bytes;
@@ -305,8 +323,8 @@ impl Options {
         ] {
             if bytes < page_size || bytes as u64 > memory {
                 return invalid(format!(
-                    "{name} {bytes} must be from one page ({page_size} bytes) to this machine's \
-                     memory ({memory} bytes)"
+                    "{name} {bytes} must be from one page ({page_size} bytes) to the memory \
+                     this process may use ({memory} bytes)"
                 ));
             }
         }
@@ -391,6 +409,19 @@ mod pairing_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_control_group_limit_is_read_as_bytes_or_none() {
+        assert_eq!(cgroup_limit("536870912\n"), Some(512 << 20));
+        assert_eq!(cgroup_limit("max\n"), None);
+        assert_eq!(cgroup_limit(""), None);
+        // Whatever limits this process, the bound never exceeds the machine's memory.
+        // SAFETY: sysconf only reads system constants.
+        let machine = unsafe {
+            libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
+        };
+        assert!(memory_bytes_max() <= machine);
+    }
 
     #[test]
     fn a_store_is_outgrown_past_twice_the_caches_of_one_session() {

@@ -208,3 +208,59 @@ fn oo7_runs_remote_over_tls() {
     assert_eq!(refused.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--remote"));
 }
+
+/// `bench commit`: a row per commit delay and thread count, each with commits measured, in the
+/// table and the CSV; a delay out of range or a bad sibling count is refused by flag name.
+#[test]
+fn bench_commit_measures_every_delay_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("commit.csv");
+    let output = lodestore()
+        .args(["bench", "commit"])
+        .arg(dir.path().join("stores"))
+        .args(["--threads", "1,2", "--commit-delay-us", "0,100"])
+        .args(["--commit-siblings", "0", "--seconds", "0.2", "--runs", "1"])
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (threads, rate, delay) = (
+        column("threads"),
+        column("commits_per_s"),
+        column("commit_delay_us"),
+    );
+    let mut cases: Vec<(String, String)> = Vec::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        let commits: f64 = fields[rate].parse().unwrap();
+        assert!(commits > 0.0, "{line}");
+        cases.push((fields[delay].to_string(), fields[threads].to_string()));
+    }
+    cases.sort();
+    let expected: Vec<(String, String)> = [("0", "1"), ("0", "2"), ("100", "1"), ("100", "2")]
+        .iter()
+        .map(|(d, t)| (d.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(cases, expected);
+
+    for (args, flag) in [
+        (vec!["--commit-delay-us", "200000"], "--commit-delay-us"),
+        (vec!["--commit-siblings", "many"], "--commit-siblings"),
+    ] {
+        let output = lodestore()
+            .args(["bench", "commit"])
+            .arg(dir.path().join("stores"))
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(flag), "{args:?}: {stderr}");
+    }
+}

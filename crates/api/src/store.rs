@@ -3,11 +3,12 @@
 use crate::as_of::{AsOf, AsOfTransaction};
 use crate::counters::{self, CountersByScheme};
 use crate::folder;
+use crate::object::{Oid, Persistent};
 use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{AsOfReader, SnapshotPages};
 use lodestore_client::{ClientSession, DetectionStats, Scheme};
-use lodestore_core::Result;
+use lodestore_core::{Result, TypeId};
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
 use lodestore_server::versions::Snapshot;
@@ -606,6 +607,68 @@ impl Session {
     /// Where objects this session allocates go.
     pub fn placement(&self) -> crate::Placement {
         self.client.placement()
+    }
+
+    /// Reserves `count` objects of type `T` ahead of their contents and returns their OIDs,
+    /// so a graph whose objects refer to each other forward is written in one pass, over as
+    /// many transactions as suits (a bulk load): objects of `T` are placed side by side on
+    /// pages held for this session, and [`Transaction::fill`] writes each one. A page's
+    /// objects come into being, zero-filled, with the first transaction that fills one of
+    /// them, once it commits; pages never filled go back to free space when the session ends
+    /// (or [`Session::release_reservations`], or a restart). Only objects that fit a page can
+    /// be reserved.
+    ///
+    /// ```
+    /// # use lodestore::{Oid, Options, Persistent, Store};
+    /// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+    /// #[repr(C)]
+    /// struct Node { value: u64, next: Oid<Node> }
+    /// impl Persistent for Node { const TYPE_ID: u32 = 1; }
+    ///
+    /// # let dir = tempfile::tempdir()?;
+    /// let store = Store::create(dir.path().join("ring"), Options::new())?;
+    /// let mut session = store.session()?;
+    /// let nodes: Vec<Oid<Node>> = session.reserve(1000)?;
+    /// // Each node names the next before the next exists; two transactions of 500.
+    /// for half in nodes.chunks(500) {
+    ///     let mut txn = session.begin()?;
+    ///     for &node in half {
+    ///         let i = nodes.iter().position(|n| *n == node).unwrap();
+    ///         let next = nodes[(i + 1) % nodes.len()];
+    ///         txn.fill(node, &Node { value: i as u64, next })?;
+    ///     }
+    ///     txn.commit()?;
+    /// }
+    /// let mut txn = session.begin()?;
+    /// assert_eq!(txn.get(nodes[999])?.next, nodes[0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reserve<T: Persistent>(&mut self, count: u64) -> Result<Vec<Oid<T>>> {
+        let oids = self
+            .client
+            .reserve(TypeId(T::TYPE_ID), size_of::<T>(), count)?;
+        Ok(oids.into_iter().map(Oid::from_raw).collect())
+    }
+
+    /// [`Session::reserve`] for untyped objects: `count` zero-filled objects of `type_id`
+    /// and `len` bytes each, written with [`Transaction::fill_bytes`].
+    pub fn reserve_zeroed(
+        &mut self,
+        type_id: u32,
+        len: u64,
+        count: u64,
+    ) -> Result<Vec<lodestore_core::Oid>> {
+        let len = usize::try_from(len).map_err(|_| {
+            lodestore_core::Error::InvalidArgument(format!("objects of {len} bytes"))
+        })?;
+        self.client.reserve(TypeId(type_id), len, count)
+    }
+
+    /// Gives the pages of every reservation of this session that no committed transaction
+    /// filled back to free space (closing the session does it too). The OIDs of objects not
+    /// filled name nothing afterwards.
+    pub fn release_reservations(&mut self) -> Result<()> {
+        self.client.release_reservations()
     }
 }
 

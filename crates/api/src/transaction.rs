@@ -53,6 +53,32 @@ impl<'s> Transaction<'s> {
         Ok(Oid::from_raw(raw))
     }
 
+    /// Writes `value` as the contents of `oid`: an object reserved by
+    /// [`Session::reserve`](crate::Session::reserve) (the first fill of an object of a page
+    /// brings every object of that page into being, zero-filled, in this transaction), or any
+    /// existing object of type `T`.
+    pub fn fill<T: Persistent>(&mut self, oid: Oid<T>, value: &T) -> Result<()> {
+        self.client().prepare_reserved(oid.raw())?;
+        *self.get_mut(oid)? = *value;
+        Ok(())
+    }
+
+    /// [`Transaction::fill`] for untyped objects: `bytes` must be as long as the object.
+    pub fn fill_bytes(&mut self, oid: RawOid, bytes: &[u8]) -> Result<()> {
+        self.client().prepare_reserved(oid)?;
+        let target = self.client().object_bytes_mut(oid, None)?;
+        if target.len() != bytes.len() {
+            return Err(Error::OutOfBounds {
+                oid,
+                offset: 0,
+                end: bytes.len() as u64,
+                len: target.len() as u64,
+            });
+        }
+        target.copy_from_slice(bytes);
+        Ok(())
+    }
+
     /// Stores `bytes` as a new object of `type_id`; any length up to 1 GiB (objects larger
     /// than a page are stored as large objects).
     pub fn alloc_bytes(&mut self, type_id: u32, bytes: &[u8]) -> Result<RawOid> {

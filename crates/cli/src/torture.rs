@@ -147,6 +147,10 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             "  media faults: {} reported as errors, {} recovered intact",
             report.media_faults_detected, report.media_faults_survived
         );
+        println!(
+            "  objects reserved ahead {}, fills of them {}",
+            report.objects_reserved, report.reserved_fills
+        );
         if args.snapshots {
             println!(
                 "  snapshots taken {}, read as of them {}, deleted {}, cut by a crash {} ({} \

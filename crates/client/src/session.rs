@@ -13,6 +13,7 @@
 use crate::cache::ClientCache;
 use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
 use crate::located::{Located, Place, Stamp};
+use crate::reserved::{self, Reserved, ReservedPage};
 use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
@@ -112,6 +113,8 @@ struct ActiveTxn {
     /// Set when an operation failed half way; the transaction can then only abort.
     poisoned: Option<String>,
     began: Instant,
+    /// Reserved pages this transaction formatted.
+    reserved_formatted: Vec<PageId>,
 }
 
 /// Where a session puts the objects it allocates.
@@ -148,6 +151,8 @@ pub struct ClientSession {
     stats: ClientStats,
     /// Where small objects read in the current transaction lie (collection nodes, mostly).
     located: Located,
+    /// Objects reserved ahead of their contents.
+    reserved: Reserved,
 }
 
 /// What waiting for a deferred commit needs: the server's handle, and the pages the
@@ -189,6 +194,7 @@ impl ClientSession {
             pending: None,
             stats: ClientStats::default(),
             located: Located::new(),
+            reserved: Reserved::default(),
         })
     }
 
@@ -249,6 +255,7 @@ impl ClientSession {
             allocation_window: Vec::new(),
             poisoned: None,
             began: Instant::now(),
+            reserved_formatted: Vec::new(),
         });
         Ok(id)
     }
@@ -376,9 +383,11 @@ impl ClientSession {
                         self.cache.state_mut(frame).dirty = false;
                     }
                 }
-                let filled = self.txn.take().map(|txn| txn.allocation_window);
-                if self.placement == Placement::Clustered {
-                    self.remember_cluster_pages(filled.unwrap_or_default());
+                if let Some(txn) = self.txn.take() {
+                    self.reserved.committed(&txn.reserved_formatted);
+                    if self.placement == Placement::Clustered {
+                        self.remember_cluster_pages(txn.allocation_window);
+                    }
                 }
                 self.tracker.end_transaction(&mut self.cache)?;
                 phases.other = entered
@@ -469,6 +478,7 @@ impl ClientSession {
             return Ok(());
         };
         let result = self.server.abort(txn.id);
+        self.reserved.aborted(&txn.reserved_formatted);
         let reset = self.tracker.end_transaction(&mut self.cache);
         self.forget_transaction_pages();
         self.txn = None;
@@ -1083,6 +1093,80 @@ impl ClientSession {
             })
     }
 
+    /// Reserves `count` zero-filled objects of `type_id` and `len` bytes (small objects only)
+    /// ahead of their contents, on pages held for this session, and returns their OIDs: the
+    /// objects come into being when a transaction of this session first writes one of their
+    /// page ([`Self::prepare_reserved`]) and commits. An object of a page that was written is
+    /// an ordinary object, zero-filled if never written itself; objects of pages never
+    /// written are not created (the pages go back to free space when the reservation is
+    /// released, the session closes, or the store restarts).
+    pub fn reserve(&mut self, type_id: TypeId, len: usize, count: u64) -> Result<Vec<Oid>> {
+        reserved::check_request(type_id, len, self.page_size)?;
+        let per_page = reserved::objects_per_page(self.page_size, len) as u64;
+        let pages = count.div_ceil(per_page);
+        let pages = u32::try_from(pages).map_err(|_| {
+            Error::InvalidArgument(format!("{count} objects need more pages than a volume has"))
+        })?;
+        if pages == 0 {
+            return Ok(Vec::new());
+        }
+        let (reservation, extents) = self.server.reserve_pages(pages)?;
+        self.reserved.ids.push(reservation);
+        let mut oids = Vec::with_capacity(count as usize);
+        let mut left = count;
+        for page in extents
+            .iter()
+            .flat_map(|e| (0..e.count).map(move |i| PageId(e.first.0 + i)))
+        {
+            let objects = left.min(per_page) as u16;
+            left -= objects as u64;
+            self.reserved.pages.insert(
+                page,
+                ReservedPage {
+                    reservation,
+                    type_id,
+                    len,
+                    objects,
+                    formatted_in: None,
+                },
+            );
+            oids.extend((0..objects).map(|slot| Oid::new(self.volume, page, slot)));
+        }
+        debug_assert_eq!(left, 0);
+        Ok(oids)
+    }
+
+    /// Makes the object `oid` exist for the active transaction if it is a reserved object
+    /// whose page no transaction of this session formatted yet: takes the page from the
+    /// reservation and formats it, every object of it zero-filled. Nothing to do for any other
+    /// OID.
+    pub fn prepare_reserved(&mut self, oid: Oid) -> Result<()> {
+        let Some(mut reserved) = self.reserved.unformatted(oid) else {
+            return Ok(());
+        };
+        let page = oid.page();
+        let id = self.active()?.id;
+        self.server.take_reserved(id, reserved.reservation, page)?;
+        let volume = self.volume;
+        self.new_page(page, |bytes| {
+            reserved::format_page(bytes, page, volume, reserved)
+        })?;
+        reserved.formatted_in = Some(id);
+        self.reserved.pages.insert(page, reserved);
+        self.active()?.reserved_formatted.push(page);
+        Ok(())
+    }
+
+    /// Gives the reserved pages no committed transaction formatted back to free space.
+    pub fn release_reservations(&mut self) -> Result<()> {
+        let mut result = Ok(());
+        for reservation in std::mem::take(&mut self.reserved.ids) {
+            result = result.and(self.server.release_reservation(reservation));
+        }
+        self.reserved.pages.clear();
+        result
+    }
+
     /// After a commit: the pages its allocations went to stay in the cluster (not after an
     /// abort, which may have freed them).
     fn remember_cluster_pages(&mut self, filled: Vec<PageId>) {
@@ -1516,6 +1600,9 @@ impl Drop for ClientSession {
             if let Err(e) = self.abort() {
                 tracing::warn!(error = %e, "abort of an unfinished transaction failed");
             }
+        }
+        if let Err(e) = self.release_reservations() {
+            tracing::warn!(error = %e, "releasing the session's reserved pages failed");
         }
     }
 }

@@ -84,6 +84,20 @@ pub enum Request {
     SnapshotNews {
         since_us: u64,
     },
+    /// Reserve free pages for this connection's transactions to come.
+    ReservePages {
+        count: u32,
+    },
+    /// Take a page of a reservation into a transaction.
+    TakeReserved {
+        txn: u64,
+        reservation: u64,
+        page: u32,
+    },
+    /// End a reservation.
+    ReleaseReservation {
+        reservation: u64,
+    },
 }
 
 impl Request {
@@ -109,6 +123,9 @@ impl Request {
             Request::Snapshots => "snapshots",
             Request::DeleteSnapshots { .. } => "delete-snapshots",
             Request::SnapshotNews { .. } => "snapshot-news",
+            Request::ReservePages { .. } => "reserve-pages",
+            Request::TakeReserved { .. } => "take-reserved",
+            Request::ReleaseReservation { .. } => "release-reservation",
         }
     }
 }
@@ -121,6 +138,9 @@ impl Request {
             Request::ShipAndCommit { pages, .. } => !pages.is_empty(),
             Request::FindSpace { .. }
             | Request::AllocatePages { .. }
+            | Request::ReservePages { .. }
+            | Request::TakeReserved { .. }
+            | Request::ReleaseReservation { .. }
             | Request::FreePages { .. }
             | Request::ShipRecords { .. }
             | Request::ShipDirtyPages { .. }
@@ -248,6 +268,10 @@ pub enum Response {
     Page(#[serde(with = "serde_bytes")] Vec<u8>),
     Space(Option<(u32, u64)>),
     Extents(Vec<(u32, u32)>),
+    Reserved {
+        reservation: u64,
+        extents: Vec<(u32, u32)>,
+    },
     Done,
     Lsns(Vec<u64>),
     Committed {

@@ -644,6 +644,44 @@ impl PageServer for RemotePageServer {
         }
     }
 
+    fn reserve_pages(&self, count: u32) -> Result<(u64, Vec<Extent>)> {
+        match self.call(&Request::ReservePages { count })? {
+            Response::Reserved {
+                reservation,
+                extents,
+            } => Ok((
+                reservation,
+                extents
+                    .into_iter()
+                    .map(|(first, count)| Extent {
+                        first: PageId(first),
+                        count,
+                    })
+                    .collect(),
+            )),
+            other => Err(self.unexpected("reserve-pages", &other)),
+        }
+    }
+
+    fn take_reserved(&self, txn: TxnId, reservation: u64, page: PageId) -> Result<()> {
+        let request = Request::TakeReserved {
+            txn: txn.0,
+            reservation,
+            page: page.0,
+        };
+        match self.call(&request)? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected("take-reserved", &other)),
+        }
+    }
+
+    fn release_reservation(&self, reservation: u64) -> Result<()> {
+        match self.call(&Request::ReleaseReservation { reservation })? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected("release-reservation", &other)),
+        }
+    }
+
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {
         let request = Request::FreePages {
             txn: txn.0,

@@ -95,6 +95,7 @@ pub fn serve_with(
                     server: server.clone(),
                     peer: peer.to_string(),
                     txns: FxHashSet::default(),
+                    reservations: FxHashSet::default(),
                     news_sent_us: 0,
                     budget: budget.clone(),
                     limits,
@@ -156,6 +157,8 @@ struct Connection {
     server: Arc<Server>,
     peer: String,
     txns: FxHashSet<u64>,
+    /// The page reservations it made (released when it ends).
+    reservations: FxHashSet<u64>,
     /// The current time of the last snapshot news sent to this client.
     news_sent_us: u64,
     /// Memory for request bodies, shared with every other connection.
@@ -180,6 +183,11 @@ impl Connection {
                 tracing::warn!(peer = %self.peer, txn, error = %e, "abort after disconnect failed");
             } else {
                 tracing::info!(peer = %self.peer, txn, "rolled back the transaction of a closed connection");
+            }
+        }
+        for reservation in self.reservations.drain() {
+            if let Err(e) = self.server.release_reservation(reservation) {
+                tracing::warn!(peer = %self.peer, reservation, error = %e, "release after disconnect failed");
             }
         }
         reason
@@ -359,6 +367,16 @@ impl Connection {
         }
     }
 
+    /// `reservation` must be one this connection made and has not released.
+    fn own_reservation(&self, reservation: u64) -> Result<()> {
+        if self.reservations.contains(&reservation) {
+            return Ok(());
+        }
+        Err(Error::InvalidArgument(format!(
+            "reservation {reservation} is not a reservation of this connection"
+        )))
+    }
+
     fn page(&self, page: u32) -> Result<PageId> {
         let page_count = self.server.volume().page_count();
         if page >= page_count {
@@ -456,6 +474,29 @@ impl Connection {
             Request::AllocatePages { txn, count } => {
                 let extents = server.allocate_pages(self.own(txn)?, count)?;
                 Response::Extents(extents.iter().map(|e| (e.first.0, e.count)).collect())
+            }
+            Request::ReservePages { count } => {
+                let (reservation, extents) = server.reserve_pages(count)?;
+                self.reservations.insert(reservation);
+                Response::Reserved {
+                    reservation,
+                    extents: extents.iter().map(|e| (e.first.0, e.count)).collect(),
+                }
+            }
+            Request::TakeReserved {
+                txn,
+                reservation,
+                page,
+            } => {
+                self.own_reservation(reservation)?;
+                server.take_reserved(self.own(txn)?, reservation, self.page(page)?)?;
+                Response::Done
+            }
+            Request::ReleaseReservation { reservation } => {
+                self.own_reservation(reservation)?;
+                server.release_reservation(reservation)?;
+                self.reservations.remove(&reservation);
+                Response::Done
             }
             Request::FreePages { txn, pages } => {
                 let pages = pages

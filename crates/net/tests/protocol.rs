@@ -232,6 +232,30 @@ fn protocol_breakers_are_disconnected_and_others_keep_working() {
         &format!("page {page} shipped malformed"),
     );
 
+    // Another connection's page reservation can be neither taken nor released.
+    let (reservation, extents) = steady.reserve_pages(2).unwrap();
+    let reserved = extents[0].first.0;
+    assert_refused_in_a_transaction(
+        &address,
+        |txn| Request::TakeReserved {
+            txn,
+            reservation,
+            page: reserved,
+        },
+        &format!("reservation {reservation} is not a reservation of this connection"),
+    );
+    assert_refused_in_a_transaction(
+        &address,
+        |_| Request::ReleaseReservation { reservation },
+        "not a reservation of this connection",
+    );
+    let txn = steady.begin().unwrap();
+    steady
+        .take_reserved(txn, reservation, PageId(reserved))
+        .unwrap();
+    steady.abort(txn).unwrap();
+    steady.release_reservation(reservation).unwrap();
+
     // Disconnecting in the middle of a frame.
     let mut s = raw(&address, true);
     let body = encode(&Request::Begin {

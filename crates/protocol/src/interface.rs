@@ -137,6 +137,21 @@ pub trait PageServer: Send + Sync {
     /// exclusively. The caller formats them; until `txn` commits they stay free on disk.
     fn allocate_pages(&self, txn: TxnId, count: u32) -> Result<Vec<Extent>>;
 
+    /// Reserves `count` free pages for the caller across its transactions, so it can name
+    /// objects on them before it writes them (`Session::reserve`): no allocation gives them
+    /// out until the reservation is released. A transaction takes a page with
+    /// `take_reserved` before it formats it; once that transaction commits, the page leaves
+    /// the reservation. Returns the reservation's id and its pages. Reservations live in
+    /// memory only: after a restart every page no committed transaction formatted is free.
+    fn reserve_pages(&self, count: u32) -> Result<(u64, Vec<Extent>)>;
+
+    /// Takes `page` of `reservation` into `txn`, locked exclusively and still free, for the
+    /// caller to format. If `txn` aborts, the page stays in the reservation.
+    fn take_reserved(&self, txn: TxnId, reservation: u64, page: PageId) -> Result<()>;
+
+    /// Ends `reservation`: the pages no committed transaction took are free again.
+    fn release_reservation(&self, reservation: u64) -> Result<()>;
+
     /// Frees pages at commit of `txn` (the caller holds exclusive locks on them).
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()>;
 

@@ -8,6 +8,7 @@ pub mod check;
 pub mod inspect;
 pub mod lock_table;
 pub mod recovery;
+pub mod reservations;
 pub mod salvage;
 pub mod server;
 pub mod space;

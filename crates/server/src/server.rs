@@ -13,6 +13,7 @@ use crate::interface::{
 };
 use crate::lock_table::{LockManager, LockStats};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
+use crate::reservations::Reservations;
 use crate::space::{entry_for_image, SpaceManager};
 use crate::stats::ServerStats;
 use crate::versions::{Snapshot, Versions};
@@ -20,7 +21,7 @@ use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
-use lodestore_storage::spacemap::{self, ENTRY_FREE};
+use lodestore_storage::spacemap::{self, ENTRY_FREE, ENTRY_UNAVAILABLE};
 use lodestore_storage::volume::EXTEND_PAGES_MAX;
 use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, FileSystem, OpenMode, Volume};
 use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
@@ -142,6 +143,8 @@ pub(crate) struct State {
     /// still holds the image the extension wrote, so an allocation installs that image
     /// instead of reading it back (a bulk load allocates thousands).
     pub fresh_pages: Range<u32>,
+    /// Pages reserved for clients across their transactions (`PageServer::reserve_pages`).
+    pub reservations: Reservations,
 }
 
 /// What the server remembers about an active transaction.
@@ -270,6 +273,7 @@ impl Server {
                 method_state,
                 failed: None,
                 fresh_pages: 0..0,
+                reservations: Reservations::default(),
             }),
             volume,
             log,
@@ -809,6 +813,69 @@ impl Server {
         Ok(())
     }
 
+    /// Takes `count` free pages out of the space map's reach, growing the volume as needed,
+    /// each locked exclusively for `txn` if given (else locked by nobody).
+    fn take_free_pages(
+        &self,
+        state: &mut State,
+        count: u32,
+        txn: Option<TxnId>,
+    ) -> Result<Vec<PageId>> {
+        let mut pages = Vec::with_capacity(count as usize);
+        let taken = self.take_free_pages_into(state, count, txn, &mut pages);
+        if let Err(e) = taken {
+            // Nobody will end these reservations: free again (a transaction's locks go at its
+            // end).
+            for page in pages {
+                state.space.unreserve(page, ENTRY_FREE);
+            }
+            return Err(e);
+        }
+        Ok(pages)
+    }
+
+    /// [`Self::take_free_pages`], appending to `pages` as it goes.
+    fn take_free_pages_into(
+        &self,
+        state: &mut State,
+        count: u32,
+        txn: Option<TxnId>,
+        pages: &mut Vec<PageId>,
+    ) -> Result<()> {
+        // No transaction has id 0: "locked by another" then means locked by anyone.
+        let me = txn.unwrap_or(TxnId(0));
+        while pages.len() < count as usize {
+            let Some(page) = state.space.next_free() else {
+                let missing = count - pages.len() as u32;
+                let grow = missing.clamp(EXTEND_PAGES_MIN, EXTEND_PAGES_MAX);
+                let first = self.volume.extend(grow)?;
+                state.space.grow(self.volume.page_count());
+                state.fresh_pages = first.0..first.0 + grow;
+                continue;
+            };
+            // Reserve it first, so the search moves on whatever the page turns out to be.
+            state.space.reserve(page);
+            if self.locks.locked_by_other(me, page) {
+                continue;
+            }
+            self.cache_page_to_allocate(state, page)?;
+            let image = state.pool.get(page).expect("page just cached");
+            if page::kind(image) != Some(PageKind::Free) {
+                let actual = entry_for_image(page, image);
+                state.space.unreserve(page, actual);
+                continue;
+            }
+            if let Some(txn) = txn {
+                if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
+                    state.space.unreserve(page, ENTRY_FREE);
+                    continue;
+                }
+            }
+            pages.push(page);
+        }
+        Ok(())
+    }
+
     /// Ends `txn`'s bookkeeping after commit or rollback and releases its locks.
     fn finish(&self, state: &mut State, txn: TxnId, committed: bool) -> Result<()> {
         let Some(own) = state.txns.remove(&txn) else {
@@ -818,6 +885,19 @@ impl Server {
             versions.ended(txn);
         }
         self.refresh_hints(state, own.touched.iter().copied())?;
+        for &page in &own.touched {
+            if !state.reservations.holds(page) {
+                continue;
+            }
+            if committed {
+                // Formatted by a committed transaction: an ordinary page from now on.
+                state.reservations.committed(page);
+                state.space.unreserve_keep(page);
+            } else {
+                // Rolled back to free: still the reservation's, so no allocation takes it.
+                state.space.set(page, ENTRY_UNAVAILABLE);
+            }
+        }
         for page in own.allocated {
             if !own.touched.contains(&page) {
                 state.space.unreserve(page, ENTRY_FREE);
@@ -832,6 +912,19 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// Checks a request for `count` pages (`what`: allocate or reserve): from 1 to
+/// [`allocate_pages_max`], which it returns.
+fn check_page_request(what: &str, count: u32, page_size: usize) -> Result<u32> {
+    let most = allocate_pages_max(page_size);
+    if count == 0 || count > most {
+        return Err(Error::InvalidArgument(format!(
+            "cannot {what} {count} pages in one request: from 1 to {most}, the pages of the \
+             largest object"
+        )));
+    }
+    Ok(most)
 }
 
 /// Pages of `bytes` of pool memory, refusing pools too small to work with.
@@ -1080,50 +1173,65 @@ impl PageServer for Server {
     }
 
     fn allocate_pages(&self, txn: TxnId, count: u32) -> Result<Vec<Extent>> {
-        let most = allocate_pages_max(self.volume.page_size());
-        if count == 0 || count > most {
-            return Err(Error::InvalidArgument(format!(
-                "cannot allocate {count} pages in one request: from 1 to {most}, the pages of \
-                 the largest object"
-            )));
-        }
+        check_page_request("allocate", count, self.volume.page_size())?;
         let mut state = self.usable_state()?;
         writable(&state, txn)?;
-        let mut pages = Vec::with_capacity(count as usize);
-        while pages.len() < count as usize {
-            let Some(page) = state.space.next_free() else {
-                let missing = count - pages.len() as u32;
-                let grow = missing.clamp(EXTEND_PAGES_MIN, EXTEND_PAGES_MAX);
-                let first = self.volume.extend(grow)?;
-                state.space.grow(self.volume.page_count());
-                state.fresh_pages = first.0..first.0 + grow;
-                continue;
-            };
-            // Reserve it first, so the search moves on whatever the page turns out to be.
-            state.space.reserve(page);
-            if self.locks.locked_by_other(txn, page) {
-                continue;
-            }
-            self.cache_page_to_allocate(&mut state, page)?;
-            let image = state.pool.get(page).expect("page just cached");
-            if page::kind(image) != Some(PageKind::Free) {
-                let actual = entry_for_image(page, image);
-                state.space.unreserve(page, actual);
-                continue;
-            }
-            if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
-                state.space.unreserve(page, ENTRY_FREE);
-                continue;
-            }
-            state
-                .txns
-                .get_mut(&txn)
-                .expect("checked")
-                .allocated
-                .push(page);
-            pages.push(page);
-        }
+        let pages = self.take_free_pages(&mut state, count, Some(txn))?;
+        state
+            .txns
+            .get_mut(&txn)
+            .expect("checked")
+            .allocated
+            .extend_from_slice(&pages);
         Ok(extents_of(&pages))
+    }
+
+    fn reserve_pages(&self, count: u32) -> Result<(u64, Vec<Extent>)> {
+        let most = check_page_request("reserve", count, self.volume.page_size())?;
+        let mut state = self.usable_state()?;
+        let held = state.reservations.pages_held();
+        if held + count as usize > most as usize {
+            return Err(Error::InvalidArgument(format!(
+                "cannot reserve {count} more pages: reservations hold {held}, and at most \
+                 {most} (the pages of the largest object) are held at once"
+            )));
+        }
+        let pages = self.take_free_pages(&mut state, count, None)?;
+        let id = state.reservations.add(&pages);
+        tracing::debug!(reservation = id, pages = pages.len(), "pages reserved");
+        Ok((id, extents_of(&pages)))
+    }
+
+    fn take_reserved(&self, txn: TxnId, reservation: u64, page: PageId) -> Result<()> {
+        let mut state = self.usable_state()?;
+        writable(&state, txn)?;
+        state.reservations.check_held(reservation, page)?;
+        if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
+            return Err(Error::InvalidArgument(format!(
+                "reserved page {page} is locked by another transaction"
+            )));
+        }
+        self.cache_page_to_allocate(&mut state, page)?;
+        let image = state.pool.get(page).expect("page just cached");
+        if page::kind(image) != Some(PageKind::Free) {
+            return Err(Error::InvalidArgument(format!(
+                "reserved page {page} was taken by a committed transaction already"
+            )));
+        }
+        Ok(())
+    }
+
+    fn release_reservation(&self, reservation: u64) -> Result<()> {
+        let mut state = self.usable_state()?;
+        for page in state.reservations.release(reservation)? {
+            // Taken by a transaction still running: its end sets the page's hint.
+            if self.locks.locked_by_other(TxnId(0), page) {
+                state.space.unreserve_keep(page);
+            } else {
+                state.space.unreserve(page, ENTRY_FREE);
+            }
+        }
+        Ok(())
     }
 
     fn free_pages(&self, txn: TxnId, pages: &[PageId]) -> Result<()> {

@@ -133,6 +133,10 @@ pub struct CampaignReport {
     pub snapshots_verified: u64,
     /// Collection steps of the workload (batches of inserts or removes, scans).
     pub collection_steps: u64,
+    /// Objects reserved ahead of their contents, and fills of them (the first of a page
+    /// brings the page's objects into being).
+    pub objects_reserved: u64,
+    pub reserved_fills: u64,
     /// Trees the oracle checked and read whole after crashes, and the most entries and
     /// greatest height one had.
     pub collection_checks: u64,

@@ -5,6 +5,7 @@ use crate::{collection, CampaignReport, Model, Subject};
 use lodestore::{Error, RawOid, Store, Transaction};
 use rand::rngs::StdRng;
 use rand::Rng;
+use std::collections::BTreeSet;
 
 /// Objects the store keeps at most; past it the workload frees more than it allocates.
 pub(crate) const OBJECTS_MAX: usize = 120;
@@ -35,6 +36,14 @@ pub fn run(
         Err(_) if subject.fs.has_crashed() => return Ok(()),
         Err(e) => return Err(format!("session failed: {e}")),
     };
+    let mut reserved = match reserve(&mut session, rng) {
+        Ok(reserved) => {
+            report.objects_reserved += reserved.as_ref().map_or(0, |r| r.oids.len() as u64);
+            reserved
+        }
+        Err(_) if subject.fs.has_crashed() => return Ok(()),
+        Err(e) => return Err(format!("reserving objects failed: {e}")),
+    };
     for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
         if snapshots && !snapshot_step(store, &mut session, subject, rng, report)? {
             return Ok(());
@@ -45,7 +54,17 @@ pub fn run(
             Err(_) if subject.fs.has_crashed() => return Ok(()),
             Err(e) => return Err(format!("begin failed: {e}")),
         };
-        match operations(&mut txn, &mut working, subject.map, rng, report) {
+        if let Some(reserved) = &mut reserved {
+            reserved.formatted_working = reserved.formatted.clone();
+        }
+        match operations(
+            &mut txn,
+            &mut working,
+            reserved.as_mut(),
+            subject.map,
+            rng,
+            report,
+        ) {
             Ok(()) => {}
             Err(error) => match classify(error, subject)? {
                 Stop::Crashed => return Ok(()),
@@ -79,6 +98,9 @@ pub fn run(
             Ok(_) => {
                 subject.committed = working;
                 report.commits_acknowledged += 1;
+                if let Some(reserved) = &mut reserved {
+                    reserved.formatted = std::mem::take(&mut reserved.formatted_working);
+                }
             }
             Err(_) if subject.fs.has_crashed() => {
                 subject.in_flight =
@@ -88,6 +110,69 @@ pub fn run(
             Err(e) => return Err(format!("commit failed without a crash: {e}")),
         }
     }
+    Ok(())
+}
+
+/// Objects a workload's session reserved ahead of their contents (`Session::reserve_zeroed`).
+pub(crate) struct Reserved {
+    oids: Vec<RawOid>,
+    len: usize,
+    /// Pages of them committed transactions formatted (their objects exist).
+    formatted: BTreeSet<u32>,
+    /// The same in the running transaction.
+    formatted_working: BTreeSet<u32>,
+}
+
+/// Objects reserved per workload at most.
+const RESERVED_MAX: u64 = 40;
+
+/// Half the time, reserves a few objects of one size for the session's transactions to fill.
+fn reserve(
+    session: &mut lodestore::Session,
+    rng: &mut StdRng,
+) -> lodestore::Result<Option<Reserved>> {
+    if rng.random_range(0..2) == 0 {
+        return Ok(None);
+    }
+    let len = rng.random_range(1..400);
+    let count = rng.random_range(1..=RESERVED_MAX);
+    let oids = session.reserve_zeroed(TYPE_ID, len as u64, count)?;
+    Ok(Some(Reserved {
+        oids,
+        len,
+        formatted: BTreeSet::new(),
+        formatted_working: BTreeSet::new(),
+    }))
+}
+
+/// Fills a reserved object: the first fill of a page brings every reserved object of the
+/// page into being, zero-filled.
+fn fill_reserved(
+    txn: &mut Transaction<'_>,
+    working: &mut Model,
+    reserved: &mut Reserved,
+    rng: &mut StdRng,
+) -> lodestore::Result<()> {
+    let oid = reserved.oids[rng.random_range(0..reserved.oids.len())];
+    let page = oid.page().0;
+    if reserved.formatted_working.contains(&page) {
+        // Freed since (and the OID perhaps reused by an object of another size): a fill is an
+        // ordinary write of an object of the reserved size.
+        if working
+            .get(&oid)
+            .is_none_or(|bytes| bytes.len() != reserved.len)
+        {
+            return Ok(());
+        }
+    } else {
+        for other in reserved.oids.iter().filter(|o| o.page().0 == page) {
+            working.insert(*other, vec![0; reserved.len]);
+        }
+        reserved.formatted_working.insert(page);
+    }
+    let bytes: Vec<u8> = (0..reserved.len).map(|_| rng.random()).collect();
+    txn.fill_bytes(oid, &bytes)?;
+    working.insert(oid, bytes);
     Ok(())
 }
 
@@ -200,11 +285,19 @@ fn pick(model: &Model, rng: &mut StdRng) -> Option<RawOid> {
 fn operations(
     txn: &mut Transaction<'_>,
     working: &mut Model,
+    mut reserved: Option<&mut Reserved>,
     map: Option<collection::Map>,
     rng: &mut StdRng,
     report: &mut CampaignReport,
 ) -> lodestore::Result<()> {
     for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
+        if let Some(reserved) = reserved.as_deref_mut() {
+            if rng.random_range(0..4) == 0 {
+                fill_reserved(txn, working, reserved, rng)?;
+                report.reserved_fills += 1;
+                continue;
+            }
+        }
         if let Some(map) = map {
             if rng.random_range(0..3) == 0 {
                 report.collection_steps += 1;

@@ -55,43 +55,9 @@ pub fn generate(
     let mut session = store.session()?;
     let mut rng = StdRng::seed_from_u64(seed);
     let count = parts as usize;
-    let mut oids: Vec<Oid<Part>> = Vec::with_capacity(count);
-
-    // Parts with their string fields, in part-number order.
-    for first in (0..count).step_by(BATCH_PARTS) {
-        let mut txn = session.begin()?;
-        for number in first as u64 + 1..=(first + BATCH_PARTS).min(count) as u64 {
-            let part = txn.alloc(&Part {
-                id: number,
-                build_date: rng.random_range(1000..2000),
-                x: rng.random_range(0..100_000),
-                y: rng.random_range(0..100_000),
-                kind: Oid::NULL,
-                to: [Oid::NULL; CONNECTIONS],
-                connection_kind: [Oid::NULL; CONNECTIONS],
-                connection_length: [0; CONNECTIONS],
-                _pad: 0,
-                incoming: Oid::NULL,
-            })?;
-            let kind = txn.alloc(&Text {
-                bytes: label(&format!("part-type{}", rng.random_range(0..10))),
-            })?;
-            let mut connection_kind = [Oid::NULL; CONNECTIONS];
-            for slot in &mut connection_kind {
-                *slot = txn.alloc(&Text {
-                    bytes: label(&format!("conn-type{}", rng.random_range(0..10))),
-                })?;
-            }
-            let record = txn.get_mut(part)?;
-            record.kind = kind;
-            record.connection_kind = connection_kind;
-            oids.push(part);
-            progress.inc(1);
-        }
-        txn.commit()?;
-    }
-
-    // Connections, and each part's incoming list.
+    // Every part's OID before any part is written, so each part names the parts it connects
+    // to (and is named by) when it is written: one pass, each page written once.
+    let oids: Vec<Oid<Part>> = session.reserve(parts)?;
     let targets: Vec<[u64; CONNECTIONS]> = (1..=parts)
         .map(|from| connection_targets(&mut rng, from, parts))
         .collect();
@@ -101,23 +67,44 @@ pub fn generate(
             incoming[target as usize - 1].push(oids[from].raw().0);
         }
     }
+
+    // Parts in part-number order, each with its string fields and incoming list.
     for first in (0..count).step_by(BATCH_PARTS) {
         let mut txn = session.begin()?;
         for index in first..(first + BATCH_PARTS).min(count) {
-            let list = alloc_oid_list(&mut txn, &incoming[index])?;
+            let kind = txn.alloc(&Text {
+                bytes: label(&format!("part-type{}", rng.random_range(0..10))),
+            })?;
+            let mut connection_kind = [Oid::NULL; CONNECTIONS];
+            for slot in &mut connection_kind {
+                *slot = txn.alloc(&Text {
+                    bytes: label(&format!("conn-type{}", rng.random_range(0..10))),
+                })?;
+            }
             let mut to = [Oid::NULL; CONNECTIONS];
-            let mut length = [0; CONNECTIONS];
+            let mut connection_length = [0; CONNECTIONS];
             for slot in 0..CONNECTIONS {
                 to[slot] = oids[targets[index][slot] as usize - 1];
-                length[slot] = rng.random_range(1..1000);
+                connection_length[slot] = rng.random_range(1..1000);
             }
-            let part = txn.get_mut(oids[index])?;
-            part.to = to;
-            part.connection_length = length;
-            part.incoming = list;
+            let part = Part {
+                id: index as u64 + 1,
+                build_date: rng.random_range(1000..2000),
+                x: rng.random_range(0..100_000),
+                y: rng.random_range(0..100_000),
+                kind,
+                to,
+                connection_kind,
+                connection_length,
+                _pad: 0,
+                incoming: alloc_oid_list(&mut txn, &incoming[index])?,
+            };
+            txn.fill(oids[index], &part)?;
+            progress.inc(1);
         }
         txn.commit()?;
     }
+    drop(incoming);
 
     let index = index::load(&mut session, &oids)?;
     let mut txn = session.begin()?;

@@ -46,10 +46,7 @@ impl<'s> Transaction<'s> {
     pub fn alloc<T: Persistent>(&mut self, value: &T) -> Result<Oid<T>> {
         let raw = self
             .client()
-            .alloc(TypeId(T::TYPE_ID), size_of::<T>() as u64)?;
-        self.client()
-            .object_bytes_mut(raw, None)?
-            .copy_from_slice(bytemuck::bytes_of(value));
+            .alloc_with(TypeId(T::TYPE_ID), bytemuck::bytes_of(value))?;
         Ok(Oid::from_raw(raw))
     }
 
@@ -82,9 +79,7 @@ impl<'s> Transaction<'s> {
     /// Stores `bytes` as a new object of `type_id`; any length up to 1 GiB (objects larger
     /// than a page are stored as large objects).
     pub fn alloc_bytes(&mut self, type_id: u32, bytes: &[u8]) -> Result<RawOid> {
-        let raw = self.client().alloc(TypeId(type_id), bytes.len() as u64)?;
-        self.client().write_at(raw, 0, bytes)?;
-        Ok(raw)
+        self.client().alloc_with(TypeId(type_id), bytes)
     }
 
     /// A new zero-filled object of `len` bytes.

@@ -58,6 +58,44 @@ fn a_clean_close_leaves_nothing_to_recover() {
 }
 
 #[test]
+fn opening_a_cleanly_closed_store_writes_nothing_but_a_crashed_one_takes_a_checkpoint() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/stores/quiet");
+    store_with_counter(&fs, path, 5).close().unwrap();
+    let before = fs.operations();
+    let store = Store::open(path, options(&fs)).unwrap();
+    assert_eq!(store.server_stats().checkpoints, 0);
+    // Closing it again (no session ran, so no session counters to keep) writes nothing.
+    store.close().unwrap();
+    assert_eq!(
+        fs.operations(),
+        before,
+        "opening and closing an unchanged store wrote or synced"
+    );
+    let store = Store::open(path, options(&fs)).unwrap();
+    assert_eq!(counter(&store), 5);
+    assert_eq!(fs.operations(), before, "reading wrote or synced");
+
+    // A crash after a commit: the restart replays it and ends with a checkpoint.
+    {
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        let oid = txn.root("counter").unwrap().unwrap();
+        txn.get_mut(lodestore::Oid::<Counter>::from_raw(oid))
+            .unwrap()
+            .value = 6;
+        txn.commit().unwrap();
+    }
+    fs.crash_now();
+    drop(store);
+    fs.recover(Fault::DropUnsynced, 2);
+    let store = Store::open(path, options(&fs)).unwrap();
+    assert!(store.restart_report().needed_recovery());
+    assert_eq!(store.server_stats().checkpoints, 1);
+    assert_eq!(counter(&store), 6);
+}
+
+#[test]
 fn a_store_with_a_session_open_is_not_closed() {
     let fs = Arc::new(SimFileSystem::new());
     let store = store_with_counter(&fs, Path::new("/stores/busy"), 1);

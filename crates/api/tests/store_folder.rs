@@ -26,6 +26,9 @@ fn creation_crashed_at_every_step_leaves_no_store_or_a_whole_one() {
         let crashed = fs.has_crashed();
         drop(result);
         if !crashed {
+            // The creation that ran to its end left a whole store.
+            let store = Store::open(path, sim_options(&fs)).unwrap();
+            assert!(!store.restart_report().needed_recovery());
             break;
         }
         fs.recover(Fault::TearLast { sector_bytes: 512 }, crash_point);
@@ -58,8 +61,9 @@ fn creation_crashed_at_every_step_leaves_no_store_or_a_whole_one() {
         crash_point > 10,
         "creation took only {crash_point} operations"
     );
-    // Crashing after the rename leaves a whole store.
-    assert!(whole > 0, "no crash point left a whole store");
+    // Crash points after the rename would leave a whole store too (counted in `whole`); there
+    // may be none, as opening the new store writes nothing.
+    eprintln!("{whole} crash points left a whole store");
 }
 
 #[test]

@@ -1026,6 +1026,32 @@ impl ClientSession {
         self.alloc_any(type_id, len)
     }
 
+    /// Allocates an object of `type_id` holding `bytes`.
+    pub fn alloc_with(&mut self, type_id: TypeId, bytes: &[u8]) -> Result<Oid> {
+        if bytes.len() > slotted::payload_max(self.page_size) {
+            let oid = self.alloc(type_id, bytes.len() as u64)?;
+            self.write_at(oid, 0, bytes)?;
+            return Ok(oid);
+        }
+        if type_id.is_reserved() {
+            return Err(Error::InvalidArgument(format!(
+                "type id {type_id} is reserved for Lodestore"
+            )));
+        }
+        let oid = self.alloc_small(type_id, bytes.len(), false)?;
+        // The insert declared a change of the page's structure, which covers every byte of
+        // the page, and nothing ran since: the payload is written in place.
+        let frame = self
+            .cache
+            .peek(oid.page())
+            .expect("the page just inserted into");
+        let record = slotted::record(self.cache.frame(frame), oid.slot())
+            .map_err(|reason| self.corrupt(oid.page(), reason))?
+            .ok_or(Error::ObjectNotFound { oid })?;
+        self.cache.frame_mut(frame)[record.payload()].copy_from_slice(bytes);
+        Ok(oid)
+    }
+
     fn alloc_any(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
         if len > OBJECT_BYTES_MAX {
             return Err(Error::ObjectTooLarge {
@@ -1200,7 +1226,7 @@ impl ClientSession {
         if page::kind(bytes) != Some(PageKind::Slotted) || !slotted::can_insert(bytes, len) {
             return Ok(None);
         }
-        let frame = self.writable(page, Write::Structure)?;
+        let frame = self.write_to(frame, page, Write::Structure)?;
         let slot = slotted::insert(self.cache.frame_mut(frame), type_id, len, large);
         debug_assert!(slot.is_some(), "can_insert said it fits");
         Ok(slot.map(|slot| Oid::new(self.volume, page, slot)))

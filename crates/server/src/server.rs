@@ -145,6 +145,10 @@ pub(crate) struct State {
     pub fresh_pages: Range<u32>,
     /// Pages reserved for clients across their transactions (`PageServer::reserve_pages`).
     pub reservations: Reservations,
+    /// Was everything committed at its home location when the last checkpoint (or a restart
+    /// that found nothing to do) ended? With no log since, a clean close then has nothing
+    /// to write.
+    pub home_at_checkpoint: bool,
 }
 
 /// What the server remembers about an active transaction.
@@ -180,7 +184,7 @@ impl Server {
         {
             let mut state = server.lock_state();
             state.space = SpaceManager::load(&server.volume)?;
-            server.checkpoint_locked(&mut state)?;
+            server.checkpoint_locked_with(&mut state, true)?;
         }
         Ok(server)
     }
@@ -274,6 +278,7 @@ impl Server {
                 failed: None,
                 fresh_pages: 0..0,
                 reservations: Reservations::default(),
+                home_at_checkpoint: false,
             }),
             volume,
             log,
@@ -781,6 +786,7 @@ impl Server {
         })?;
         state.stats.checkpoints += 1;
         state.checkpoint_log_end = self.log.end_lsn();
+        state.home_at_checkpoint = install_all;
         let keep_from = [oldest_needed, method_needs]
             .into_iter()
             .flatten()
@@ -1513,8 +1519,15 @@ impl Server {
                 versions.ended(txn);
             }
         }
-        // Everything committed goes home, so the data file alone is the store.
-        self.checkpoint_locked_with(&mut state, true)?;
+        // Everything committed goes home, so the data file alone is the store; unless it is
+        // there already and nothing was logged since (a store opened and closed unchanged).
+        let quiet = state.home_at_checkpoint
+            && self.log.end_lsn() == state.checkpoint_log_end
+            && state.pool.dirty_pages().is_empty()
+            && !state.space.has_dirty_maps();
+        if !quiet {
+            self.checkpoint_locked_with(&mut state, true)?;
+        }
         // Spare segments only spare the next writer a file creation: a closed store keeps none.
         self.log.remove_spares()?;
         drop(state);

@@ -23,6 +23,8 @@ pub const INITIAL_PAGE_COUNT: u32 = 4;
 
 /// The most pages one extension of the file adds (bounds the buffer it writes from).
 pub const EXTEND_PAGES_MAX: u32 = 4096;
+/// Pages an extension writes per call.
+const EXTEND_WRITE_PAGES: usize = 64;
 
 /// The path of the data file of the store in `dir`.
 pub fn data_file_path(dir: &Path) -> PathBuf {
@@ -37,8 +39,8 @@ pub struct Volume {
     /// Pages in the file, committed or not.
     page_count: AtomicU32,
     superblock: Mutex<Superblock>,
-    /// Serialises file extension.
-    extend_lock: Mutex<()>,
+    /// Serialises file extension, and keeps the buffer extensions write from.
+    extend_lock: Mutex<Vec<u8>>,
     read_only: bool,
 }
 
@@ -122,7 +124,7 @@ impl Volume {
             volume_id,
             page_count: AtomicU32::new(INITIAL_PAGE_COUNT),
             superblock: Mutex::new(current),
-            extend_lock: Mutex::new(()),
+            extend_lock: Mutex::new(Vec::new()),
             read_only: false,
         })
     }
@@ -190,7 +192,7 @@ impl Volume {
             volume_id: sb.volume_id,
             page_count: AtomicU32::new(page_count),
             superblock: Mutex::new(sb),
-            extend_lock: Mutex::new(()),
+            extend_lock: Mutex::new(Vec::new()),
             read_only: mode == OpenMode::ReadOnly,
         })
     }
@@ -289,17 +291,25 @@ impl Volume {
     pub fn extend(&self, count: u32) -> Result<PageId> {
         assert!(!self.read_only, "extend a read-only volume");
         assert!(count > 0 && count <= EXTEND_PAGES_MAX);
-        let _guard = self.extend_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = self.extend_lock.lock().unwrap_or_else(|e| e.into_inner());
         let first = self.page_count();
         let end = first.checked_add(count).ok_or_else(|| {
             Error::InvalidArgument(format!("volume cannot grow past {} pages", u32::MAX))
         })?;
-        let mut buf = vec![0u8; count as usize * self.page_size];
-        for (i, page) in buf.chunks_exact_mut(self.page_size).enumerate() {
-            self.format_new_page(PageId(first + i as u32), page);
+        // Written a few pages at a time from one buffer kept for it: a buffer of the whole
+        // extension (up to 32 MiB) cost the kernel clearing fresh memory on every growth.
+        buf.resize(EXTEND_WRITE_PAGES * self.page_size, 0);
+        let mut at = first;
+        while at < end {
+            let pages = (end - at).min(EXTEND_WRITE_PAGES as u32);
+            let chunk = &mut buf[..pages as usize * self.page_size];
+            for (i, page) in chunk.chunks_exact_mut(self.page_size).enumerate() {
+                self.format_new_page(PageId(at + i as u32), page);
+            }
+            self.storage
+                .write_at(PageId(at).offset(self.page_size), chunk)?;
+            at += pages;
         }
-        self.storage
-            .write_at(PageId(first).offset(self.page_size), &buf)?;
         self.page_count.store(end, Ordering::Release);
         Ok(PageId(first))
     }

@@ -87,7 +87,8 @@ pub fn run(config: &Oo1Config) -> Result<Vec<RunRecord>> {
 
 /// The OO1 database of `parts` parts for `seed`, generated once under `out/templates`.
 pub fn template(out: &Path, parts: u64, seed: u64, quiet: bool) -> Result<PathBuf> {
-    workspace::template(out, &format!("oo1-{parts}-seed{seed}"), |path| {
+    let name = format!("oo1-{parts}-seed{seed}-layout{}", oo1::LAYOUT);
+    workspace::template(out, &name, |path| {
         let store = Store::create(path, Options::new())?;
         let bar = workspace::progress_bar(parts, "generating OO1", quiet);
         oo1::generate(&store, parts, seed, &bar)?;

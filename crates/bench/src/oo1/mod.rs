@@ -7,5 +7,5 @@ pub mod index;
 pub mod ops;
 pub mod schema;
 
-pub use generate::{generate, ROOT_NAME};
+pub use generate::{generate, LAYOUT, ROOT_NAME};
 pub use ops::{lookup, traverse, OpCounts, LOOKUP_PARTS, TRAVERSAL_HOPS};

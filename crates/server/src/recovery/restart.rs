@@ -3,7 +3,8 @@
 //! at a checkpoint, lets the method replay (repeat history and roll losers back, or rebuild
 //! its table), then closes the same way for all: torn pages past the recorded end of the file
 //! formatted again, the free-space map reloaded and its hints refreshed for the pages
-//! recovery touched, and a checkpoint so that the next restart starts from here.
+//! recovery touched, and a checkpoint so that the next restart starts from here (unless the
+//! log held only the quiet checkpoint of a clean close, which already does).
 
 use super::{check_checkpoint_record, repair_unrecorded_tail, RestartReport};
 use crate::server::{Server, State};
@@ -57,8 +58,15 @@ pub(crate) fn run(
     let mut pass = server.method.restart_pass();
     let mut first: Option<Record> = None;
     let mut txn_max = 0;
+    // Does the log hold nothing but a checkpoint with no transaction active (a clean close)?
+    let mut only_a_quiet_checkpoint = end.discarded_bytes == 0;
     server.log.scan(checkpoint, |record| {
         report.records_scanned += 1;
+        only_a_quiet_checkpoint &= match &record.body {
+            RecordBody::CheckpointBegin { active } => active.is_empty(),
+            RecordBody::CheckpointEnd { .. } | RecordBody::FlushMark => true,
+            _ => false,
+        };
         txn_max = txn_max.max(record.txn.map_or(0, |t| t.0));
         if let RecordBody::CheckpointBegin { active } = &record.body {
             txn_max = active.iter().map(|a| a.txn.0).fold(txn_max, u64::max);
@@ -82,8 +90,29 @@ pub(crate) fn run(
     // A loser may have used pages of a file extension the crash took back: they are gone.
     let page_count = server.volume.page_count();
     replayed.touched.retain(|page| page.0 < page_count);
+    let nothing_changed = only_a_quiet_checkpoint
+        && report.pages_repaired == 0
+        && replayed.touched.is_empty()
+        && !replayed.install_all
+        && !state.space.has_dirty_maps()
+        && superblock_copies_agree(server);
     server.refresh_hints(state, replayed.touched)?;
-    server.checkpoint_locked_with(state, replayed.install_all)?;
+    // After a clean close the last checkpoint already describes the store: another one would
+    // only cost its syncs (five or so, on every open of a closed store).
+    if nothing_changed {
+        state.home_at_checkpoint = true;
+    } else {
+        server.checkpoint_locked_with(state, replayed.install_all)?;
+    }
     report.elapsed_us = started.elapsed().as_micros() as u64;
     Ok(report)
+}
+
+/// Are both superblock copies readable and of the same generation? (A checkpoint rewrites a
+/// damaged or older copy.)
+fn superblock_copies_agree(server: &Server) -> bool {
+    server
+        .volume
+        .superblock_copies()
+        .is_ok_and(|found| matches!(&found.copies, [Ok(a), Ok(b)] if a.generation == b.generation))
 }

@@ -50,9 +50,11 @@ impl RecoveredView {
 /// refused with [`Error::StoreLocked`](crate::Error::StoreLocked), as by any open.
 pub fn recover_in_memory(file_system: Arc<dyn FileSystem>, path: &Path) -> Result<RecoveredView> {
     let overlay = Arc::new(OverlayFileSystem::new(file_system));
-    let options = Options::new()
+    let mut options = Options::new()
         .file_system(overlay.clone())
         .background_install(false);
+    // `info` says so itself, once.
+    options.warn_outgrown = false;
     let store = Store::open(path, options)?;
     let restart = store.restart_report().clone();
     drop(store);

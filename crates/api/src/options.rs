@@ -89,6 +89,9 @@ pub struct Options {
     pub(crate) scheme: Scheme,
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
     pub(crate) background_install: bool,
+    /// Warn in the log when the store far outgrows the caches (not for an inspection's
+    /// in-memory recovery, which reports it itself).
+    pub(crate) warn_outgrown: bool,
     pub(crate) snapshots: bool,
     /// Where snapshot pages are archived; `None`: the local archive beside the store.
     pub(crate) archive: Option<Arc<dyn lodestore_snapshots::Archive>>,
@@ -112,6 +115,7 @@ impl Default for Options {
             scheme: Scheme::default(),
             recovery_method: None,
             background_install: true,
+            warn_outgrown: true,
             snapshots: false,
             archive: None,
             recovery_buffer_bytes: 4 << 20,

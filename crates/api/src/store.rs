@@ -123,7 +123,10 @@ impl Store {
         let server = Server::open(fs, &path, options.page_size, server_options)?;
         let data_bytes =
             u64::from(server.volume().page_count()) * server.volume().page_size() as u64;
-        if let Some(factor) = options.outgrown_by(data_bytes) {
+        if let Some(factor) = options
+            .outgrown_by(data_bytes)
+            .filter(|_| options.warn_outgrown)
+        {
             tracing::warn!(
                 store = %path.display(),
                 data_bytes,

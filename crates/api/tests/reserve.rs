@@ -284,3 +284,63 @@ fn a_remote_session_reserves_and_its_reservation_ends_with_the_connection() {
         "the reservation outlived its connection"
     );
 }
+
+#[test]
+fn sessions_reserving_and_allocating_at_once_keep_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    let store = Store::create(&path, Options::new()).unwrap();
+    let rings: Vec<Vec<Oid<Node>>> = std::thread::scope(|scope| {
+        let loaders: Vec<_> = (0..3)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut session = store.session().unwrap();
+                    let nodes: Vec<Oid<Node>> = session.reserve(3_000).unwrap();
+                    write_ring(&mut session, &nodes, 700);
+                    nodes
+                })
+            })
+            .collect();
+        let allocator = scope.spawn(|| {
+            let mut session = store.session().unwrap();
+            let mut fillers = Vec::new();
+            for round in 0..20u64 {
+                let mut txn = session.begin().unwrap();
+                for _ in 0..200 {
+                    let oid = txn.alloc(&Filler { bytes: [round; 25] }).unwrap();
+                    fillers.push((oid, round));
+                }
+                txn.commit().unwrap();
+            }
+            fillers
+        });
+        let rings: Vec<_> = loaders.into_iter().map(|l| l.join().unwrap()).collect();
+        let fillers = allocator.join().unwrap();
+        // A page a loader committed is an ordinary page (its room left may take new objects);
+        // no object may be another's.
+        let reserved: BTreeSet<u64> = rings.iter().flatten().map(|o| o.raw().0).collect();
+        assert!(fillers.iter().all(|(f, _)| !reserved.contains(&f.raw().0)));
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        for (filler, round) in &fillers {
+            assert_eq!(txn.get(*filler).unwrap().bytes, [*round; 25]);
+        }
+        rings
+    });
+    let all: BTreeSet<u64> = rings.iter().flatten().map(|o| o.raw().0).collect();
+    assert_eq!(all.len(), 9_000, "the sessions' reservations overlap");
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    for ring in &rings {
+        for (i, &node) in ring.iter().enumerate() {
+            let node = *txn.get(node).unwrap();
+            assert_eq!(node.value, i as u64);
+            assert_eq!(node.next, ring[(i + 1) % ring.len()]);
+        }
+    }
+    drop(txn);
+    drop(session);
+    store.close().unwrap();
+    let report = lodestore::check(&lodestore::RealFileSystem, &path).unwrap();
+    assert!(report.is_sound(), "{report:?}");
+}

@@ -10,7 +10,7 @@
 
 use crate::collection::{self, Map};
 use crate::oracle::{apply, delta_between, IN_FLIGHT_MAX};
-use crate::workload::{Stop, OBJECTS_MAX, OPERATIONS_MAX, TRANSACTIONS_MAX, TYPE_ID};
+use crate::workload::{Reserved, Stop, OBJECTS_MAX, OPERATIONS_MAX, TRANSACTIONS_MAX, TYPE_ID};
 use crate::{CampaignReport, Delta, Model, Subject};
 use lodestore::{Error, RawOid, Store, Transaction};
 use lodestore_storage::SimFileSystem;
@@ -32,6 +32,8 @@ struct Shared {
     acknowledged: u64,
     aborts: u64,
     collection_steps: u64,
+    objects_reserved: u64,
+    reserved_fills: u64,
     violation: Option<String>,
 }
 
@@ -168,6 +170,8 @@ pub fn run(
         acknowledged: 0,
         aborts: 0,
         collection_steps: 0,
+        objects_reserved: 0,
+        reserved_fills: 0,
         violation: None,
     });
     let turns = Turns {
@@ -223,6 +227,8 @@ pub fn run(
     report.commits_acknowledged += shared.acknowledged;
     report.aborts += shared.aborts;
     report.collection_steps += shared.collection_steps;
+    report.objects_reserved += shared.objects_reserved;
+    report.reserved_fills += shared.reserved_fills;
     match shared.violation {
         Some(message) => Err(message),
         None => Ok(()),
@@ -235,8 +241,19 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         Ok(session) => session,
         Err(e) => return context.classify(e).map(|_| ()),
     };
+    let mut reserved = match crate::workload::reserve(&mut session, rng) {
+        Ok(reserved) => reserved,
+        Err(e) => return context.classify(e).map(|_| ()),
+    };
+    if let Some(reserved) = &reserved {
+        context.trace(format_args!("reserved {} objects", reserved.count()));
+        context.shared().objects_reserved += reserved.count() as u64;
+    }
     for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
         context.step();
+        if let Some(reserved) = &mut reserved {
+            reserved.begin();
+        }
         let mut txn = match session.begin() {
             Ok(txn) => {
                 context.trace(format_args!("begin"));
@@ -251,7 +268,7 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         let mut stopped = None;
         for _ in 0..rng.random_range(1..=OPERATIONS_MAX) {
             context.step();
-            if let Err(e) = operation(context, &mut txn, &mut delta, rng) {
+            if let Err(e) = operation(context, &mut txn, &mut delta, reserved.as_mut(), rng) {
                 context.trace(format_args!("stopped: {e}"));
                 stopped = Some(context.classify(e)?);
                 break;
@@ -300,6 +317,10 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
             }
         };
         context.trace(format_args!("commit appended at {}", pending.lsn()));
+        // The server ended the transaction at the append: its reserved pages are ordinary.
+        if let Some(reserved) = &mut reserved {
+            reserved.committed();
+        }
         context.shared().in_flight.push((ticket, delta));
         // Others run (and append their commits) while this one waits to be flushed.
         context.step();
@@ -402,9 +423,16 @@ fn operation(
     context: &Context<'_>,
     txn: &mut Transaction<'_>,
     delta: &mut Delta,
+    reserved: Option<&mut Reserved>,
     rng: &mut StdRng,
 ) -> lodestore::Result<()> {
     let mut shared = context.shared();
+    if let Some(reserved) = reserved {
+        if rng.random_range(0..4) == 0 {
+            shared.reserved_fills += 1;
+            return fill_reserved(context, txn, &shared.committed, delta, reserved, rng);
+        }
+    }
     if let Some(map) = context.map {
         if rng.random_range(0..3) == 0 {
             shared.collection_steps += 1;
@@ -469,5 +497,37 @@ fn operation(
             }
         }
     }
+    Ok(())
+}
+
+/// Fills one of the session's reserved objects (see `workload::fill_reserved`), the first
+/// fill of a page bringing every reserved object of it into being, zero-filled.
+fn fill_reserved(
+    context: &Context<'_>,
+    txn: &mut Transaction<'_>,
+    committed: &Model,
+    delta: &mut Delta,
+    reserved: &mut Reserved,
+    rng: &mut StdRng,
+) -> lodestore::Result<()> {
+    let (oid, page_objects) = reserved.pick(rng);
+    if page_objects.is_empty() {
+        // Formatted already: an ordinary write, if the object is still there at that size.
+        let there = match delta.get(&oid) {
+            Some(Some(bytes)) => Some(bytes.len()),
+            Some(None) => None,
+            None => committed.get(&oid).map(Vec::len),
+        };
+        if there != Some(reserved.object_len()) {
+            return Ok(());
+        }
+    }
+    for other in page_objects {
+        delta.insert(other, Some(vec![0; reserved.object_len()]));
+    }
+    let bytes: Vec<u8> = (0..reserved.object_len()).map(|_| rng.random()).collect();
+    context.trace(format_args!("fill {oid}"));
+    txn.fill_bytes(oid, &bytes)?;
+    delta.insert(oid, Some(bytes));
     Ok(())
 }

@@ -55,7 +55,7 @@ pub fn run(
             Err(e) => return Err(format!("begin failed: {e}")),
         };
         if let Some(reserved) = &mut reserved {
-            reserved.formatted_working = reserved.formatted.clone();
+            reserved.begin();
         }
         match operations(
             &mut txn,
@@ -99,7 +99,7 @@ pub fn run(
                 subject.committed = working;
                 report.commits_acknowledged += 1;
                 if let Some(reserved) = &mut reserved {
-                    reserved.formatted = std::mem::take(&mut reserved.formatted_working);
+                    reserved.committed();
                 }
             }
             Err(_) if subject.fs.has_crashed() => {
@@ -123,11 +123,51 @@ pub(crate) struct Reserved {
     formatted_working: BTreeSet<u32>,
 }
 
+impl Reserved {
+    /// Bytes of each reserved object.
+    pub(crate) fn object_len(&self) -> usize {
+        self.len
+    }
+
+    /// Objects reserved.
+    pub(crate) fn count(&self) -> usize {
+        self.oids.len()
+    }
+
+    /// A transaction begins: it knows the pages committed ones formatted.
+    pub(crate) fn begin(&mut self) {
+        self.formatted_working = self.formatted.clone();
+    }
+
+    /// The transaction committed: the pages it formatted are formatted.
+    pub(crate) fn committed(&mut self) {
+        self.formatted = std::mem::take(&mut self.formatted_working);
+    }
+
+    /// A reserved object to fill, and, if its page is not formatted yet, every reserved
+    /// object of the page (which the fill brings into being); the page counts as formatted
+    /// for the rest of the transaction.
+    pub(crate) fn pick(&mut self, rng: &mut StdRng) -> (RawOid, Vec<RawOid>) {
+        let oid = self.oids[rng.random_range(0..self.oids.len())];
+        let page = oid.page().0;
+        if !self.formatted_working.insert(page) {
+            return (oid, Vec::new());
+        }
+        let page_objects = self
+            .oids
+            .iter()
+            .filter(|o| o.page().0 == page)
+            .copied()
+            .collect();
+        (oid, page_objects)
+    }
+}
+
 /// Objects reserved per workload at most.
 const RESERVED_MAX: u64 = 40;
 
 /// Half the time, reserves a few objects of one size for the session's transactions to fill.
-fn reserve(
+pub(crate) fn reserve(
     session: &mut lodestore::Session,
     rng: &mut StdRng,
 ) -> lodestore::Result<Option<Reserved>> {
@@ -153,22 +193,18 @@ fn fill_reserved(
     reserved: &mut Reserved,
     rng: &mut StdRng,
 ) -> lodestore::Result<()> {
-    let oid = reserved.oids[rng.random_range(0..reserved.oids.len())];
-    let page = oid.page().0;
-    if reserved.formatted_working.contains(&page) {
-        // Freed since (and the OID perhaps reused by an object of another size): a fill is an
-        // ordinary write of an object of the reserved size.
-        if working
+    let (oid, page_objects) = reserved.pick(rng);
+    // Formatted already: an ordinary write, if the object is still there at that size (it
+    // may have been freed, and its OID reused by an object of another size).
+    if page_objects.is_empty()
+        && working
             .get(&oid)
             .is_none_or(|bytes| bytes.len() != reserved.len)
-        {
-            return Ok(());
-        }
-    } else {
-        for other in reserved.oids.iter().filter(|o| o.page().0 == page) {
-            working.insert(*other, vec![0; reserved.len]);
-        }
-        reserved.formatted_working.insert(page);
+    {
+        return Ok(());
+    }
+    for other in page_objects {
+        working.insert(other, vec![0; reserved.len]);
     }
     let bytes: Vec<u8> = (0..reserved.len).map(|_| rng.random()).collect();
     txn.fill_bytes(oid, &bytes)?;

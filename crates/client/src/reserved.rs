@@ -92,11 +92,7 @@ pub(crate) fn format_page(
 /// Checks what `reserve` is asked for: a small object type of Lodestore's users.
 pub(crate) fn check_request(type_id: TypeId, len: usize, page_size: usize) -> Result<()> {
     use lodestore_core::Error;
-    if type_id.is_reserved() {
-        return Err(Error::InvalidArgument(format!(
-            "type id {type_id} is reserved for Lodestore"
-        )));
-    }
+    crate::session::check_user_type(type_id)?;
     let most = slotted::payload_max(page_size);
     if len > most {
         return Err(Error::InvalidArgument(format!(

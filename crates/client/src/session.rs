@@ -1018,11 +1018,7 @@ impl ClientSession {
 
     /// Allocates a zero-filled object of `len` bytes.
     pub fn alloc(&mut self, type_id: TypeId, len: u64) -> Result<Oid> {
-        if type_id.is_reserved() {
-            return Err(Error::InvalidArgument(format!(
-                "type id {type_id} is reserved for Lodestore"
-            )));
-        }
+        check_user_type(type_id)?;
         self.alloc_any(type_id, len)
     }
 
@@ -1033,11 +1029,7 @@ impl ClientSession {
             self.write_at(oid, 0, bytes)?;
             return Ok(oid);
         }
-        if type_id.is_reserved() {
-            return Err(Error::InvalidArgument(format!(
-                "type id {type_id} is reserved for Lodestore"
-            )));
-        }
+        check_user_type(type_id)?;
         let oid = self.alloc_small(type_id, bytes.len(), false)?;
         // The insert declared a change of the page's structure, which covers every byte of
         // the page, and nothing ran since: the payload is written in place.
@@ -1631,6 +1623,17 @@ impl Drop for ClientSession {
             tracing::warn!(error = %e, "releasing the session's reserved pages failed");
         }
     }
+}
+
+/// Refuses the type ids Lodestore keeps for its own objects (collection nodes, the roots
+/// directory) where an application names a type.
+pub(crate) fn check_user_type(type_id: TypeId) -> Result<()> {
+    if type_id.is_reserved() {
+        return Err(Error::InvalidArgument(format!(
+            "type id {type_id} is reserved for Lodestore"
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a small object of another type or size than `expected` (any, when `None`).

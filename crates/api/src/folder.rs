@@ -10,7 +10,12 @@ use lodestore_storage::{FileSystem, OpenMode};
 use std::path::{Path, PathBuf};
 
 /// The files a store's folder may hold; anything else is not Lodestore's to delete.
-const STORE_FILES: [&str; 3] = ["volume-0.data", "session-counters", "session-counters.new"];
+const STORE_FILES: [&str; 4] = [
+    "volume-0.data",
+    lodestore_storage::doublewrite::DOUBLE_WRITE_FILE_NAME,
+    "session-counters",
+    "session-counters.new",
+];
 const LOG_FILE_PREFIXES: [&str; 4] = ["segment-", "spare-", "creating-", "anchor"];
 
 /// `.NAME.SUFFIX` beside the folder `path`: where a store is built before it takes its name,

@@ -19,13 +19,14 @@ use crate::stats::ServerStats;
 use crate::versions::{Snapshot, Versions};
 use lodestore_core::frames::FrameId;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
+use lodestore_storage::doublewrite::DoubleWrite;
 use lodestore_storage::large::Extent;
 use lodestore_storage::page::{self, PageKind};
 use lodestore_storage::spacemap::{self, ENTRY_FREE, ENTRY_UNAVAILABLE};
 use lodestore_storage::volume::EXTEND_PAGES_MAX;
 use lodestore_storage::{directory::DIRECTORY_PAGE, slotted, FileSystem, OpenMode, Volume};
 use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -127,9 +128,15 @@ pub(crate) struct State {
     /// campaigns replay exactly).
     pub txns: BTreeMap<TxnId, TxnState>,
     pub next_txn: u64,
-    /// Begin LSN of the newest checkpoint: a page whose LSN is older gets a full image logged
-    /// before its next change.
+    /// Begin LSN of the newest checkpoint, where the next restart starts reading the log.
     pub restart_lsn: Lsn,
+    /// Pages whose whole image the log holds from the restart point on (fresh pages, imaged
+    /// at their first change): a torn home write of one is rebuilt from the log, so it needs
+    /// no double write. Emptied when a checkpoint moves the restart point.
+    pub logged_whole: HashSet<PageId>,
+    /// Where pages go before a home write a crash could tear (see
+    /// [`lodestore_storage::doublewrite`]).
+    pub double_write: DoubleWrite,
     /// Log end when the last checkpoint finished.
     pub checkpoint_log_end: Lsn,
     pub stats: ServerStats,
@@ -175,12 +182,13 @@ impl Server {
         options: ServerOptions,
     ) -> Result<Server> {
         let volume = Volume::create(fs.as_ref(), dir, page_size)?;
+        let double_write = DoubleWrite::open(fs.as_ref(), dir, page_size)?;
         let log = Log::create(
             fs,
             &dir.join(LOG_DIR_NAME),
             log_options(&options, page_size),
         )?;
-        let server = Server::assemble(volume, log, options, RestartReport::default())?;
+        let server = Server::assemble(volume, double_write, log, options)?;
         {
             let mut state = server.lock_state();
             state.space = SpaceManager::load(&server.volume)?;
@@ -197,6 +205,7 @@ impl Server {
         mut options: ServerOptions,
     ) -> Result<Server> {
         let volume = Volume::open(fs.as_ref(), dir, requested_page_size, OpenMode::Existing)?;
+        let double_write = DoubleWrite::open(fs.as_ref(), dir, volume.page_size())?;
         let sb = volume.superblock();
         if sb.checkpoint_lsn == Lsn::ZERO {
             return Err(Error::CorruptSuperblock {
@@ -220,7 +229,7 @@ impl Server {
         } else {
             recorded
         };
-        let mut server = Server::assemble(volume, log, options, RestartReport::default())?;
+        let mut server = Server::assemble(volume, double_write, log, options)?;
         server.use_method(restart_with);
         let report = {
             let mut state = server.lock_state();
@@ -255,9 +264,9 @@ impl Server {
 
     fn assemble(
         volume: Volume,
+        double_write: DoubleWrite,
         log: Log,
         options: ServerOptions,
-        restart: RestartReport,
     ) -> Result<Server> {
         let pool_pages = pool_pages("server pool", options.pool_bytes, volume.page_size())?;
         let pool = BufferPool::new(volume.page_size(), pool_pages);
@@ -272,6 +281,8 @@ impl Server {
                 txns: BTreeMap::new(),
                 next_txn: 1,
                 restart_lsn: volume.superblock().checkpoint_lsn,
+                logged_whole: HashSet::new(),
+                double_write,
                 checkpoint_log_end: log.end_lsn(),
                 stats: ServerStats::default(),
                 method_state,
@@ -283,7 +294,7 @@ impl Server {
             volume,
             log,
             options,
-            restart,
+            restart: RestartReport::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
@@ -631,23 +642,58 @@ impl Server {
 
     /// Writes a dirty page to the data file, after the log is durable up to its LSN (and, for
     /// a copy the recovery method keeps, up to what it asks: for whole-page logging, its
-    /// transaction's commit record).
+    /// transaction's commit record); through the double-write file when a torn write of it
+    /// could not be rebuilt from the log.
     pub(crate) fn write_back(
         &self,
         state: &mut State,
         page: PageId,
         bytes: &mut [u8],
     ) -> Result<()> {
-        let lsn = page::lsn(bytes);
-        self.log
-            .flush(self.method.durable_before_home(state, page, lsn))?;
-        let result = self.volume.write_page(page, bytes);
+        debug_assert_eq!(page::number(bytes), page, "the image names another page");
+        self.write_home(state, &mut [bytes])
+    }
+
+    /// [`Self::write_back`] for several pages (each image names its page), at most a
+    /// double-write batch: the log is forced once, and the pages that need a double write
+    /// share one sync of the double-write file.
+    pub(crate) fn write_home(&self, state: &mut State, pages: &mut [&mut [u8]]) -> Result<()> {
+        debug_assert!(pages.len() <= state.double_write.batch_limit());
+        let written: Vec<(PageId, Lsn)> = pages
+            .iter()
+            .map(|bytes| (page::number(bytes), page::lsn(bytes)))
+            .collect();
+        let durable = written
+            .iter()
+            .map(|&(page, lsn)| self.method.durable_before_home(state, page, lsn))
+            .max()
+            .unwrap_or(Lsn::ZERO);
+        self.log.flush(durable)?;
+        let guards = self.method.home_writes_need_double_write();
+        let (mut guarded, direct): (Vec<&mut [u8]>, Vec<&mut [u8]>) = pages
+            .iter_mut()
+            .map(|bytes| &mut **bytes)
+            .partition(|bytes| {
+                guards
+                    && page::lsn(bytes) != Lsn::ZERO
+                    && !state.logged_whole.contains(&page::number(bytes))
+            });
+        let mut result = state.double_write.write_home(&self.volume, &mut guarded);
+        for bytes in direct {
+            if result.is_err() {
+                break;
+            }
+            result = self.volume.write_page(page::number(bytes), bytes);
+        }
         if let Err(e) = &result {
             state.failed = Some(e.to_string());
         }
-        state.stats.pages_written += 1;
         result?;
-        self.method.written_home(state, page, lsn);
+        state.stats.pages_written += written.len() as u64;
+        state.stats.pages_double_written += guarded.len() as u64;
+        for (page, lsn) in written {
+            self.method.written_home(state, page, lsn);
+        }
         Ok(())
     }
 
@@ -761,11 +807,21 @@ impl Server {
             .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
         let previous = std::mem::replace(&mut state.restart_lsn, begin);
         let mut flushed = 0;
-        for (page, _) in state.pool.dirty_pages() {
-            let mut bytes = state.pool.get(page).expect("dirty page cached").to_vec();
-            self.write_back(state, page, &mut bytes)?;
-            state.pool.mark_clean(page);
-            flushed += 1;
+        let dirty = state.pool.dirty_pages();
+        let mut batch = Vec::new();
+        for chunk in dirty.chunks(state.double_write.batch_limit()) {
+            batch.clear();
+            batch.extend(
+                chunk
+                    .iter()
+                    .map(|(page, _)| state.pool.get(*page).expect("dirty page cached").to_vec()),
+            );
+            let mut pages: Vec<&mut [u8]> = batch.iter_mut().map(|b| &mut b[..]).collect();
+            self.write_home(state, &mut pages)?;
+            for (page, _) in chunk {
+                state.pool.mark_clean(*page);
+            }
+            flushed += chunk.len();
         }
         let method_needs = self.method.checkpoint(self, state, previous, install_all)?;
         let end = self
@@ -774,6 +830,11 @@ impl Server {
         self.log.flush(end)?;
         state.stats.pages_written += state.space.write_dirty_maps(&self.volume, begin)? as u64;
         self.volume.sync()?;
+        state.double_write.home_synced();
+        if install_all {
+            // Everything is home and durable: the copies are no longer needed.
+            state.double_write.empty()?;
+        }
         let page_count = self.volume.page_count();
         let segment_bytes = self.log.options().segment_bytes;
         let recovery_method = self.method.kind().code();
@@ -787,6 +848,8 @@ impl Server {
         state.stats.checkpoints += 1;
         state.checkpoint_log_end = self.log.end_lsn();
         state.home_at_checkpoint = install_all;
+        // The log from the new restart point holds no page image yet.
+        state.logged_whole.clear();
         let keep_from = [oldest_needed, method_needs]
             .into_iter()
             .flatten()

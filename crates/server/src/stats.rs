@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 pub struct ServerStats {
     pub pages_read: u64,
     pub pages_written: u64,
+    /// Pages of `pages_written` that went through the double-write file first.
+    #[serde(default)]
+    pub pages_double_written: u64,
     pub pages_fetched_by_clients: u64,
     pub dirty_pages_shipped: u64,
     /// Log records clients generated and shipped themselves.
@@ -16,7 +19,8 @@ pub struct ServerStats {
     pub commits: u64,
     pub aborts: u64,
     pub checkpoints: u64,
-    /// Whole-page logging: page images appended to the log.
+    /// Page images appended to the log (whole-page logging: every change logged; ESM and
+    /// redo: the first change of a fresh page).
     pub page_images_logged: u64,
     /// Whole-page logging: pages read back from the log (evicted and used again, or installed).
     pub pages_reread_from_log: u64,

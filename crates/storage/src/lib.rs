@@ -6,9 +6,12 @@
 //! - [`page`]: the header every page carries (checksum, format version, kind, LSN, number).
 //! - [`superblock`], [`slotted`], [`large`], [`spacemap`]: the layouts of each page kind.
 //! - [`volume`]: one data file of fixed-size pages, read and written whole and checksummed.
+//! - [`doublewrite`]: the ring of page slots a page goes through before a home write a crash
+//!   could tear.
 
 pub mod bytes;
 pub mod directory;
+pub mod doublewrite;
 pub mod fs;
 pub mod large;
 pub mod memory;

@@ -1,9 +1,10 @@
 //! The ESM recovery method: ARIES on pages.
 //!
 //! Logging a change: the server diffs the shipped page against its own copy and logs one update
-//! record (before and after bytes) per changed range. The first change of a page after a
-//! checkpoint began is preceded by a full image of the page, so redo never depends on a page
-//! the crash may have torn.
+//! record (before and after bytes) per changed range. Redo never depends on a page a crash
+//! may have torn: the first change of a fresh page (never changed by a logged record, so
+//! whatever an extension wrote) is preceded by its image, and every other page reaches home
+//! through the double-write file, which a restart puts home first.
 //!
 //! Restart: analysis (from the checkpoint's begin record: which transactions were active, which
 //! committed), redo of every change whose effect the page lacks (repeating history, losers
@@ -49,13 +50,17 @@ impl RecoveryMethod for Esm {
         // Page diffing (QuickStore section 3.2.2): ranges within objects, merged for the least
         // log traffic; checksum and LSN are the server's to set.
         let ranges = page_ranges(old, image, UPDATE_RECORD_FIXED_BYTES);
-        let image_first = (page::lsn(old) < state.restart_lsn).then_some(old);
+        let image_first = needs_image_first(old).then_some(old);
         let changes = ranges
             .iter()
             .map(|range| (range.start, &old[range.clone()], &image[range.clone()]));
+        let imaged = image_first.is_some();
         let Some(logged) = append_changes(server, txn, prev, page, image_first, changes)? else {
             return Ok(page::lsn(old));
         };
+        if imaged {
+            image_logged(state, page);
+        }
         let current = state.pool.get_mut(page).expect("page cached");
         for range in ranges {
             current[range.clone()].copy_from_slice(&image[range]);
@@ -74,9 +79,8 @@ impl RecoveryMethod for Esm {
         server.cache_page_in_change(state, page)?;
         let prev = last_lsn(state, txn);
         let current = state.pool.get_mut(page).expect("page just cached");
-        // The page as it was goes first when it is the first change since the checkpoint
-        // began: once per page and checkpoint, so a copy is fine.
-        let image_first = (page::lsn(current) < state.restart_lsn).then(|| current.to_vec());
+        // The page as it was goes first when it is fresh: once per page, so a copy is fine.
+        let image_first = needs_image_first(current).then(|| current.to_vec());
         // Applied in place, so the before bytes are checked in order: a record's may be what
         // an earlier one wrote.
         apply_client_updates(txn, page, current, updates)?;
@@ -84,7 +88,12 @@ impl RecoveryMethod for Esm {
             .iter()
             .map(|u| (u.offset as usize, u.before, u.after));
         match append_changes(server, txn, prev, page, image_first.as_deref(), changes) {
-            Ok(Some(logged)) => Ok(changes_logged(server, state, txn, page, logged)),
+            Ok(Some(logged)) => {
+                if image_first.is_some() {
+                    image_logged(state, page);
+                }
+                Ok(changes_logged(server, state, txn, page, logged))
+            }
             Ok(None) => Ok(page::lsn(state.pool.get(page).expect("page cached"))),
             Err(e) => {
                 let current = state.pool.get_mut(page).expect("page cached");
@@ -204,6 +213,20 @@ impl RestartPass for EsmRestart {
             ..Replayed::default()
         })
     }
+}
+
+/// Does a change of `page` (its image in the pool) log the page whole first? Only when no
+/// logged record changed it yet (LSN 0: an extension's free page, whose write the log does not
+/// cover and a crash may tear); later home writes of it go through the double-write file.
+fn needs_image_first(page: &[u8]) -> bool {
+    page::lsn(page) == Lsn::ZERO
+}
+
+/// The log holds `page` whole from the restart point on: its home writes until the next
+/// checkpoint need no double write.
+fn image_logged(state: &mut State, page: PageId) {
+    state.logged_whole.insert(page);
+    state.stats.page_images_logged += 1;
 }
 
 /// The last LSN `txn` logged, which its next record points back to.
@@ -451,13 +474,14 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                 server.cache_page_in_change(state, page)?;
                 let mut prev = last_lsn(state, txn);
                 let current = state.pool.get(page).expect("page cached");
-                // Like any change, the first one after a checkpoint began logs the full page.
-                if page::lsn(current) < state.restart_lsn {
+                // Like any change, the first one of a fresh page logs its image.
+                if needs_image_first(current) {
                     let image = RecordBody::PageImage {
                         page,
                         image: current.to_vec(),
                     };
                     prev = server.log.append(Some(txn), prev, &image)?;
+                    image_logged(state, page);
                 }
                 let clr = server.log.append(
                     Some(txn),

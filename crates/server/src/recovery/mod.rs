@@ -133,6 +133,9 @@ pub struct RestartReport {
     /// Pages past the last checkpoint's end of file that were torn and never used: formatted
     /// free again.
     pub pages_repaired: u64,
+    /// Pages put home from the double-write file (their home copy was torn or older).
+    #[serde(default)]
+    pub pages_restored: u64,
     pub elapsed_us: u64,
 }
 
@@ -145,6 +148,7 @@ impl RestartReport {
             + self.losers
             + self.records_undone
             + self.pages_repaired
+            + self.pages_restored
             > 0
     }
 }
@@ -201,6 +205,13 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// than the one at home, if the method keeps one.
     fn newer_copy_in_log(&self, _state: &State, _page: PageId) -> Option<Lsn> {
         None
+    }
+
+    /// Must a home write that a crash could tear go through the double-write file? Yes,
+    /// unless the log itself keeps a whole copy of every page until its home write is durable
+    /// (whole-page logging).
+    fn home_writes_need_double_write(&self) -> bool {
+        true
     }
 
     /// How far the log must be durable before `page`, as of `lsn`, is written home.

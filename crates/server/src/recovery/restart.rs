@@ -1,7 +1,8 @@
-//! The restart driver: what every recovery method's restart shares. It scans the log from the
-//! last checkpoint once, handing each record to the method's pass, checks that the scan began
-//! at a checkpoint, lets the method replay (repeat history and roll losers back, or rebuild
-//! its table), then closes the same way for all: torn pages past the recorded end of the file
+//! The restart driver: what every recovery method's restart shares. It first puts home any
+//! page whose home write the crash tore, from its copy in the double-write file; scans the log
+//! from the last checkpoint once, handing each record to the method's pass; checks that the
+//! scan began at a checkpoint; lets the method replay (repeat history and roll losers back,
+//! or rebuild its table); then closes the same way for all: torn pages past the recorded end of the file
 //! formatted again, the free-space map reloaded and its hints refreshed for the pages
 //! recovery touched, and a checkpoint so that the next restart starts from here (unless the
 //! log held only the quiet checkpoint of a clean close, which already does).
@@ -55,6 +56,14 @@ pub(crate) fn run(
         discarded_bytes: end.discarded_bytes,
         ..RestartReport::default()
     };
+    // Before anything reads the data file: a home write the crash tore is completed from its
+    // copy in the double-write file.
+    report.pages_restored = u64::from(
+        state
+            .double_write
+            .restore(&server.volume, checkpoint)?
+            .pages_restored,
+    );
     let mut pass = server.method.restart_pass();
     let mut first: Option<Record> = None;
     let mut txn_max = 0;
@@ -92,6 +101,7 @@ pub(crate) fn run(
     replayed.touched.retain(|page| page.0 < page_count);
     let nothing_changed = only_a_quiet_checkpoint
         && report.pages_repaired == 0
+        && report.pages_restored == 0
         && replayed.touched.is_empty()
         && !replayed.install_all
         && !state.space.has_dirty_maps()

@@ -192,6 +192,12 @@ impl RecoveryMethod for Wpl {
         }
     }
 
+    fn home_writes_need_double_write(&self) -> bool {
+        // A page is installed from its committed copy in the log, which stays there until the
+        // installed page is synced: a torn install is done again from it.
+        false
+    }
+
     fn checkpoint(
         &self,
         server: &Server,

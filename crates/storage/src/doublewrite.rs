@@ -1,0 +1,328 @@
+//! The double-write file: a ring of page slots beside the data file. A page whose home write a
+//! crash could tear, and which the log cannot rebuild (no whole image of it since the restart
+//! point), is first written to a slot and synced there, then written home. A restart puts a
+//! slot's copy home wherever the home copy is torn or older, so redo always starts from a whole
+//! page and the log never needs whole-page images to guard against torn writes.
+//!
+//! The file has no header: every slot is a sealed page (format version, checksum, page number,
+//! volume id and LSN in its header), so a slot torn by a crash fails verification and is
+//! skipped (its home write had not begun: home writes wait for the slots' sync). A slot is
+//! reused only once the home writes of its previous copy are durable: wrapping round the ring
+//! syncs the data file first. A checkpoint that leaves everything home empties the file, so a
+//! closed store keeps nothing in it.
+
+use crate::fs::{FileSystem, OpenMode, Storage};
+use crate::page::{self, PageKind};
+use crate::volume::Volume;
+use lodestore_core::{Lsn, Result};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Name of the double-write file of volume 0 inside a store's folder.
+pub const DOUBLE_WRITE_FILE_NAME: &str = "volume-0.doublewrite";
+
+/// Slots in the ring: the most pages one batch writes (2 MiB of 8 KiB pages). More slots mean
+/// fewer syncs per checkpoint and more to read at a restart.
+pub const DOUBLE_WRITE_SLOTS: usize = 256;
+
+/// The path of the double-write file of the store in `dir`.
+pub fn double_write_path(dir: &Path) -> PathBuf {
+    dir.join(DOUBLE_WRITE_FILE_NAME)
+}
+
+/// What a restart found in the double-write file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Slots holding a whole page newer than the last checkpoint.
+    pub slots_whole: u32,
+    /// Pages written home from a slot (their home copy was torn or older).
+    pub pages_restored: u32,
+}
+
+/// The open double-write file.
+pub struct DoubleWrite {
+    storage: Arc<dyn Storage>,
+    page_size: usize,
+    /// The slot the next batch starts at.
+    next: usize,
+    /// Home writes were issued since the data file was last synced.
+    home_unsynced: bool,
+    /// Slots were written since the file was last emptied.
+    used: bool,
+    /// The batch being written, sealed, slot after slot.
+    buf: Vec<u8>,
+}
+
+impl std::fmt::Debug for DoubleWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DoubleWrite")
+            .field("path", &self.storage.path())
+            .field("next", &self.next)
+            .finish()
+    }
+}
+
+impl DoubleWrite {
+    /// Opens the double-write file of the store in `dir`, creating it empty if it is missing
+    /// (a store made before it existed, or whose creation it did not reach).
+    pub fn open(fs: &dyn FileSystem, dir: &Path, page_size: usize) -> Result<DoubleWrite> {
+        let path = double_write_path(dir);
+        let mode = if fs.exists(&path) {
+            OpenMode::Existing
+        } else {
+            OpenMode::CreateNew
+        };
+        let storage = fs.open(&path, mode)?;
+        let used = storage.len()? > 0;
+        Ok(DoubleWrite {
+            storage,
+            page_size,
+            next: 0,
+            home_unsynced: false,
+            used,
+            buf: Vec::new(),
+        })
+    }
+
+    /// The most pages one call of [`Self::write_home`] takes.
+    pub fn batch_limit(&self) -> usize {
+        DOUBLE_WRITE_SLOTS
+    }
+
+    /// Writes `pages` (each a page image naming its page) to the next slots, syncs them, then
+    /// writes each home (not synced: the caller syncs the data file when it needs to, and the
+    /// ring does before it reuses these slots). The log must already be durable up to every
+    /// page's LSN: a restart may put these copies home.
+    pub fn write_home(&mut self, volume: &Volume, pages: &mut [&mut [u8]]) -> Result<()> {
+        assert!(
+            pages.len() <= DOUBLE_WRITE_SLOTS,
+            "batch larger than the ring"
+        );
+        if pages.is_empty() {
+            return Ok(());
+        }
+        if self.next + pages.len() > DOUBLE_WRITE_SLOTS {
+            // The slots ahead hold copies of the last lap, whose home writes must be durable
+            // before the copies go.
+            self.sync_home(volume)?;
+            self.next = 0;
+        }
+        self.buf.clear();
+        for image in pages.iter_mut() {
+            debug_assert_eq!(image.len(), self.page_size);
+            page::seal(image);
+            self.buf.extend_from_slice(image);
+        }
+        self.storage
+            .write_at((self.next * self.page_size) as u64, &self.buf)?;
+        self.storage.sync()?;
+        self.used = true;
+        self.next += pages.len();
+        self.home_unsynced = true;
+        for image in pages.iter_mut() {
+            volume.write_page(page::number(image), image)?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the data file if home writes are pending.
+    fn sync_home(&mut self, volume: &Volume) -> Result<()> {
+        if self.home_unsynced {
+            volume.sync()?;
+            self.home_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// The data file was synced by someone else: every home write so far is durable.
+    pub fn home_synced(&mut self) {
+        self.home_unsynced = false;
+    }
+
+    /// Empties the file once every page written through it is durable at home (the data file
+    /// synced since), so a closed store keeps no copies.
+    pub fn empty(&mut self) -> Result<()> {
+        assert!(
+            !self.home_unsynced,
+            "emptied before the home writes were synced"
+        );
+        if self.used {
+            self.storage.set_len(0)?;
+            self.used = false;
+        }
+        self.next = 0;
+        Ok(())
+    }
+
+    /// At a restart, before anything else reads the data file: every slot holding a whole page
+    /// of this volume, newer than `checkpoint` (the begin LSN of the last checkpoint that
+    /// completed), whose home copy is torn or older, goes home, and the data file is synced if
+    /// any did. Running it again finds nothing more to do.
+    ///
+    /// A copy at or below `checkpoint` was written home before that checkpoint synced the data
+    /// file, and may since have been overtaken by a home write that needed no copy (a page the
+    /// log holds whole): putting it home over a page damaged some other way would bring back
+    /// an old version. Newer copies belong to pages that go home only through this file until
+    /// the next checkpoint, and the newest copy of a page leaves the ring last.
+    pub fn restore(&mut self, volume: &Volume, checkpoint: Lsn) -> Result<Restored> {
+        let mut found = Restored::default();
+        let len = self.storage.len()?;
+        let slots = (len / self.page_size as u64) as usize;
+        if slots == 0 {
+            return Ok(found);
+        }
+        let mut copies = vec![0u8; slots * self.page_size];
+        self.storage.read_at(0, &mut copies)?;
+        let mut home = vec![0u8; self.page_size];
+        for copy in copies.chunks_exact_mut(self.page_size) {
+            let number = page::number(copy);
+            // Only data pages pass through here (superblocks and space maps have their own
+            // protection); anything else is not a copy this file was given.
+            let is_data = page::verify(copy, number, volume.volume_id())
+                .is_ok_and(|kind| !matches!(kind, PageKind::Superblock | PageKind::SpaceMap));
+            if !is_data || page::lsn(copy) <= checkpoint {
+                continue;
+            }
+            found.slots_whole += 1;
+            volume.extend_to(number.0 + 1)?;
+            let home_is_current = volume
+                .read_page_sealed(number, &mut home)
+                .is_ok_and(|_| page::lsn(&home) >= page::lsn(copy));
+            if home_is_current {
+                continue;
+            }
+            tracing::info!(page = %number, lsn = page::lsn(copy).0, "page restored from the double-write file");
+            volume.write_page(number, copy)?;
+            found.pages_restored += 1;
+        }
+        if found.pages_restored > 0 {
+            volume.sync()?;
+        }
+        // Every slot's copy is durable at home now: the ring starts over.
+        self.next = 0;
+        self.home_unsynced = false;
+        Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::OpenMode;
+    use crate::memory::MemoryFileSystem;
+    use lodestore_core::PageId;
+
+    const PAGE: usize = 4096;
+
+    fn store(fs: &MemoryFileSystem) -> (Volume, DoubleWrite) {
+        let dir = Path::new("/s");
+        let volume = Volume::create(fs, dir, PAGE).unwrap();
+        volume.extend(8).unwrap();
+        let dw = DoubleWrite::open(fs, dir, PAGE).unwrap();
+        (volume, dw)
+    }
+
+    fn image(id: u32, lsn: u64, fill: u8) -> Vec<u8> {
+        let mut bytes = vec![0u8; PAGE];
+        page::format(&mut bytes, PageKind::Free, PageId(id), 0);
+        bytes[200..300].fill(fill);
+        page::set_lsn(&mut bytes, Lsn(lsn));
+        bytes
+    }
+
+    fn home(volume: &Volume, id: u32) -> Vec<u8> {
+        let mut bytes = vec![0u8; PAGE];
+        volume.read_page_unverified(PageId(id), &mut bytes).unwrap();
+        bytes
+    }
+
+    #[test]
+    fn a_torn_home_write_is_completed_from_its_slot() {
+        let fs = MemoryFileSystem::new();
+        let (volume, mut dw) = store(&fs);
+        let mut a = image(5, 10, 0xAA);
+        let mut b = image(6, 11, 0xBB);
+        dw.write_home(&volume, &mut [&mut a[..], &mut b[..]])
+            .unwrap();
+        // Tear page 5 at home as a crash would.
+        let mut torn = home(&volume, 5);
+        torn[1000..].fill(0x11);
+        volume
+            .storage()
+            .write_at(PageId(5).offset(PAGE), &torn)
+            .unwrap();
+        let found = dw.restore(&volume, Lsn(1)).unwrap();
+        assert_eq!(
+            found,
+            Restored {
+                slots_whole: 2,
+                pages_restored: 1
+            }
+        );
+        assert_eq!(home(&volume, 5), a);
+        // A second restore finds the pages home.
+        assert_eq!(dw.restore(&volume, Lsn(1)).unwrap().pages_restored, 0);
+    }
+
+    #[test]
+    fn a_torn_slot_is_skipped_and_an_older_copy_never_overwrites_a_newer_home() {
+        let fs = MemoryFileSystem::new();
+        let (volume, mut dw) = store(&fs);
+        let mut old = image(5, 10, 0xAA);
+        dw.write_home(&volume, &mut [&mut old[..]]).unwrap();
+        let mut new = image(5, 20, 0xCC);
+        dw.write_home(&volume, &mut [&mut new[..]]).unwrap();
+        // Tear the second slot: its home write is whole, the first slot is older.
+        let storage = fs
+            .open(&double_write_path(Path::new("/s")), OpenMode::Existing)
+            .unwrap();
+        storage.write_at(PAGE as u64 + 100, &[0x55; 50]).unwrap();
+        let found = dw.restore(&volume, Lsn(1)).unwrap();
+        assert_eq!(
+            found,
+            Restored {
+                slots_whole: 1,
+                pages_restored: 0
+            }
+        );
+        assert_eq!(home(&volume, 5), new);
+    }
+
+    #[test]
+    fn wrapping_the_ring_syncs_home_first_and_emptying_keeps_nothing() {
+        let fs = MemoryFileSystem::new();
+        let (volume, mut dw) = store(&fs);
+        volume.extend_to(DOUBLE_WRITE_SLOTS as u32 + 20).unwrap();
+        let mut pages: Vec<Vec<u8>> = (0..DOUBLE_WRITE_SLOTS as u32)
+            .map(|i| image(10 + i, 5, i as u8))
+            .collect();
+        let mut batch: Vec<&mut [u8]> = pages.iter_mut().map(|p| &mut p[..]).collect();
+        dw.write_home(&volume, &mut batch).unwrap();
+        assert!(dw.home_unsynced);
+        let mut one = image(4, 6, 1);
+        dw.write_home(&volume, &mut [&mut one[..]]).unwrap();
+        assert_eq!(dw.next, 1, "the ring wrapped");
+        dw.sync_home(&volume).unwrap();
+        dw.empty().unwrap();
+        assert_eq!(dw.storage.len().unwrap(), 0);
+        assert_eq!(dw.restore(&volume, Lsn(1)).unwrap(), Restored::default());
+    }
+
+    #[test]
+    fn a_copy_from_before_the_last_checkpoint_is_never_put_home() {
+        let fs = MemoryFileSystem::new();
+        let (volume, mut dw) = store(&fs);
+        let mut a = image(5, 10, 0xAA);
+        dw.write_home(&volume, &mut [&mut a[..]]).unwrap();
+        // Page 5 is damaged at home after a checkpoint at LSN 10 made the copy durable there:
+        // the old copy must not come back (the page may have changed since without a copy).
+        volume
+            .storage()
+            .write_at(PageId(5).offset(PAGE) + 2000, &[0x11; 8])
+            .unwrap();
+        assert_eq!(dw.restore(&volume, Lsn(10)).unwrap(), Restored::default());
+        assert!(volume
+            .read_page_sealed(PageId(5), &mut vec![0u8; PAGE])
+            .is_err());
+    }
+}

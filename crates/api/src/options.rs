@@ -200,9 +200,10 @@ impl Options {
         self
     }
 
-    /// Take a checkpoint after this many bytes of log (default 64 MiB). Smaller means shorter
-    /// restarts after a crash, more page writes, and more whole pages logged: the first change
-    /// to a page after a checkpoint logs the page whole.
+    /// Take a checkpoint after this many bytes of log (default 16 MiB). Smaller means shorter
+    /// restarts after a crash (a restart replays the log from the last checkpoint) and more
+    /// page writes (each checkpoint writes every dirty page home, through the double-write
+    /// file).
     pub fn checkpoint_log_bytes(mut self, bytes: u64) -> Options {
         self.checkpoint_log_bytes = bytes;
         self

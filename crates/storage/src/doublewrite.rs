@@ -157,7 +157,7 @@ impl DoubleWrite {
     /// At a restart, before anything else reads the data file: every slot holding a whole page
     /// of this volume, newer than `checkpoint` (the begin LSN of the last checkpoint that
     /// completed), whose home copy is torn or older, goes home, and the data file is synced if
-    /// any did. Running it again finds nothing more to do.
+    /// any such slot was found. Running it again finds nothing more to do.
     ///
     /// A copy at or below `checkpoint` was written home before that checkpoint synced the data
     /// file, and may since have been overtaken by a home write that needed no copy (a page the
@@ -195,7 +195,9 @@ impl DoubleWrite {
             volume.write_page(number, copy)?;
             found.pages_restored += 1;
         }
-        if found.pages_restored > 0 {
+        // A home copy found current may still be only in the operating system's cache (the
+        // process was killed, the machine was not): durable before its slot is reused.
+        if found.slots_whole > 0 {
             volume.sync()?;
         }
         // Every slot's copy is durable at home now: the ring starts over.

@@ -2,10 +2,10 @@
 //! page whose home write the crash tore, from its copy in the double-write file; scans the log
 //! from the last checkpoint once, handing each record to the method's pass; checks that the
 //! scan began at a checkpoint; lets the method replay (repeat history and roll losers back,
-//! or rebuild its table); then closes the same way for all: torn pages past the recorded end of the file
-//! formatted again, the free-space map reloaded and its hints refreshed for the pages
-//! recovery touched, and a checkpoint so that the next restart starts from here (unless the
-//! log held only the quiet checkpoint of a clean close, which already does).
+//! or rebuild its table); then closes the same way for all: torn pages past the recorded end
+//! of the file formatted again, the free-space map reloaded and its hints refreshed for the
+//! pages recovery touched, and a checkpoint so that the next restart starts from here (unless
+//! the log held only the quiet checkpoint of a clean close, which already does).
 
 use super::{check_checkpoint_record, repair_unrecorded_tail, RestartReport};
 use crate::server::{Server, State};

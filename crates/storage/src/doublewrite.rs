@@ -166,34 +166,27 @@ impl DoubleWrite {
     /// the next checkpoint, and the newest copy of a page leaves the ring last.
     pub fn restore(&mut self, volume: &Volume, checkpoint: Lsn) -> Result<Restored> {
         let mut found = Restored::default();
-        let len = self.storage.len()?;
-        let slots = (len / self.page_size as u64) as usize;
-        if slots == 0 {
-            return Ok(found);
-        }
-        let mut copies = vec![0u8; slots * self.page_size];
-        self.storage.read_at(0, &mut copies)?;
+        let slots = self.storage.len()? / self.page_size as u64;
+        // Read a ring's worth at a time, whatever the file's length: memory stays bounded.
+        let mut copies = Vec::new();
         let mut home = vec![0u8; self.page_size];
-        for copy in copies.chunks_exact_mut(self.page_size) {
-            let number = page::number(copy);
-            // Only data pages pass through here (superblocks and space maps have their own
-            // protection); anything else is not a copy this file was given.
-            let is_data = page::verify(copy, number, volume.volume_id())
-                .is_ok_and(|kind| !matches!(kind, PageKind::Superblock | PageKind::SpaceMap));
-            if !is_data || page::lsn(copy) <= checkpoint {
-                continue;
+        let mut first = 0u64;
+        while first < slots {
+            let count = (slots - first).min(DOUBLE_WRITE_SLOTS as u64) as usize;
+            copies.resize(count * self.page_size, 0);
+            self.storage
+                .read_at(first * self.page_size as u64, &mut copies)?;
+            for copy in copies.chunks_exact(self.page_size) {
+                match restore_slot(volume, checkpoint, copy, &mut home)? {
+                    Slot::Ignored => {}
+                    Slot::HomeCurrent => found.slots_whole += 1,
+                    Slot::Restored => {
+                        found.slots_whole += 1;
+                        found.pages_restored += 1;
+                    }
+                }
             }
-            found.slots_whole += 1;
-            volume.extend_to(number.0 + 1)?;
-            let home_is_current = volume
-                .read_page_sealed(number, &mut home)
-                .is_ok_and(|_| page::lsn(&home) >= page::lsn(copy));
-            if home_is_current {
-                continue;
-            }
-            tracing::info!(page = %number, lsn = page::lsn(copy).0, "page restored from the double-write file");
-            volume.write_page(number, copy)?;
-            found.pages_restored += 1;
+            first += count as u64;
         }
         // A home copy found current may still be only in the operating system's cache (the
         // process was killed, the machine was not): durable before its slot is reused.
@@ -205,6 +198,40 @@ impl DoubleWrite {
         self.home_unsynced = false;
         Ok(found)
     }
+}
+
+/// What a restart did with one slot.
+enum Slot {
+    /// Not a whole copy of a data page of this volume newer than the checkpoint.
+    Ignored,
+    /// A copy whose home copy is whole and at least as new.
+    HomeCurrent,
+    /// A copy written home over a torn or older home copy.
+    Restored,
+}
+
+/// Puts `copy` home if it is a whole data page of `volume`, newer than `checkpoint`, and its
+/// home copy (read into `home`) is torn or older.
+fn restore_slot(volume: &Volume, checkpoint: Lsn, copy: &[u8], home: &mut [u8]) -> Result<Slot> {
+    let number = page::number(copy);
+    // Only data pages pass through here (superblocks and space maps have their own
+    // protection), and only pages the last checkpoint recorded (a page added since is a fresh
+    // page, which the log holds whole): anything else is not a copy this file was given.
+    let is_data = page::verify(copy, number, volume.volume_id())
+        .is_ok_and(|kind| !matches!(kind, PageKind::Superblock | PageKind::SpaceMap));
+    if !is_data || page::lsn(copy) <= checkpoint || number.0 >= volume.page_count() {
+        return Ok(Slot::Ignored);
+    }
+    let home_is_current = volume
+        .read_page_sealed(number, home)
+        .is_ok_and(|_| page::lsn(home) >= page::lsn(copy));
+    if home_is_current {
+        return Ok(Slot::HomeCurrent);
+    }
+    tracing::info!(page = %number, lsn = page::lsn(copy).0, "page restored from the double-write file");
+    let mut sealed = copy.to_vec();
+    volume.write_page(number, &mut sealed)?;
+    Ok(Slot::Restored)
 }
 
 #[cfg(test)]
@@ -326,5 +353,38 @@ mod tests {
         assert!(volume
             .read_page_sealed(PageId(5), &mut vec![0u8; PAGE])
             .is_err());
+    }
+
+    #[test]
+    fn a_slot_naming_a_page_past_the_file_is_ignored_and_a_long_file_is_read_in_pieces() {
+        let fs = MemoryFileSystem::new();
+        let (volume, mut dw) = store(&fs);
+        let pages = volume.page_count();
+        let storage = fs
+            .open(&double_write_path(Path::new("/s")), OpenMode::Existing)
+            .unwrap();
+        // A whole copy of a page far past the end, after more than a ring of empty slots.
+        let mut far = image(1_000_000, 50, 0xEE);
+        page::seal(&mut far);
+        let at = (DOUBLE_WRITE_SLOTS as u64 + 3) * PAGE as u64;
+        storage.write_at(at, &far).unwrap();
+        // And a copy of a page that is there, torn at home, in the second piece too.
+        let mut near = image(7, 50, 0x77);
+        page::seal(&mut near);
+        storage.write_at(at + PAGE as u64, &near).unwrap();
+        volume
+            .storage()
+            .write_at(PageId(7).offset(PAGE) + 100, &[0x99; 8])
+            .unwrap();
+        let found = dw.restore(&volume, Lsn(1)).unwrap();
+        assert_eq!(
+            found,
+            Restored {
+                slots_whole: 1,
+                pages_restored: 1
+            }
+        );
+        assert_eq!(volume.page_count(), pages, "the file did not grow");
+        assert_eq!(home(&volume, 7), near);
     }
 }

@@ -1,0 +1,283 @@
+//! Restart from a backup image and the log streams (Lee, Kim & Cha, sections 3.4 and 4.2).
+//!
+//! A restart starts from the backup image that the last complete checkpoint wrote, loaded
+//! into memory, and reads each stream from that checkpoint's begin mark to its end. Whether a
+//! change is already in the backup is told by its record alone: a record after the
+//! checkpoint's end mark never is; a record between the marks is iff the BackupID it carries
+//! differs from the checkpoint's (the checkpointer set each page's bit to the checkpoint's just
+//! before copying the page); a record before the begin mark always is. XOR is not idempotent,
+//! so this is what lets a change be applied exactly when it must:
+//!
+//! - [`one_pass`] (DL1P, Algorithm 3): each stream backwards, once. A transaction's commit
+//!   comes after its changes in its stream, so when a change is met its outcome is known: a
+//!   committed change not in the backup is redone, an uncommitted one in the backup undone, the
+//!   rest skipped. Aborted transactions need no compensation records.
+//! - [`two_pass`] (DL2P): forwards, redoing every change not in the backup (repeating history),
+//!   then backwards, undoing every change of a transaction that did not commit.
+//! - [`physical_two_pass`] (PL2P, the baseline): before and after images, applied in the
+//!   order they were made across all streams (a merge by serial number), then losers undone
+//!   in reverse order; it cannot run streams independently.
+//!
+//! The decisions of the XOR restarts depend on records and the checkpoint only, never on a
+//! page's contents, so the streams replay on threads of their own into one image and the
+//! backup itself may be XORed in at any moment (parallel restart level 4, [`parallel`]).
+//!
+//! Restart writes nothing: running it again on the same backup and log gives the same image.
+
+mod dl1p;
+mod dl2p;
+mod image;
+pub mod parallel;
+mod pl2p;
+
+pub use dl1p::one_pass;
+pub use dl2p::two_pass;
+pub use image::{Image, MemoryImage};
+pub use pl2p::physical_two_pass;
+
+use crate::kinds::{
+    PHYSICAL_CHANGES, PHYSICAL_COMPENSATION, STREAM_CHECKPOINT_BEGIN, STREAM_CHECKPOINT_END,
+    XOR_CHANGES,
+};
+use crate::marks::CheckpointBegin;
+use crate::xor::FLAG_COMMITS;
+use lodestore_core::{Error, Lsn, Result, TxnId};
+use lodestore_wal::{Record, RecordBody};
+use std::collections::HashSet;
+use std::path::Path;
+
+/// Where the last complete checkpoint's marks lie in one stream. Both zero for a stream that
+/// has seen no checkpoint since the store was created (its backup is the initial image).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    pub begin: Lsn,
+    pub end: Lsn,
+}
+
+/// What a restart reads of one stream.
+pub struct StreamTail<'a> {
+    /// The stream's folder, named in errors.
+    pub path: &'a Path,
+    /// The records from the window's begin mark (or the stream's first record) to the end.
+    pub records: &'a [Record],
+    pub window: Window,
+    /// Reads an older record (a loser's changes before the begin mark).
+    pub read: &'a (dyn Fn(Lsn) -> Result<Record> + Sync),
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Replay {
+    pub records: u64,
+    pub ranges_redone: u64,
+    pub ranges_undone: u64,
+    /// Ranges whose change the backup already shows (committed) or never showed (not).
+    pub ranges_skipped: u64,
+    pub bytes_applied: u64,
+    /// Records read before the begin mark, following losers' chains.
+    pub older_records: u64,
+    pub committed: u64,
+    /// Transactions whose changes restart removed (losers and aborted ones).
+    pub rolled_back: u64,
+}
+
+impl Replay {
+    pub fn add(&mut self, other: &Replay) {
+        self.records += other.records;
+        self.ranges_redone += other.ranges_redone;
+        self.ranges_undone += other.ranges_undone;
+        self.ranges_skipped += other.ranges_skipped;
+        self.bytes_applied += other.bytes_applied;
+        self.older_records += other.older_records;
+        self.committed += other.committed;
+        self.rolled_back += other.rolled_back;
+    }
+}
+
+/// A record as the restarts see it.
+enum Entry<'a> {
+    Xor {
+        txn: TxnId,
+        commits: bool,
+        body: &'a [u8],
+    },
+    Physical {
+        txn: TxnId,
+        kind: u8,
+        commits: bool,
+        body: &'a [u8],
+    },
+    Commit(TxnId),
+    Abort(TxnId),
+    Begin(CheckpointBegin),
+    Other,
+}
+
+impl StreamTail<'_> {
+    fn corrupt(&self, lsn: Lsn, reason: impl Into<String>) -> Error {
+        Error::CorruptLog {
+            path: self.path.to_path_buf(),
+            offset: lsn.0,
+            reason: reason.into(),
+        }
+    }
+
+    fn classify<'r>(&self, record: &'r Record) -> Result<Entry<'r>> {
+        let txn = || {
+            record
+                .txn
+                .ok_or_else(|| self.corrupt(record.lsn, "a change names no transaction"))
+        };
+        Ok(match &record.body {
+            RecordBody::Commit => Entry::Commit(txn()?),
+            RecordBody::Abort => Entry::Abort(txn()?),
+            RecordBody::Family { kind, flags, body } => match *kind {
+                XOR_CHANGES => Entry::Xor {
+                    txn: txn()?,
+                    commits: flags & FLAG_COMMITS != 0,
+                    body,
+                },
+                PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => Entry::Physical {
+                    txn: txn()?,
+                    kind: *kind,
+                    commits: flags & FLAG_COMMITS != 0,
+                    body,
+                },
+                STREAM_CHECKPOINT_BEGIN => Entry::Begin(
+                    CheckpointBegin::parse(body).map_err(|r| self.corrupt(record.lsn, r))?,
+                ),
+                STREAM_CHECKPOINT_END => Entry::Other,
+                other => {
+                    return Err(self.corrupt(
+                        record.lsn,
+                        format!("record kind {other} does not belong in a log stream"),
+                    ))
+                }
+            },
+            RecordBody::FlushMark | RecordBody::Skip | RecordBody::End => Entry::Other,
+            other => {
+                return Err(self.corrupt(
+                    record.lsn,
+                    format!(
+                        "record kind {} of the page-level engine found in a log stream",
+                        lodestore_wal::record::Body::kind(other)
+                    ),
+                ))
+            }
+        })
+    }
+
+    /// The window's begin mark: the first record when the window has one.
+    fn begin_mark(&self) -> Result<Option<CheckpointBegin>> {
+        if self.window.begin == Lsn::ZERO {
+            return Ok(None);
+        }
+        match self.records.first() {
+            Some(first) if first.lsn == self.window.begin => match self.classify(first)? {
+                Entry::Begin(mark) => Ok(Some(mark)),
+                _ => Err(self.corrupt(first.lsn, "the checkpoint's begin is not a begin mark")),
+            },
+            _ => Err(self.corrupt(
+                self.window.begin,
+                "the stream does not start at the checkpoint's begin mark",
+            )),
+        }
+    }
+
+    /// Is the change with `backup_id`, in the record at `lsn`, in the backup image?
+    fn in_backup(&self, lsn: Lsn, backup_id: bool, checkpoint_id: bool) -> bool {
+        lsn < self.window.end && backup_id != checkpoint_id
+    }
+
+    /// Visits the records `txn` wrote before the begin mark, newest first from `last`, and
+    /// returns how many it read.
+    fn older_chain(
+        &self,
+        txn: TxnId,
+        last: Lsn,
+        mut visit: impl FnMut(Record) -> Result<()>,
+    ) -> Result<u64> {
+        let mut at = last;
+        let mut steps = 0u64;
+        while at != Lsn::ZERO {
+            let record = (self.read)(at)?;
+            steps += 1;
+            if record.lsn != at
+                || record.txn != Some(txn)
+                || record.lsn >= self.window.begin
+                || steps > CHAIN_MAX
+            {
+                return Err(self.corrupt(
+                    at,
+                    format!("transaction {txn}'s chain before the checkpoint is broken here"),
+                ));
+            }
+            if matches!(self.classify(&record)?, Entry::Commit(_) | Entry::Abort(_)) {
+                return Err(self.corrupt(
+                    at,
+                    format!("transaction {txn}, active at the checkpoint, ended before it"),
+                ));
+            }
+            if record.prev >= record.lsn {
+                return Err(self.corrupt(at, "a record's previous LSN is not before it"));
+            }
+            at = record.prev;
+            visit(record)?;
+        }
+        Ok(steps)
+    }
+
+    /// Undoes the XOR changes `txn` made before the begin mark: every one is in the backup.
+    fn undo_older_xor(
+        &self,
+        txn: TxnId,
+        last: Lsn,
+        image: &dyn Image,
+        replay: &mut Replay,
+    ) -> Result<()> {
+        let mut undone = 0;
+        let mut applied = Replay::default();
+        replay.older_records += self.older_chain(txn, last, |record| {
+            if let Entry::Xor { body, .. } = self.classify(&record)? {
+                undone += apply_xor(self, record.lsn, body, image, &mut applied)?;
+            }
+            Ok(())
+        })?;
+        replay.ranges_undone += undone;
+        replay.bytes_applied += applied.bytes_applied;
+        Ok(())
+    }
+}
+
+/// Longest chain of one transaction's records restart follows (a loop in damaged records
+/// must end).
+const CHAIN_MAX: u64 = 1 << 32;
+
+/// XORs every range of `body` into `image`; returns the ranges applied.
+fn apply_xor(
+    tail: &StreamTail<'_>,
+    lsn: Lsn,
+    body: &[u8],
+    image: &dyn Image,
+    replay: &mut Replay,
+) -> Result<u64> {
+    let mut n = 0;
+    for range in crate::xor::ranges(body) {
+        let range = range.map_err(|r| tail.corrupt(lsn, r))?;
+        image
+            .xor(range.page, range.offset as usize, range.delta)
+            .map_err(|r| tail.corrupt(lsn, r))?;
+        replay.bytes_applied += range.delta.len() as u64;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Transactions active at the begin mark that did not commit: their older changes are undone.
+fn older_losers(begin: &Option<CheckpointBegin>, committed: &HashSet<TxnId>) -> Vec<(TxnId, Lsn)> {
+    begin
+        .iter()
+        .flat_map(|mark| mark.active.iter().copied())
+        .filter(|(txn, _)| !committed.contains(txn))
+        .collect()
+}

@@ -17,6 +17,10 @@ const STORE_FILES: [&str; 4] = [
     "session-counters.new",
 ];
 const LOG_FILE_PREFIXES: [&str; 4] = ["segment-", "spare-", "creating-", "anchor"];
+/// The folder of differential logging (`lodestore_server`'s main-memory methods) and the
+/// files it may hold.
+const DIFFERENTIAL_DIR_NAME: &str = "differential";
+const DIFFERENTIAL_FILE_PREFIXES: [&str; 3] = ["anchor", "creating-anchor", "backup-"];
 
 /// `.NAME.SUFFIX` beside the folder `path`: where a store is built before it takes its name,
 /// or goes before it is deleted.
@@ -67,18 +71,46 @@ fn check_only_store_files(fs: &dyn FileSystem, path: &Path) -> Result<()> {
             return Err(foreign(&file));
         }
     }
-    for dir in fs.list_dirs(path)? {
-        if dir.file_name().is_none_or(|n| n != LOG_DIR_NAME) {
-            return Err(foreign(&dir));
-        }
-        if let Some(subfolder) = fs.list_dirs(&dir)?.into_iter().next() {
+    // A log folder holds segments and its anchor, nothing else.
+    let only_log_files = |dir: &Path| -> Result<()> {
+        if let Some(subfolder) = fs.list_dirs(dir)?.into_iter().next() {
             return Err(foreign(&subfolder));
         }
-        for file in fs.list(&dir)? {
+        for file in fs.list(dir)? {
             let name = file.file_name().unwrap_or_default().to_string_lossy();
             if !LOG_FILE_PREFIXES.iter().any(|p| name.starts_with(p)) {
                 return Err(foreign(&file));
             }
+        }
+        Ok(())
+    };
+    for dir in fs.list_dirs(path)? {
+        let name = dir.file_name().unwrap_or_default().to_string_lossy();
+        if name == LOG_DIR_NAME {
+            only_log_files(&dir)?;
+        } else if name == DIFFERENTIAL_DIR_NAME {
+            // Differential logging: its anchor, two backups, and a log folder per stream.
+            for file in fs.list(&dir)? {
+                let name = file.file_name().unwrap_or_default().to_string_lossy();
+                if !DIFFERENTIAL_FILE_PREFIXES
+                    .iter()
+                    .any(|p| name.starts_with(p))
+                {
+                    return Err(foreign(&file));
+                }
+            }
+            for stream in fs.list_dirs(&dir)? {
+                let name = stream.file_name().unwrap_or_default().to_string_lossy();
+                let numbered = name
+                    .strip_prefix("stream-")
+                    .is_some_and(|n| n.parse::<u32>().is_ok());
+                if !numbered {
+                    return Err(foreign(&stream));
+                }
+                only_log_files(&stream)?;
+            }
+        } else {
+            return Err(foreign(&dir));
         }
     }
     Ok(())

@@ -88,6 +88,7 @@ pub struct Options {
     pub(crate) commit_siblings: usize,
     pub(crate) scheme: Scheme,
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
+    pub(crate) log_streams: usize,
     pub(crate) background_install: bool,
     /// Warn in the log when the store far outgrows the caches (not for an inspection's
     /// in-memory recovery, which reports it itself).
@@ -114,6 +115,7 @@ impl Default for Options {
             commit_siblings: lodestore_server::COMMIT_SIBLINGS_DEFAULT,
             scheme: Scheme::default(),
             recovery_method: None,
+            log_streams: 1,
             background_install: true,
             warn_outgrown: true,
             snapshots: false,
@@ -138,6 +140,7 @@ impl std::fmt::Debug for Options {
             .field("commit_siblings", &self.commit_siblings)
             .field("scheme", &self.scheme.name())
             .field("recovery_method", &self.recovery_method.map(|m| m.name()))
+            .field("log_streams", &self.log_streams)
             .field("background_install", &self.background_install)
             .field("snapshots", &self.snapshots)
             .field(
@@ -242,11 +245,22 @@ impl Options {
     }
 
     /// How the server logs and recovers: `esm` (ARIES-style records), `redo` (the same, with
-    /// clients shipping log records only) or `wpl` (whole-page logging). Unset, a new store
-    /// uses `esm` and an existing one keeps its own. An existing store written under another
-    /// method is recovered with that one first, then switched for good.
+    /// clients shipping log records only), `wpl` (whole-page logging), or a main-memory method
+    /// of differential logging, `dl1p`, `dl2p` (XOR records, one-pass or two-pass restart) or
+    /// `pl2p` (its physical-logging baseline), which keep every page in the server pool (it
+    /// must hold the whole store). Unset, a new store uses `esm` and an existing one keeps its
+    /// own. An existing store written under another method is recovered with that one first,
+    /// then switched for good.
     pub fn recovery_method(mut self, method: RecoveryMethodKind) -> Options {
         self.recovery_method = Some(method);
+        self
+    }
+
+    /// Log streams of a store that takes a differential logging method (1 to 64, default 1):
+    /// each transaction logs to the idlest stream, each stream has its own files and group
+    /// commit. Fixed when the store takes the method.
+    pub fn log_streams(mut self, streams: usize) -> Options {
+        self.log_streams = streams;
         self
     }
 
@@ -345,6 +359,13 @@ impl Options {
         if self.checkpoint_log_bytes == 0 {
             return invalid("checkpoint_log_bytes must be at least 1".into());
         }
+        let streams_max = lodestore_difflog::anchor::STREAMS_MAX;
+        if !(1..=streams_max).contains(&self.log_streams) {
+            return invalid(format!(
+                "log_streams {} must be from 1 to {streams_max}",
+                self.log_streams
+            ));
+        }
         if self.commit_delay > lodestore_server::COMMIT_DELAY_MAX {
             return invalid(format!(
                 "commit_delay {:?} is longer than {:?}",
@@ -387,6 +408,7 @@ impl Options {
             method: self.recovery_method,
             commit_delay: self.commit_delay,
             commit_siblings: self.commit_siblings,
+            log_streams: self.log_streams,
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

@@ -11,16 +11,26 @@ pub fn init(
     page_size: usize,
     log_segment_bytes: u64,
     snapshots: bool,
+    method: lodestore::RecoveryMethodKind,
+    log_streams: usize,
 ) -> Result<ExitCode> {
     let options = Options::new()
         .page_size(page_size)
         .log_segment_bytes(log_segment_bytes)
-        .snapshots(snapshots);
+        .snapshots(snapshots)
+        .recovery_method(method)
+        .log_streams(log_streams);
     let store = Store::create(path, options)?;
+    let streams = if method.is_main_memory() {
+        format!(", {log_streams} log stream(s)")
+    } else {
+        String::new()
+    };
     println!(
-        "created store {} with {}-byte pages",
+        "created store {} with {}-byte pages, recovery method {}{streams}",
         store.path().display(),
-        store.page_size()
+        store.page_size(),
+        store.recovery_method()
     );
     Ok(ExitCode::SUCCESS)
 }

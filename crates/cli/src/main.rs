@@ -59,6 +59,16 @@ pub(crate) enum Command {
         /// Keep snapshots (see `snapshot`); a store that keeps them always does.
         #[arg(long)]
         snapshots: bool,
+        /// Recovery method: esm (ARIES-style records, the default), redo (clients ship log
+        /// records only), wpl (whole-page logging), or a main-memory method of differential
+        /// logging that keeps every page in the server pool: dl1p, dl2p (XOR records,
+        /// one-pass or two-pass restart) or pl2p (its physical-logging baseline).
+        #[arg(long, default_value = "esm")]
+        method: String,
+        /// Log streams of a dl1p, dl2p or pl2p store (1 to 64): each transaction logs to the
+        /// idlest, each stream with its own files and group commit. Fixed for the store's life.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=64))]
+        log_streams: u8,
     },
     /// Show the store's format, page size, recovery method, pages by kind, objects and free
     /// space, its snapshots and the size of their archive, and the counters of the sessions of earlier runs per scheme (traps, pieces
@@ -437,7 +447,18 @@ fn main() -> ExitCode {
             page_size,
             log_segment_bytes,
             snapshots,
-        } => inspect::init(&path, page_size, log_segment_bytes, snapshots),
+            method,
+            log_streams,
+        } => method.parse().and_then(|method| {
+            inspect::init(
+                &path,
+                page_size,
+                log_segment_bytes,
+                snapshots,
+                method,
+                usize::from(log_streams),
+            )
+        }),
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
         Command::Recover { path } => inspect::recover(&path),

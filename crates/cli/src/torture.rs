@@ -8,8 +8,11 @@ use std::process::ExitCode;
 /// Arguments of `lodestore torture`.
 #[derive(clap::Args, Debug)]
 pub struct TortureArgs {
-    /// Recovery method under test: esm, redo (clients ship log records only) or wpl
-    /// (whole-page logging; the background installer is off so a seed replays exactly).
+    /// Recovery method under test: esm, redo (clients ship log records only), wpl (whole-page
+    /// logging; the background installer is off so a seed replays exactly), or a main-memory
+    /// method of differential logging: dl1p, dl2p (XOR records, one-pass or two-pass restart)
+    /// or pl2p (its physical-logging baseline); these close and reopen the recovered store
+    /// before the oracle reads its files, since their data file is written at close.
     #[arg(long, default_value = "esm")]
     method: String,
     /// Update-detection scheme of the workload's session (PD-ESM, PD-UFFD-ESM, SD-ESM, SL-ESM,
@@ -48,6 +51,9 @@ pub struct TortureArgs {
     /// of them change the one collection.
     #[arg(long)]
     collections: bool,
+    /// Log streams of a dl1p, dl2p or pl2p store (1 to 64): transactions go to the idlest.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=64))]
+    log_streams: u8,
     /// Start at this crash point with a fresh store, instead of at 0 (a violation's
     /// reproduction gives it when the store was fresh there, which saves replaying the
     /// points before).
@@ -91,6 +97,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         sessions: usize::from(args.sessions),
         snapshots: args.snapshots,
         collections: args.collections,
+        log_streams: usize::from(args.log_streams),
         first_crash: args.from,
         ..CampaignOptions::default()
     };

@@ -8,8 +8,13 @@
 //! - [`restart`]: the one-pass (DL1P, Algorithm 3) and two-pass (DL2P) restarts of one stream,
 //!   the physical two-pass restart across streams (PL2P), and parallel restart (section 4.2).
 //!
+//! - [`anchor`], [`backup`]: the last complete checkpoint, and the two backup images
+//!   checkpoints write in turn (ping-pong), section 3.3.
+//!
 //! Record kinds are in `lodestore_wal::kinds::DIFFERENTIAL` ([`kinds`]).
 
+pub mod anchor;
+pub mod backup;
 pub mod kinds;
 pub mod marks;
 pub mod physical;

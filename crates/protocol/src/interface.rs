@@ -73,6 +73,9 @@ pub struct AppendedCommit {
     /// Nothing is left to wait for: the transaction wrote nothing, or the server made the
     /// commit durable before answering.
     pub durable: bool,
+    /// The log stream that holds the record (0: the server's one log; a method with several
+    /// streams puts a transaction's records in one of them).
+    pub stream: u16,
 }
 
 /// A dirty page on its way to the server.
@@ -197,7 +200,14 @@ pub trait PageServer: Send + Sync {
         pages: &[ShippedPage<'_>],
     ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         let (lsns, lsn) = self.ship_and_commit(txn, pages)?;
-        Ok((lsns, AppendedCommit { lsn, durable: true }))
+        Ok((
+            lsns,
+            AppendedCommit {
+                lsn,
+                durable: true,
+                stream: 0,
+            },
+        ))
     }
 
     /// Returns once the commit `ship_and_commit_deferred` appended for `txn` is durable, and

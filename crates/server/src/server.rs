@@ -71,6 +71,9 @@ pub struct ServerOptions {
     /// least `commit_siblings` other transactions are active. Zero (the default): no wait.
     pub commit_delay: Duration,
     pub commit_siblings: usize,
+    /// Log streams of a store created with (or switched to) a method that keeps several
+    /// (differential logging); a store that has them keeps its number.
+    pub log_streams: usize,
 }
 
 /// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
@@ -90,6 +93,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("versions", &self.versions.is_some())
             .field("commit_delay", &self.commit_delay)
             .field("commit_siblings", &self.commit_siblings)
+            .field("log_streams", &self.log_streams)
             .finish()
     }
 }
@@ -105,11 +109,16 @@ impl Default for ServerOptions {
             versions: None,
             commit_delay: Duration::ZERO,
             commit_siblings: COMMIT_SIBLINGS_DEFAULT,
+            log_streams: 1,
         }
     }
 }
 
 pub struct Server {
+    /// The file system and folder of the store (methods with files of their own open them
+    /// there).
+    pub(crate) fs: Arc<dyn FileSystem>,
+    pub(crate) dir: std::path::PathBuf,
     pub(crate) volume: Volume,
     pub(crate) log: Log,
     pub(crate) locks: LockManager,
@@ -185,14 +194,15 @@ impl Server {
         let volume = Volume::create(fs.as_ref(), dir, page_size)?;
         let double_write = DoubleWrite::open(fs.as_ref(), dir, page_size)?;
         let log = Log::create(
-            fs,
+            fs.clone(),
             &dir.join(LOG_DIR_NAME),
             log_options(&options, page_size),
         )?;
-        let server = Server::assemble(volume, double_write, log, options)?;
+        let server = Server::assemble(fs, dir, volume, double_write, log, options)?;
         {
             let mut state = server.lock_state();
             state.space = SpaceManager::load(&server.volume)?;
+            server.method.attach(&server, &mut state)?;
             server.checkpoint_locked_with(&mut state, true)?;
         }
         Ok(server)
@@ -216,7 +226,7 @@ impl Server {
         }
         options.log.segment_bytes = sb.log_segment_bytes;
         let (log, end) = Log::open(
-            fs,
+            fs.clone(),
             &dir.join(LOG_DIR_NAME),
             log_options(&options, volume.page_size()),
             sb.checkpoint_lsn,
@@ -230,27 +240,53 @@ impl Server {
         } else {
             recorded
         };
-        let mut server = Server::assemble(volume, double_write, log, options)?;
-        server.use_method(restart_with);
+        let mut server = Server::assemble(fs, dir, volume, double_write, log, options)?;
+        match server.recover(restart_with, wanted, recorded, sb.checkpoint_lsn, end) {
+            Ok(()) => Ok(server),
+            Err(e) => {
+                // A store that did not recover is left as the crash left it: dropping the
+                // server must not checkpoint what recovery only half rebuilt.
+                server
+                    .closed
+                    .store(true, std::sync::atomic::Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    /// Recovers with `restart_with` (the method that wrote the log), then switches to
+    /// `wanted` if it differs.
+    fn recover(
+        &mut self,
+        restart_with: RecoveryMethodKind,
+        wanted: RecoveryMethodKind,
+        recorded: RecoveryMethodKind,
+        checkpoint: Lsn,
+        end: lodestore_wal::LogEnd,
+    ) -> Result<()> {
+        self.use_method(restart_with);
         let report = {
-            let mut state = server.lock_state();
-            crate::recovery::restart::run(&server, &mut state, sb.checkpoint_lsn, end)?
+            let mut state = self.lock_state();
+            self.method.attach(self, &mut state)?;
+            crate::recovery::restart::run(self, &mut state, checkpoint, end)?
         };
         tracing::info!(?report, method = restart_with.name(), "recovered");
         if restart_with != wanted {
-            server.checkpoint_with(true)?;
-            server.use_method(wanted);
+            self.checkpoint_with(true)?;
+            self.use_method(wanted);
+            let mut state = self.lock_state();
+            self.method.attach(self, &mut state)?;
         }
         if wanted != recorded {
-            server.checkpoint_with(false)?;
+            self.checkpoint_with(false)?;
             tracing::info!(
                 from = recorded.name(),
                 to = wanted.name(),
                 "recovery method changed"
             );
         }
-        server.restart = report;
-        Ok(server)
+        self.restart = report;
+        Ok(())
     }
 
     /// Makes `kind` the recovery method, with fresh state of its own.
@@ -264,6 +300,8 @@ impl Server {
     }
 
     fn assemble(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
         volume: Volume,
         double_write: DoubleWrite,
         log: Log,
@@ -274,6 +312,8 @@ impl Server {
         let method = options.method.unwrap_or_default().build();
         let method_state = method.fresh_state();
         Ok(Server {
+            fs,
+            dir: dir.to_path_buf(),
             locks: LockManager::new(options.lock_wait_timeout),
             method,
             state: Mutex::new(State {
@@ -506,7 +546,7 @@ impl Server {
     }
 
     /// The state, unless an earlier failure left it unusable.
-    fn usable_state(&self) -> Result<MutexGuard<'_, State>> {
+    pub(crate) fn usable_state(&self) -> Result<MutexGuard<'_, State>> {
         let state = self.lock_state();
         if let Some(reason) = &state.failed {
             return Err(Error::Io {
@@ -629,6 +669,12 @@ impl Server {
         // the fresh range shrinks from its start; pages skipped below `page` are simply read.
         if state.fresh_pages.contains(&page.0) {
             state.fresh_pages.start = page.0 + 1;
+        }
+        if self.method.keeps_pages_resident() && state.pool.len() >= state.pool.capacity() {
+            return Err(crate::recovery::resident_pool_full(
+                self.volume.page_size(),
+                state.pool.capacity(),
+            ));
         }
         let (frame, victim) = state.pool.reserve(page);
         if let Some(victim) = victim {
@@ -792,6 +838,7 @@ impl Server {
     }
 
     fn checkpoint_steps(&self, state: &mut State, install_all: bool) -> Result<()> {
+        self.method.before_checkpoint(self, state, install_all)?;
         let active: Vec<ActiveTxn> = state
             .txns
             .iter()
@@ -808,7 +855,11 @@ impl Server {
             .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
         let previous = std::mem::replace(&mut state.restart_lsn, begin);
         let mut flushed = 0;
-        let dirty = state.pool.dirty_pages();
+        let dirty = if self.method.checkpoint_writes_home(install_all) {
+            state.pool.dirty_pages()
+        } else {
+            Vec::new()
+        };
         let mut batch = Vec::new();
         for chunk in dirty.chunks(state.double_write.batch_limit()) {
             batch.clear();
@@ -918,6 +969,17 @@ impl Server {
             let Some(page) = state.space.next_free() else {
                 let missing = count - pages.len() as u32;
                 let grow = missing.clamp(EXTEND_PAGES_MIN, EXTEND_PAGES_MAX);
+                let capacity = state.pool.capacity();
+                if self.method.keeps_pages_resident()
+                    && (self.volume.page_count() + grow) as usize > capacity
+                {
+                    // Every page of the file is loaded at the next restart: refuse the growth
+                    // now rather than a store that cannot be opened with this pool.
+                    return Err(crate::recovery::resident_pool_full(
+                        self.volume.page_size(),
+                        capacity,
+                    ));
+                }
                 let first = self.volume.extend(grow)?;
                 state.space.grow(self.volume.page_count());
                 state.fresh_pages = first.0..first.0 + grow;
@@ -1345,7 +1407,7 @@ impl PageServer for Server {
         pages: &[ShippedPage<'_>],
     ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         self.check_shipped(txn, pages)?;
-        let (lsns, commit_lsn) = {
+        let (lsns, commit) = {
             let mut state = self.usable_state()?;
             let lsns = self.log_shipped(&mut state, txn, pages)?;
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
@@ -1357,8 +1419,7 @@ impl PageServer for Server {
                 self.method
                     .log_page_change(self, &mut state, txn, page, &blank)?;
             }
-            let own = state.txns.get(&txn).expect("checked");
-            if own.last_lsn == Lsn::ZERO {
+            if !self.method.has_changes(&state, txn) {
                 // Read-only: nothing to make durable.
                 self.finish(&mut state, txn, true)?;
                 drop(state);
@@ -1366,6 +1427,7 @@ impl PageServer for Server {
                 let commit = AppendedCommit {
                     lsn: self.log.durable_lsn(),
                     durable: true,
+                    stream: 0,
                 };
                 return Ok((lsns, commit));
             }
@@ -1380,21 +1442,22 @@ impl PageServer for Server {
                 versions.prepare_commit(txn)?;
                 state = self.usable_state()?;
             }
-            let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+            let last = state.txns.get(&txn).ok_or_else(|| inactive(txn))?.last_lsn;
             // A durable commit record ends the transaction for recovery: no end record follows.
-            let lsn = self
-                .log
-                .append(Some(txn), own.last_lsn, &RecordBody::Commit)?;
-            self.method.committed(&mut state, txn, lsn);
+            let commit = match self.method.append_commit(self, &mut state, txn)? {
+                Some(commit) => commit,
+                None => AppendedCommit {
+                    lsn: self.log.append(Some(txn), last, &RecordBody::Commit)?,
+                    durable: false,
+                    stream: 0,
+                },
+            };
+            self.method.committed(&mut state, txn, commit.lsn);
             self.finish(&mut state, txn, true)?;
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
             }
-            (lsns, lsn)
-        };
-        let commit = AppendedCommit {
-            lsn: commit_lsn,
-            durable: false,
+            (lsns, commit)
         };
         Ok((lsns, commit))
     }
@@ -1406,7 +1469,12 @@ impl PageServer for Server {
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).
         let delay = self.commit_delay_now();
-        match self.log.flush_after(commit.lsn, delay) {
+        let flushed = if commit.stream == 0 {
+            self.log.flush_after(commit.lsn, delay)
+        } else {
+            self.method.flush_commit(commit, delay)
+        };
+        match flushed {
             Ok(()) => {
                 self.locks.release_all(txn);
                 Ok(())

@@ -44,7 +44,7 @@ const RECOVERY_METHOD_AT: usize = 102;
 const UNUSED_AT: usize = 103;
 /// Recovery method codes this build knows are 0 ..= this; the server's registry of recovery
 /// methods names them.
-pub const RECOVERY_METHOD_CODE_MAX: u8 = 2;
+pub const RECOVERY_METHOD_CODE_MAX: u8 = 5;
 /// The code a new store starts with (the registry's default method).
 pub const RECOVERY_METHOD_CODE_DEFAULT: u8 = 0;
 

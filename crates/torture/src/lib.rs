@@ -68,6 +68,8 @@ pub struct CampaignOptions {
     /// The workload also changes and reads a collection (a B+-tree map), and the oracle
     /// compares its entries and checks the tree after each crash.
     pub collections: bool,
+    /// Log streams of a differential logging method.
+    pub log_streams: usize,
 }
 
 impl Default for CampaignOptions {
@@ -85,6 +87,7 @@ impl Default for CampaignOptions {
             sessions: 1,
             snapshots: false,
             collections: false,
+            log_streams: 1,
         }
     }
 }
@@ -190,7 +193,9 @@ pub(crate) fn store_options(
         .background_install(false)
         .recovery_buffer_bytes(recovery_buffer_bytes.max(page_size))
         .client_cache_bytes(8 * page_size)
-        .server_pool_bytes(6 * page_size)
+        // A tiny pool makes the server evict and reread all the time; a main-memory method
+        // keeps the whole store in its pool instead.
+        .server_pool_bytes(if method.is_main_memory() { 4096 } else { 6 } * page_size)
         .log_segment_bytes(256 << 10)
         .checkpoint_log_bytes(48 << 10)
         .lock_wait_timeout(Duration::from_millis(100))
@@ -205,7 +210,9 @@ fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Option
         options.method,
         options.recovery_buffer_bytes,
     );
-    let store = store.snapshots(options.snapshots);
+    let store = store
+        .snapshots(options.snapshots)
+        .log_streams(options.log_streams);
     if options.sessions > 1 {
         // One session runs at a time: one that waited for a lock would wait for nobody.
         store.lock_wait_timeout(Duration::ZERO)
@@ -331,6 +338,9 @@ fn violation(
     if options.collections {
         reproduce.push_str(" --collections");
     }
+    if options.log_streams > 1 {
+        reproduce.push_str(&format!(" --log-streams {}", options.log_streams));
+    }
     Violation {
         crash,
         fault: fault.map_or("none", |f| f.name()).to_string(),
@@ -375,6 +385,25 @@ fn iteration(
         Err(error) => return Err(format!("recovery failed: {error}")),
     };
     subject.fs.disarm();
+    // A main-memory method writes its data file only when everything goes home (a clean
+    // close), and the oracle reads the files: the recovered store is closed and opened again.
+    let store = if options.method.is_main_memory() {
+        let reopened = store
+            .close()
+            .and_then(|()| Store::open(&subject.path, subject_options(&subject.fs, options)));
+        match reopened {
+            Ok(store) => store,
+            Err(_) if media => {
+                report.media_faults_detected += 1;
+                *subject = Subject::fresh(options)?;
+                subject.fresh_from = crash_point + 1;
+                return Ok(());
+            }
+            Err(error) => return Err(format!("closing the recovered store failed: {error}")),
+        }
+    } else {
+        store
+    };
     match oracle::verify(&store, subject, report) {
         Ok(in_flight) => {
             if media {

@@ -123,6 +123,36 @@ fn crash_campaign_redo_at_server() {
     with_method(22, RecoveryMethodKind::Redo, Scheme::PD_ESM, 10_000);
 }
 
+/// Differential logging: several log streams and sessions, crashes during checkpoints and
+/// restarts included (the checkpoint interval of the campaign's store is short).
+fn with_streams(seed: u64, method: RecoveryMethodKind, sessions: usize, crashes: u64) {
+    let report = campaign(CampaignOptions {
+        seed,
+        method,
+        scheme: Scheme::SD_ESM,
+        crashes,
+        sessions,
+        log_streams: 3,
+        ..CampaignOptions::default()
+    });
+    assert!(report.crashes_during_recovery > 0, "{report:?}");
+}
+
+#[test]
+fn crash_campaign_differential_logging_one_pass() {
+    with_streams(60, RecoveryMethodKind::Dl1p, 4, 1_500);
+}
+
+#[test]
+fn crash_campaign_differential_logging_two_pass() {
+    with_streams(61, RecoveryMethodKind::Dl2p, 1, 1_000);
+}
+
+#[test]
+fn crash_campaign_physical_logging_baseline() {
+    with_streams(62, RecoveryMethodKind::Pl2p, 4, 1_000);
+}
+
 fn with_sessions(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes: u64) {
     let options = CampaignOptions {
         seed,

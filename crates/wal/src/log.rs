@@ -245,6 +245,11 @@ impl Log {
         self.shared.lock()
     }
 
+    /// The log's folder.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
     pub fn options(&self) -> &LogOptions {
         &self.shared.options
     }

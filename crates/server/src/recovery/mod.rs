@@ -10,7 +10,12 @@
 //! - `wpl`: whole-page logging (QuickStore section 3.4): the log holds after-images of whole
 //!   pages, a page's home location only ever holds committed data, and restart is one backward
 //!   pass that rebuilds the WPL table.
+//! - `dl1p`, `dl2p`, `pl2p`: differential logging (Lee, Kim & Cha), a main-memory method:
+//!   every page resident, XOR records (or the baseline's physical ones) in several log
+//!   streams, fuzzy ping-pong checkpoints to two backup images, and a restart that replays
+//!   the streams from the last complete checkpoint's backup.
 
+mod differential;
 mod esm;
 pub(crate) mod restart;
 mod wpl;
@@ -25,8 +30,11 @@ use lodestore_storage::superblock::{RECOVERY_METHOD_CODE_DEFAULT, RECOVERY_METHO
 const RECOVERY_METHOD_ESM: u8 = 0;
 const RECOVERY_METHOD_WPL: u8 = 1;
 const RECOVERY_METHOD_REDO: u8 = 2;
+const RECOVERY_METHOD_DL1P: u8 = 3;
+const RECOVERY_METHOD_DL2P: u8 = 4;
+const RECOVERY_METHOD_PL2P: u8 = 5;
 const _: () = assert!(
-    RECOVERY_METHOD_REDO == RECOVERY_METHOD_CODE_MAX
+    RECOVERY_METHOD_PL2P == RECOVERY_METHOD_CODE_MAX
         && RECOVERY_METHOD_ESM == RECOVERY_METHOD_CODE_DEFAULT
 );
 use serde::Serialize;
@@ -38,13 +46,22 @@ pub enum RecoveryMethodKind {
     Esm,
     Redo,
     Wpl,
+    /// Differential logging, one-pass restart.
+    Dl1p,
+    /// Differential logging, two-pass restart.
+    Dl2p,
+    /// The differential logging paper's baseline: physical logging, two-pass restart.
+    Pl2p,
 }
 
 impl RecoveryMethodKind {
-    pub const ALL: [RecoveryMethodKind; 3] = [
+    pub const ALL: [RecoveryMethodKind; 6] = [
         RecoveryMethodKind::Esm,
         RecoveryMethodKind::Redo,
         RecoveryMethodKind::Wpl,
+        RecoveryMethodKind::Dl1p,
+        RecoveryMethodKind::Dl2p,
+        RecoveryMethodKind::Pl2p,
     ];
 
     pub fn name(self) -> &'static str {
@@ -52,13 +69,25 @@ impl RecoveryMethodKind {
             RecoveryMethodKind::Esm => "esm",
             RecoveryMethodKind::Redo => "redo",
             RecoveryMethodKind::Wpl => "wpl",
+            RecoveryMethodKind::Dl1p => "dl1p",
+            RecoveryMethodKind::Dl2p => "dl2p",
+            RecoveryMethodKind::Pl2p => "pl2p",
         }
     }
 
-    /// Do clients ship the pages whose changes they logged? Not to a redo-at-server server:
-    /// the records are all it takes.
+    /// Does the method keep every page in memory, with backups instead of the data file?
+    pub fn is_main_memory(self) -> bool {
+        matches!(
+            self,
+            RecoveryMethodKind::Dl1p | RecoveryMethodKind::Dl2p | RecoveryMethodKind::Pl2p
+        )
+    }
+
+    /// Do clients ship the pages whose changes they logged? Not to a redo-at-server server,
+    /// nor to a main-memory one: the records are all it takes (each applies them to its own
+    /// copy).
     pub fn wants_logged_pages(self) -> bool {
-        self != RecoveryMethodKind::Redo
+        self != RecoveryMethodKind::Redo && !self.is_main_memory()
     }
 
     /// The superblock's code for this method.
@@ -67,6 +96,9 @@ impl RecoveryMethodKind {
             RecoveryMethodKind::Esm => RECOVERY_METHOD_ESM,
             RecoveryMethodKind::Redo => RECOVERY_METHOD_REDO,
             RecoveryMethodKind::Wpl => RECOVERY_METHOD_WPL,
+            RecoveryMethodKind::Dl1p => RECOVERY_METHOD_DL1P,
+            RecoveryMethodKind::Dl2p => RECOVERY_METHOD_DL2P,
+            RecoveryMethodKind::Pl2p => RECOVERY_METHOD_PL2P,
         }
     }
 
@@ -75,20 +107,35 @@ impl RecoveryMethodKind {
         match code {
             RECOVERY_METHOD_WPL => RecoveryMethodKind::Wpl,
             RECOVERY_METHOD_REDO => RecoveryMethodKind::Redo,
+            RECOVERY_METHOD_DL1P => RecoveryMethodKind::Dl1p,
+            RECOVERY_METHOD_DL2P => RecoveryMethodKind::Dl2p,
+            RECOVERY_METHOD_PL2P => RecoveryMethodKind::Pl2p,
             _ => RecoveryMethodKind::Esm,
         }
     }
 
     /// Do the two methods write and read the same log?
     pub fn same_log(self, other: RecoveryMethodKind) -> bool {
-        let wpl = |m| m == RecoveryMethodKind::Wpl;
-        wpl(self) == wpl(other)
+        self.log_family() == other.log_family()
+    }
+
+    /// Methods of one family read each other's logs.
+    fn log_family(self) -> u8 {
+        match self {
+            RecoveryMethodKind::Esm | RecoveryMethodKind::Redo => 0,
+            RecoveryMethodKind::Wpl => 1,
+            RecoveryMethodKind::Dl1p | RecoveryMethodKind::Dl2p => 2,
+            RecoveryMethodKind::Pl2p => 3,
+        }
     }
 
     pub(crate) fn build(self) -> Box<dyn RecoveryMethod> {
         match self {
             RecoveryMethodKind::Esm | RecoveryMethodKind::Redo => Box::new(esm::Esm { kind: self }),
             RecoveryMethodKind::Wpl => Box::new(wpl::Wpl),
+            RecoveryMethodKind::Dl1p | RecoveryMethodKind::Dl2p | RecoveryMethodKind::Pl2p => {
+                Box::new(differential::Differential::new(self))
+            }
         }
     }
 }
@@ -196,6 +243,66 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// Undoes everything `txn` did.
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()>;
 
+    /// Opens (creating them if need be) the files the method keeps beside the engine's, once
+    /// it has become the store's method and before its restart runs.
+    fn attach(&self, _server: &Server, _state: &mut State) -> Result<()> {
+        Ok(())
+    }
+
+    /// Does every page stay in the pool while the store is open (a main-memory method)? The
+    /// pool then never evicts: a store that outgrows it is an error, not paging.
+    fn keeps_pages_resident(&self) -> bool {
+        false
+    }
+
+    /// Does a checkpoint write the pool's dirty pages home? A main-memory method keeps its
+    /// own images and writes home only when everything must be there (`install_all`).
+    fn checkpoint_writes_home(&self, _install_all: bool) -> bool {
+        true
+    }
+
+    /// Called first in every checkpoint, under the server's state.
+    fn before_checkpoint(
+        &self,
+        _server: &Server,
+        _state: &mut State,
+        _install_all: bool,
+    ) -> Result<()> {
+        Ok(())
+    }
+
+    /// Has `txn` logged anything its commit must make durable?
+    fn has_changes(&self, state: &State, txn: TxnId) -> bool {
+        state
+            .txns
+            .get(&txn)
+            .is_some_and(|own| own.last_lsn != Lsn::ZERO)
+    }
+
+    /// Appends `txn`'s commit record where the method logs it; `None`: in the server's log,
+    /// after the transaction's last record there.
+    fn append_commit(
+        &self,
+        _server: &Server,
+        _state: &mut State,
+        _txn: TxnId,
+    ) -> Result<Option<crate::interface::AppendedCommit>> {
+        Ok(None)
+    }
+
+    /// Returns once a commit the method appended (in a stream other than the server's log) is
+    /// durable; `delay` as for [`lodestore_wal::Log::flush_after`].
+    fn flush_commit(
+        &self,
+        commit: crate::interface::AppendedCommit,
+        _delay: std::time::Duration,
+    ) -> Result<()> {
+        Err(Error::InvalidArgument(format!(
+            "commit at LSN {} names log stream {}, and this method keeps no streams",
+            commit.lsn, commit.stream
+        )))
+    }
+
     /// The state this method keeps beside the engine's (`State::method_state`), fresh.
     fn fresh_state(&self) -> Box<dyn std::any::Any + Send> {
         Box::new(())
@@ -267,6 +374,15 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         txn: TxnId,
         pages: &[PageId],
     ) -> Result<Vec<Vec<u8>>>;
+}
+
+/// The error of a main-memory method whose store no longer fits the server pool.
+pub(crate) fn resident_pool_full(page_size: usize, capacity: usize) -> Error {
+    Error::InvalidArgument(format!(
+        "the store no longer fits the server pool of {capacity} pages ({} MiB): a main-memory \
+         recovery method keeps every page resident; reopen with a larger pool",
+        (capacity * page_size) >> 20
+    ))
 }
 
 /// Applies client log records of `page` to `current` in order, checking each record's before

@@ -89,7 +89,17 @@ pub fn session_counters(
 /// Figures about the store in `path`.
 pub fn info(file_system: &dyn FileSystem, path: &Path) -> Result<StoreInfo> {
     let volume = Volume::open(file_system, path, None, OpenMode::ReadOnly)?;
-    inspect::info(&volume)
+    let mut info = inspect::info(&volume)?;
+    let sb = volume.superblock();
+    if lodestore_server::RecoveryMethodKind::from_code(sb.recovery_method).is_main_memory() {
+        info.differential = lodestore_server::recovery::differential::inspect::info(
+            file_system,
+            path,
+            sb.log_segment_bytes,
+            volume.page_size(),
+        )?;
+    }
+    Ok(info)
 }
 
 /// The snapshots of the store in `path` and the figures of their archive and snapshot log,

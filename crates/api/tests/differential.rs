@@ -152,3 +152,55 @@ fn pages_added_after_the_checkpoint_come_back_from_the_log() {
         assert_eq!(found, 5, "{}: objects read offline", method.name());
     }
 }
+
+#[test]
+fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
+    use lodestore_storage::{FileSystem, OpenMode};
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/stores/checked");
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Dl1p, 2)).unwrap();
+    let oids = create(&store);
+    add(&store, &oids, 5, true);
+    store.close().unwrap();
+
+    let info = lodestore::info(fs.as_ref(), path).unwrap();
+    let dl = info.differential.expect("a main-memory store shows its streams");
+    assert_eq!(dl.streams.len(), 2);
+    assert!(dl.backup_pages > 3 && dl.checkpoint >= 1, "{dl:?}");
+    assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
+
+    // A flipped byte in a page of the backup the anchor names.
+    let backup = path.join(format!("differential/backup-{}.image", dl.backup));
+    let file = fs.open(&backup, OpenMode::Existing).unwrap();
+    let mut byte = [0u8];
+    let at = 4 * 4096 + 700;
+    file.read_at(at, &mut byte).unwrap();
+    file.write_at(at, &[byte[0] ^ 0x10]).unwrap();
+    file.sync().unwrap();
+    let report = lodestore::check(fs.as_ref(), path).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.message.contains(&format!("backup-{}", dl.backup))
+            && p.message.contains("page 4")),
+        "{:?}",
+        report.problems
+    );
+    file.write_at(at, &byte).unwrap();
+    file.sync().unwrap();
+    assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
+
+    // A damaged record of a stream, past the checkpoint's begin mark: named with its stream.
+    let stream = &dl.streams[0];
+    let segment = path.join("differential/stream-0/segment-0000000001.log");
+    let file = fs.open(&segment, OpenMode::Existing).unwrap();
+    let offset = 4096 + stream.begin - (256 << 10) + 20;
+    file.read_at(offset, &mut byte).unwrap();
+    file.write_at(offset, &[byte[0] ^ 1]).unwrap();
+    file.sync().unwrap();
+    let report = lodestore::check(fs.as_ref(), path).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.message.contains("stream-0")),
+        "{:?}",
+        report.problems
+    );
+    assert!(Store::open(path, options(&fs, RecoveryMethodKind::Dl1p, 2)).is_err());
+}

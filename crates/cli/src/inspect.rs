@@ -159,6 +159,21 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     }
     println!("named roots    {}", info.roots);
     println!("last LSN       {}", info.last_lsn);
+    if let Some(dl) = &info.differential {
+        println!(
+            "checkpoint     {} (differential logging): backup-{}.image, {} pages, BackupID {}",
+            dl.checkpoint,
+            dl.backup,
+            dl.backup_pages,
+            u8::from(dl.backup_id)
+        );
+        for (s, stream) in dl.streams.iter().enumerate() {
+            println!(
+                "  stream {s:<3}   begin mark {}, end mark {}, ends at {}; {} records to replay",
+                stream.begin, stream.end_mark, stream.log_end, stream.records
+            );
+        }
+    }
     if let Some((list, stats)) = &snapshots {
         println!(
             "snapshots      {} (ids {}); archive {} bytes, snapshot log {} bytes",

@@ -62,8 +62,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// The data file has a length that no valid store has.
-    #[error("{path}: data file is corrupt: {reason}")]
+    /// A file of the store (data file, backup image, snapshot file, anchor) is damaged or
+    /// has a length no valid one has.
+    #[error("{path}: file is corrupt: {reason}")]
     CorruptFile { path: PathBuf, reason: String },
 
     /// The log is damaged before its end: a record that fails its checks is followed by valid

@@ -4,9 +4,10 @@
 //! marks lie in each log stream. A checkpoint writes it last, after its pages are synced in the
 //! backup and every stream is durable through its end mark.
 //!
-//! Two slots of 4096 bytes written in turn (generation g to slot g % 2) and synced, so a torn
-//! write leaves the other slot, which names the checkpoint before: its backup is the one the
-//! torn checkpoint did not write.
+//! Two slots of 4096 bytes (generation g in slot g % 2), both rewritten by each checkpoint,
+//! one after the other, each synced: a torn write leaves the other slot, which names the
+//! checkpoint before (its backup is the one the torn checkpoint did not write), and a slot
+//! damaged at rest leaves its twin naming the same checkpoint.
 //!
 //! ```text
 //! slot (4096 bytes)
@@ -100,6 +101,19 @@ impl Anchor {
 
     /// Opens the anchor in `dir` and reads the newer valid slot.
     pub fn open(fs: &dyn FileSystem, dir: &Path) -> Result<(Anchor, Checkpointed)> {
+        Anchor::open_with(fs, dir, OpenMode::Existing)
+    }
+
+    /// What the anchor in `dir` records, the file opened read-only (inspection tools).
+    pub fn read(fs: &dyn FileSystem, dir: &Path) -> Result<Checkpointed> {
+        Ok(Anchor::open_with(fs, dir, OpenMode::ReadOnly)?.1)
+    }
+
+    fn open_with(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        mode: OpenMode,
+    ) -> Result<(Anchor, Checkpointed)> {
         let path = anchor_path(dir);
         if !fs.exists(&path) {
             return Err(Error::CorruptFile {
@@ -107,7 +121,7 @@ impl Anchor {
                 reason: "the differential logging anchor is missing".into(),
             });
         }
-        let file = fs.open(&path, OpenMode::Existing)?;
+        let file = fs.open(&path, mode)?;
         let mut bytes = vec![0u8; 2 * SLOT_BYTES];
         let len = file.len()? as usize;
         if len != bytes.len() {
@@ -139,14 +153,20 @@ impl Anchor {
         }
     }
 
-    /// Records `done` as the last complete checkpoint (written to the older slot, synced).
+    /// Records `done` as the last complete checkpoint: the older slot first, synced, then the
+    /// other, synced. A write torn by a crash leaves the other slot naming the checkpoint
+    /// before (whose backup this one did not touch, so falling back to it is safe); once both
+    /// are written, a slot damaged later (a flipped bit) leaves its twin, never a fall back to
+    /// a checkpoint whose backup a later one may have half overwritten.
     pub fn record(&mut self, done: &Checkpointed) -> Result<()> {
         check_streams(self.file.path(), done.windows.len())?;
-        let generation = self.generation + 1;
-        let slot = (generation % 2) * SLOT_BYTES as u64;
-        self.file.write_at(slot, &encode(generation, done))?;
-        self.file.sync()?;
-        self.generation = generation;
+        for _ in 0..2 {
+            let generation = self.generation + 1;
+            let slot = (generation % 2) * SLOT_BYTES as u64;
+            self.file.write_at(slot, &encode(generation, done))?;
+            self.file.sync()?;
+            self.generation = generation;
+        }
         Ok(())
     }
 }
@@ -257,12 +277,20 @@ mod tests {
         assert_eq!(state(3).backup(), 1);
         assert!(state(3).backup_id());
 
-        // A torn write of the newest slot leaves the one before.
+        // Both slots name the newest checkpoint: one damaged slot leaves its twin.
         let file = fs.open(&anchor_path(dir), OpenMode::Existing).unwrap();
-        // (Generation 3, the newest, went to slot 1.)
         file.write_at(SLOT_BYTES as u64, &[0xff; 32]).unwrap();
-        assert_eq!(Anchor::open(&fs, dir).unwrap().1, state(1));
-        file.write_at(20, &[1]).unwrap();
+        assert_eq!(Anchor::open(&fs, dir).unwrap().1, state(2));
+        // A record torn in its first slot leaves the checkpoint before in the second.
+        let mut anchor = Anchor::open(&fs, dir).unwrap().0;
+        anchor.record(&state(3)).unwrap();
+        let first_slot = ((anchor.generation - 1) % 2) * SLOT_BYTES as u64;
+        let other = SLOT_BYTES as u64 - first_slot;
+        file.write_at(other, &encode(anchor.generation - 2, &state(2)))
+            .unwrap();
+        file.write_at(first_slot + 30, &[0x55]).unwrap();
+        assert_eq!(Anchor::open(&fs, dir).unwrap().1, state(2));
+        file.write_at(other + 20, &[1]).unwrap();
         let err = Anchor::open(&fs, dir).unwrap_err().to_string();
         assert!(
             err.contains("no valid slot") && err.contains("checksum"),

@@ -46,6 +46,21 @@ impl Backup {
         })
     }
 
+    /// Opens backup `index` in `dir` read-only (inspection tools).
+    pub fn open_read_only(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        index: usize,
+        page_size: usize,
+        volume: VolumeId,
+    ) -> Result<Backup> {
+        Ok(Backup {
+            file: fs.open(&backup_path(dir, index), OpenMode::ReadOnly)?,
+            page_size,
+            volume,
+        })
+    }
+
     pub fn path(&self) -> &Path {
         self.file.path()
     }

@@ -73,6 +73,18 @@ pub fn check(fs: &dyn FileSystem, dir: &Path) -> Result<CheckReport> {
     checker.superblocks()?;
     checker.pages()?;
     checker.cross_checks();
+    let sb = volume.superblock();
+    if crate::RecoveryMethodKind::from_code(sb.recovery_method).is_main_memory() {
+        let report = &mut checker.report;
+        report.pages_checked += crate::recovery::differential::inspect::check(
+            fs,
+            dir,
+            sb.log_segment_bytes,
+            volume.page_size(),
+            volume.volume_id(),
+            &mut report.problems,
+        );
+    }
     Ok(checker.report)
 }
 

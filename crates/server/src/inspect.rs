@@ -141,6 +141,9 @@ pub struct StoreInfo {
     pub last_lsn: u64,
     pub superblock_generation: u64,
     pub created_unix_seconds: u64,
+    /// A main-memory store's last checkpoint, backups and log streams.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub differential: Option<crate::recovery::differential::inspect::DifferentialInfo>,
 }
 
 /// Gathers the figures `info` shows. Reads every page.
@@ -184,5 +187,6 @@ pub fn info(volume: &Volume) -> Result<StoreInfo> {
         last_lsn: sb.last_lsn.0,
         superblock_generation: sb.generation,
         created_unix_seconds: sb.created_unix_seconds,
+        differential: None,
     })
 }

@@ -207,6 +207,33 @@ impl Log {
         ))
     }
 
+    /// Visits every valid record of the log in `dir` from `from` to its end without opening it
+    /// for writing (inspection tools): segment files are opened read-only and their headers
+    /// checked; the anchor is not read.
+    pub fn scan_read_only(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        options: &LogOptions,
+        from: Lsn,
+        visit: impl FnMut(Record) -> Result<()>,
+    ) -> Result<LogEnd> {
+        check_options(options)?;
+        let mut segments = BTreeMap::new();
+        for path in fs.list(dir)? {
+            if let Some(index) = segment::segment_index(&path) {
+                let file = fs.open(&path, OpenMode::ReadOnly)?;
+                segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                segments.insert(index, file);
+            }
+        }
+        Segments {
+            files: &segments,
+            segment_bytes: options.segment_bytes,
+            page_size_max: options.page_size_max,
+        }
+        .scan(from, visit)
+    }
+
     fn with(
         fs: Arc<dyn FileSystem>,
         dir: &Path,

@@ -15,7 +15,7 @@
 //!   streams, fuzzy ping-pong checkpoints to two backup images, and a restart that replays
 //!   the streams from the last complete checkpoint's backup.
 
-mod differential;
+pub mod differential;
 mod esm;
 pub(crate) mod restart;
 mod wpl;

@@ -12,6 +12,7 @@
 //! aborts, commits into streams, the checkpoint's steps, and loading the backup at restart.
 
 mod checkpoint;
+pub mod inspect;
 mod restart;
 pub(crate) mod state;
 
@@ -34,7 +35,7 @@ pub(crate) const CHECKPOINT_STEP_PAGES: usize = 64;
 
 /// Serves `dl1p`, `dl2p` and `pl2p`: they log, abort and checkpoint alike and differ in the
 /// record (XOR or physical) and in how restart replays the streams.
-pub struct Differential {
+pub(crate) struct Differential {
     pub kind: RecoveryMethodKind,
     streams: OnceLock<Arc<Streams>>,
 }

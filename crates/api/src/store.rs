@@ -352,7 +352,7 @@ impl Store {
     /// Counters of the write-ahead log since the store was opened.
     pub fn log_stats(&self) -> lodestore_wal::LogStats {
         match &self.backend {
-            Backend::Embedded(server) => server.log().stats(),
+            Backend::Embedded(server) => server.log_stats(),
             Backend::Remote { control, .. } => Self::remote_stats(control).1,
         }
     }

@@ -164,7 +164,9 @@ fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
     store.close().unwrap();
 
     let info = lodestore::info(fs.as_ref(), path).unwrap();
-    let dl = info.differential.expect("a main-memory store shows its streams");
+    let dl = info
+        .differential
+        .expect("a main-memory store shows its streams");
     assert_eq!(dl.streams.len(), 2);
     assert!(dl.backup_pages > 3 && dl.checkpoint >= 1, "{dl:?}");
     assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
@@ -179,8 +181,11 @@ fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
     file.sync().unwrap();
     let report = lodestore::check(fs.as_ref(), path).unwrap();
     assert!(
-        report.problems.iter().any(|p| p.message.contains(&format!("backup-{}", dl.backup))
-            && p.message.contains("page 4")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.message.contains(&format!("backup-{}", dl.backup))
+                && p.message.contains("page 4")),
         "{:?}",
         report.problems
     );
@@ -198,7 +203,10 @@ fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
     file.sync().unwrap();
     let report = lodestore::check(fs.as_ref(), path).unwrap();
     assert!(
-        report.problems.iter().any(|p| p.message.contains("stream-0")),
+        report
+            .problems
+            .iter()
+            .any(|p| p.message.contains("stream-0")),
         "{:?}",
         report.problems
     );

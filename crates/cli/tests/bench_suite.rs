@@ -264,3 +264,46 @@ fn bench_commit_measures_every_delay_and_refuses_bad_ones() {
         assert!(stderr.contains(flag), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn bench_difflog_compares_the_three_methods_and_writes_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("difflog.csv");
+    let out = lodestore()
+        .args(["bench", "difflog"])
+        .arg(dir.path().join("stores"))
+        .args(["--records", "2000", "--transactions", "200", "--runs", "1"])
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for figure in [
+        "bytes logged per transaction",
+        "transactions/s",
+        "log read ms",
+        "dl1p / pl2p",
+    ] {
+        assert!(stdout.contains(figure), "{figure} missing: {stdout}");
+    }
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    // A header and one run of each method; each logged something and replayed it.
+    assert_eq!(rows.lines().count(), 4, "{rows}");
+    for line in rows.lines().skip(1) {
+        let cells: Vec<&str> = line.split(',').collect();
+        assert!(cells[2].parse::<u64>().unwrap() > 0, "{line}");
+        assert!(cells[8].parse::<u64>().unwrap() > 0, "{line}");
+    }
+    let out = lodestore()
+        .args(["bench", "difflog", "--streams", "0"])
+        .arg(dir.path().join("stores"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--streams"));
+}

@@ -80,6 +80,27 @@ impl PhysicalRecordBuilder {
         }
     }
 
+    /// Gives the record its serial number (taken when it is appended, so serial order is the
+    /// order records reach the streams).
+    pub fn set_serial(&mut self, serial: u64) {
+        self.body[..8].copy_from_slice(&serial.to_le_bytes());
+    }
+
+    /// No ranges yet.
+    pub fn is_empty(&self) -> bool {
+        self.body.len() == 8
+    }
+
+    /// Bytes of the body so far.
+    pub fn body_len(&self) -> usize {
+        self.body.len()
+    }
+
+    /// The body so far (read it with [`parse`]).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
     pub fn commits(mut self, yes: bool) -> PhysicalRecordBuilder {
         self.commits = yes;
         self

@@ -138,6 +138,11 @@ impl XorRecordBuilder {
     pub fn body_len(&self) -> usize {
         self.body.len()
     }
+
+    /// The body so far (read it with [`ranges`]).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
 }
 
 impl Body for XorRecordBuilder {

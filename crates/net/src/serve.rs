@@ -572,7 +572,7 @@ impl Connection {
             }
             Request::Stats => Response::Stats {
                 server: server.stats(),
-                log: server.log().stats(),
+                log: server.log_stats(),
                 locks: server.lock_stats(),
             },
             Request::Checkpoint => {

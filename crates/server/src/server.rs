@@ -348,6 +348,20 @@ impl Server {
         &self.log
     }
 
+    /// Counters of the server's log and of the recovery method's log streams, together.
+    pub fn log_stats(&self) -> lodestore_wal::LogStats {
+        let mut stats = self.log.stats();
+        for stream in self.method.stream_stats() {
+            stats.add(&stream);
+        }
+        stats
+    }
+
+    /// Counters of each log stream of the recovery method (none for methods with one log).
+    pub fn stream_stats(&self) -> Vec<lodestore_wal::LogStats> {
+        self.method.stream_stats()
+    }
+
     pub(crate) fn log_dir(&self) -> std::path::PathBuf {
         self.volume
             .path()

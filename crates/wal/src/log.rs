@@ -58,6 +58,18 @@ pub struct LogStats {
     pub segments_reused: u64,
 }
 
+impl LogStats {
+    /// The counters of two logs together (a server's log and its method's streams).
+    pub fn add(&mut self, other: &LogStats) {
+        self.records += other.records;
+        self.bytes_appended += other.bytes_appended;
+        self.flushes += other.flushes;
+        self.bytes_flushed += other.bytes_flushed;
+        self.segments_created += other.segments_created;
+        self.segments_reused += other.segments_reused;
+    }
+}
+
 pub struct Log {
     shared: Arc<Shared>,
 }

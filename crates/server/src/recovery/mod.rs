@@ -169,6 +169,14 @@ pub struct RestartReport {
     pub log_end: u64,
     /// Bytes of a torn last log write that were dropped.
     pub discarded_bytes: u64,
+    /// Main-memory methods: microseconds loading the backup, reading the log streams, and
+    /// replaying them.
+    #[serde(default)]
+    pub backup_load_us: u64,
+    #[serde(default)]
+    pub log_read_us: u64,
+    #[serde(default)]
+    pub replay_us: u64,
     pub records_scanned: u64,
     /// Changes redone (records whose effect the page did not show yet).
     pub redo_applied: u64,
@@ -269,6 +277,11 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         _install_all: bool,
     ) -> Result<()> {
         Ok(())
+    }
+
+    /// Counters of the log streams the method keeps beside the server's log.
+    fn stream_stats(&self) -> Vec<lodestore_wal::LogStats> {
+        Vec::new()
     }
 
     /// Has `txn` logged anything its commit must make durable?

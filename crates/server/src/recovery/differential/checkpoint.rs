@@ -185,6 +185,8 @@ pub(crate) fn worker_turn(server: &Server) -> Result<bool> {
 fn begin(state: &mut State) -> Result<()> {
     let dl = dl_mut(state);
     debug_assert!(dl.running.is_none());
+    // From now on any page may go into the backup: every change must be in a stream first.
+    dl.append_all_pending()?;
     let streams = dl.streams.clone();
     let checkpoint = dl.done.checkpoint + 1;
     let mut begins = Vec::with_capacity(streams.logs.len());

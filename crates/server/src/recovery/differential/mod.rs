@@ -26,7 +26,7 @@ use lodestore_difflog::xor::{self, XorRecordBuilder};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::page;
 use lodestore_wal::{Record, RecordBody};
-use state::{DlState, DlTxn, Streams};
+use state::{DlState, DlTxn, PendingRecord, Streams, PENDING_BYTES_MAX};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -60,7 +60,10 @@ impl Differential {
     }
 
     /// Logs changes already applied to the pool's copy of `page` (their before bytes given)
-    /// in `txn`'s stream. Returns the page's new version.
+    /// in `txn`'s record: kept by the transaction until it commits or the record grows past
+    /// [`PENDING_BYTES_MAX`], appended at once while a checkpoint runs (the checkpoint may
+    /// copy the page into its backup at any step, and a change in a backup must be in a
+    /// stream). Returns the page's new version.
     fn log_changes(
         &self,
         state: &mut State,
@@ -70,38 +73,43 @@ impl Differential {
     ) -> Result<Lsn> {
         let streams = self.streams();
         let dl = dl_mut(state);
-        let (stream, prev) = match dl.txns.get(&txn) {
-            Some(t) => (t.stream, t.last),
-            None => (streams.idlest(&dl.writers), Lsn::ZERO),
-        };
-        let lsn = if self.logs_xor() {
-            let backup_id = dl.backup_id_of(page);
-            let mut record = XorRecordBuilder::new();
-            for u in updates {
-                record.push_change(page, u.offset as usize, backup_id, u.before, u.after);
+        if !dl.txns.contains_key(&txn) {
+            let stream = streams.idlest(&dl.writers);
+            dl.writers[stream] += 1;
+            dl.txns.insert(
+                txn,
+                DlTxn {
+                    stream,
+                    first: Lsn::ZERO,
+                    last: Lsn::ZERO,
+                    pending: None,
+                },
+            );
+        }
+        let backup_id = dl.backup_id_of(page);
+        let xor = self.logs_xor();
+        let t = dl.txns.get_mut(&txn).expect("inserted above");
+        let pending = t.pending.get_or_insert_with(|| {
+            if xor {
+                PendingRecord::Xor(XorRecordBuilder::new())
+            } else {
+                PendingRecord::Physical(PhysicalRecordBuilder::changes(0))
             }
-            streams.logs[stream].append(Some(txn), prev, &record)?
-        } else {
-            let mut record = PhysicalRecordBuilder::changes(dl.next_serial);
-            dl.next_serial += 1;
-            for u in updates {
-                record.push(page, u.offset as usize, u.before, u.after);
+        });
+        match pending {
+            PendingRecord::Xor(record) => {
+                for u in updates {
+                    record.push_change(page, u.offset as usize, backup_id, u.before, u.after);
+                }
             }
-            streams.logs[stream].append(Some(txn), prev, &record)?
-        };
-        match dl.txns.get_mut(&txn) {
-            Some(t) => t.last = lsn,
-            None => {
-                dl.txns.insert(
-                    txn,
-                    DlTxn {
-                        stream,
-                        first: lsn,
-                        last: lsn,
-                    },
-                );
-                dl.writers[stream] += 1;
+            PendingRecord::Physical(record) => {
+                for u in updates {
+                    record.push(page, u.offset as usize, u.before, u.after);
+                }
             }
+        }
+        if dl.running.is_some() || pending.body_len() >= PENDING_BYTES_MAX {
+            dl.append_pending(txn)?;
         }
         dl.changed(page);
         let version = dl.version();
@@ -112,6 +120,20 @@ impl Differential {
             own.touched.insert(page);
         }
         Ok(version)
+    }
+
+    /// Hands every change range of `txn` to `undo` (page, offset, the delta or the before
+    /// bytes), newest first: those it has not appended, then its records in its stream.
+    fn undo_ranges(
+        &self,
+        t: &DlTxn,
+        txn: TxnId,
+        mut undo: impl FnMut(PageId, usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        if let Some(pending) = &t.pending {
+            pending.undo(&mut undo)?;
+        }
+        self.walk_back(t.stream, txn, t.last, undo)
     }
 
     /// Walks `txn`'s records back from `last` in `stream`, handing each change range to
@@ -251,6 +273,12 @@ impl RecoveryMethod for Differential {
         Ok(())
     }
 
+    fn stream_stats(&self) -> Vec<lodestore_wal::LogStats> {
+        self.streams
+            .get()
+            .map_or_else(Vec::new, |s| s.logs.iter().map(|l| l.stats()).collect())
+    }
+
     fn has_changes(&self, state: &State, txn: TxnId) -> bool {
         dl(state).txns.contains_key(&txn)
     }
@@ -321,18 +349,13 @@ impl RecoveryMethod for Differential {
             return Ok(());
         };
         let mut undone: Vec<(PageId, usize, Vec<u8>)> = Vec::new();
-        self.walk_back(t.stream, txn, t.last, |page, offset, bytes| {
+        self.undo_ranges(&t, txn, |page, offset, bytes| {
             undone.push((page, offset, bytes.to_vec()));
             Ok(())
         })?;
         let running = dl(state).running.is_some();
         let mut xor_record = XorRecordBuilder::new();
         let mut compensation = PhysicalRecordBuilder::compensation(0);
-        if !self.logs_xor() {
-            let dl = dl_mut(state);
-            compensation = PhysicalRecordBuilder::compensation(dl.next_serial);
-            dl.next_serial += 1;
-        }
         for (page, offset, bytes) in &undone {
             server.cache_page_in_change(state, *page)?;
             let image = state.pool.get_mut(*page).expect("page cached");
@@ -358,12 +381,20 @@ impl RecoveryMethod for Differential {
             page::set_lsn(image, version);
             state.pool.mark_dirty(*page, version);
         }
+        if t.last == Lsn::ZERO {
+            // Nothing reached a stream: nothing there to end (XOR), nothing to compensate.
+            debug_assert!(xor_record.is_empty());
+            return Ok(());
+        }
         let log = &self.streams().logs[t.stream];
         let mut last = t.last;
         if !xor_record.is_empty() {
             last = log.append(Some(txn), last, &xor_record)?;
         }
         if !self.logs_xor() && !undone.is_empty() {
+            let dl = dl_mut(state);
+            compensation.set_serial(dl.next_serial);
+            dl.next_serial += 1;
             last = log.append(Some(txn), last, &compensation)?;
         }
         let abort = log.append(Some(txn), last, &RecordBody::Abort)?;
@@ -382,7 +413,14 @@ impl RecoveryMethod for Differential {
         let t = Self::forget(state, txn).ok_or_else(|| {
             Error::InvalidArgument(format!("transaction {txn} logged nothing to commit"))
         })?;
-        let lsn = self.streams().logs[t.stream].append(Some(txn), t.last, &RecordBody::Commit)?;
+        let log = &self.streams().logs[t.stream];
+        // The transaction's last changes carry its commit: one record, one header.
+        let lsn = match t.pending {
+            Some(pending) => {
+                pending.append(log, txn, t.last, true, &mut dl_mut(state).next_serial)?
+            }
+            None => log.append(Some(txn), t.last, &RecordBody::Commit)?,
+        };
         checkpoint::progress(server, state, CHECKPOINT_STEP_PAGES)?;
         Ok(Some(AppendedCommit {
             lsn,
@@ -429,12 +467,10 @@ impl RecoveryMethod for Differential {
             server.cache_page_in_change(state, page)?;
             images.insert(page, state.pool.get(page).expect("page cached").to_vec());
         }
-        if let Some(t) = dl(state).txns.get(&txn).copied() {
-            self.walk_back(t.stream, txn, t.last, |page, offset, bytes| {
-                match images.get_mut(&page) {
-                    Some(image) => self.undo_into(image, offset, bytes),
-                    None => Ok(()),
-                }
+        if let Some(t) = dl(state).txns.get(&txn) {
+            self.undo_ranges(t, txn, |page, offset, bytes| match images.get_mut(&page) {
+                Some(image) => self.undo_into(image, offset, bytes),
+                None => Ok(()),
             })?;
         }
         Ok(pages

@@ -35,6 +35,7 @@ impl RestartPass for DlRestart {
     ) -> Result<Replayed> {
         let page_size = server.volume.page_size();
         let done = dl(state).done.clone();
+        let started = std::time::Instant::now();
         let first_lsn = Lsn(server.log.options().segment_bytes);
         let records: Vec<Vec<Record>> = self
             .streams
@@ -51,6 +52,7 @@ impl RestartPass for DlRestart {
             })
             .collect::<Result<_>>()?;
 
+        report.log_read_us = started.elapsed().as_micros() as u64;
         // What the records name: the pages to load, the highest transaction and serial.
         let mut pages_end = done.page_count.max(server.volume.page_count());
         let mut txn_max = 0;
@@ -80,6 +82,7 @@ impl RestartPass for DlRestart {
         server.volume.extend_to(pages_end)?;
 
         // The backup as its checkpoint left it; pages past it as a file extension writes them.
+        let loading = std::time::Instant::now();
         let mut pages = Vec::with_capacity(pages_end as usize);
         {
             let dl = dl(state);
@@ -97,6 +100,8 @@ impl RestartPass for DlRestart {
             }
         }
         let image = MemoryImage::from_pages(pages);
+        report.backup_load_us = loading.elapsed().as_micros() as u64;
+        let replaying = std::time::Instant::now();
 
         let readers: Vec<Box<dyn Fn(Lsn) -> Result<Record> + Sync + '_>> = self
             .streams
@@ -138,6 +143,7 @@ impl RestartPass for DlRestart {
                 threads,
             )?,
         };
+        report.replay_us = replaying.elapsed().as_micros() as u64;
         report.records_scanned += replay.records;
         report.redo_applied += replay.ranges_redone;
         report.records_undone += replay.ranges_undone;

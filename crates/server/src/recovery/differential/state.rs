@@ -4,6 +4,9 @@ use crate::server::Server;
 use lodestore_core::{Lsn, PageId, Result, TxnId};
 use lodestore_difflog::anchor::{Anchor, Checkpointed};
 use lodestore_difflog::backup::Backup;
+use lodestore_difflog::kinds::PHYSICAL_CHANGES;
+use lodestore_difflog::physical::PhysicalRecordBuilder;
+use lodestore_difflog::xor::XorRecordBuilder;
 use lodestore_storage::directory::DIRECTORY_PAGE;
 use lodestore_storage::spacemap;
 use lodestore_wal::Log;
@@ -43,12 +46,78 @@ impl Streams {
     }
 }
 
-/// A transaction that logged something: its stream and the first and last LSN there.
-#[derive(Clone, Copy, Debug)]
+/// A transaction that changed something: its stream, the first and last LSN it appended
+/// there (zero before its first append), and the changes it has not appended yet.
 pub struct DlTxn {
     pub stream: usize,
     pub first: Lsn,
     pub last: Lsn,
+    pub pending: Option<PendingRecord>,
+}
+
+/// Most bytes of changes a transaction keeps before appending them (section 3.2: a record
+/// reaches the log buffer when the transaction's own buffer overflows or it commits).
+pub const PENDING_BYTES_MAX: usize = 64 << 10;
+
+/// A transaction's changes not yet appended: one record, appended whole (with its commit,
+/// when it is the last).
+pub enum PendingRecord {
+    Xor(XorRecordBuilder),
+    Physical(PhysicalRecordBuilder),
+}
+
+impl PendingRecord {
+    pub fn body_len(&self) -> usize {
+        match self {
+            PendingRecord::Xor(b) => b.body_len(),
+            PendingRecord::Physical(b) => b.body_len(),
+        }
+    }
+
+    /// Appends the record to `log` after `prev`, as the transaction's commit if `commits`;
+    /// a physical record takes the next serial number now.
+    pub fn append(
+        self,
+        log: &Log,
+        txn: TxnId,
+        prev: Lsn,
+        commits: bool,
+        next_serial: &mut u64,
+    ) -> Result<Lsn> {
+        match self {
+            PendingRecord::Xor(b) => log.append(Some(txn), prev, &b.commits(commits)),
+            PendingRecord::Physical(mut b) => {
+                b.set_serial(*next_serial);
+                *next_serial += 1;
+                log.append(Some(txn), prev, &b.commits(commits))
+            }
+        }
+    }
+
+    /// Hands every range to `undo` (page, offset, XOR delta or before bytes), newest first.
+    pub fn undo(&self, mut undo: impl FnMut(PageId, usize, &[u8]) -> Result<()>) -> Result<()> {
+        let malformed = |reason: String| {
+            lodestore_core::Error::InvalidArgument(format!("a pending record: {reason}"))
+        };
+        match self {
+            PendingRecord::Xor(b) => {
+                let ranges: Vec<_> = lodestore_difflog::xor::ranges(b.body())
+                    .collect::<std::result::Result<_, _>>()
+                    .map_err(malformed)?;
+                for r in ranges.iter().rev() {
+                    undo(r.page, r.offset as usize, r.delta)?;
+                }
+            }
+            PendingRecord::Physical(b) => {
+                let (_, ranges) = lodestore_difflog::physical::parse(PHYSICAL_CHANGES, b.body())
+                    .map_err(malformed)?;
+                for r in ranges.iter().rev() {
+                    undo(r.page, r.offset as usize, r.before)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A checkpoint in progress (Algorithm 2): its number, the next page it visits, and its begin
@@ -97,6 +166,38 @@ impl DlState {
             .get(page.0 as usize)
             .copied()
             .unwrap_or(self.done.backup_id())
+    }
+
+    /// Appends `txn`'s pending changes, if any, to its stream.
+    pub fn append_pending(&mut self, txn: TxnId) -> Result<()> {
+        let Some(t) = self.txns.get_mut(&txn) else {
+            return Ok(());
+        };
+        let Some(pending) = t.pending.take() else {
+            return Ok(());
+        };
+        let log = &self.streams.logs[t.stream];
+        let lsn = pending.append(log, txn, t.last, false, &mut self.next_serial)?;
+        if t.first == Lsn::ZERO {
+            t.first = lsn;
+        }
+        t.last = lsn;
+        Ok(())
+    }
+
+    /// Appends every transaction's pending changes (a checkpoint begins: from now on, the
+    /// backup may receive any page, so every change must be in a stream first).
+    pub fn append_all_pending(&mut self) -> Result<()> {
+        let pending: Vec<TxnId> = self
+            .txns
+            .iter()
+            .filter(|(_, t)| t.pending.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        for txn in pending {
+            self.append_pending(txn)?;
+        }
+        Ok(())
     }
 
     /// A fresh page version.

@@ -333,7 +333,8 @@ impl Store {
         }
     }
 
-    /// Takes a checkpoint now: every dirty page is written and the log before it can be reused.
+    /// Takes a checkpoint now: every dirty page is written and the log before it can be reused
+    /// (a main-memory store writes every changed page to its next backup image).
     pub fn checkpoint(&self) -> Result<()> {
         match &self.backend {
             Backend::Embedded(server) => server.checkpoint(),

@@ -212,3 +212,44 @@ fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
     );
     assert!(Store::open(path, options(&fs, RecoveryMethodKind::Dl1p, 2)).is_err());
 }
+
+#[test]
+fn a_checkpoint_asked_for_bounds_the_restart_and_leaving_the_method_removes_its_files() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/stores/switched");
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Dl1p, 2)).unwrap();
+    let oids = create(&store);
+    let before = lodestore::info(fs.as_ref(), path)
+        .unwrap()
+        .differential
+        .unwrap();
+    add(&store, &oids, 7, true);
+    store.checkpoint().unwrap();
+    let after = lodestore::info(fs.as_ref(), path)
+        .unwrap()
+        .differential
+        .unwrap();
+    assert!(after.checkpoint > before.checkpoint, "{before:?} {after:?}");
+    fs.crash_now();
+    drop(store);
+    fs.recover(Fault::DropUnsynced, 3);
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Dl1p, 2)).unwrap();
+    assert_eq!(store.restart_report().redo_applied, 0, "all in the backup");
+    check(&store, &oids, 7, "after the checkpoint");
+    store.close().unwrap();
+
+    let esm = options(&fs, RecoveryMethodKind::Esm, 1);
+    let store = Store::open(path, esm.clone()).unwrap();
+    assert_eq!(store.recovery_method(), "esm");
+    check(&store, &oids, 7, "as esm");
+    drop(store);
+    assert!(!lodestore_storage::FileSystem::is_dir(
+        fs.as_ref(),
+        &path.join("differential")
+    ));
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Pl2p, 3)).unwrap();
+    add(&store, &oids, 8, true);
+    drop(store);
+    let store = Store::open(path, esm).unwrap();
+    check(&store, &oids, 8, "back to esm");
+}

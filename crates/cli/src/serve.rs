@@ -20,10 +20,12 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7447")]
     listen: String,
     /// Recovery method: esm (ARIES-style logging of the changes clients ship), redo (the same
-    /// log; clients ship log records only and the server applies them to its pages) or wpl
-    /// (whole-page logging: every shipped page is appended to the log whole). Default: the
-    /// store's own, esm for a new store. A store switched to another method is recovered with
-    /// its old one first.
+    /// log; clients ship log records only and the server applies them to its pages), wpl
+    /// (whole-page logging: every shipped page is appended to the log whole), or a
+    /// main-memory method of differential logging, dl1p, dl2p (XOR records, one-pass or
+    /// two-pass restart) or pl2p (its physical-logging baseline), which keep every page in
+    /// the server pool. Default: the store's own, esm for a new store. A store switched to
+    /// another method is recovered with its old one first.
     #[arg(long)]
     method: Option<String>,
     /// Connections served at once; at the limit the one idle longest without a transaction

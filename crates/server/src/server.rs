@@ -273,6 +273,7 @@ impl Server {
         tracing::info!(?report, method = restart_with.name(), "recovered");
         if restart_with != wanted {
             self.checkpoint_with(true)?;
+            self.method.detach(self)?;
             self.use_method(wanted);
             let mut state = self.lock_state();
             self.method.attach(self, &mut state)?;
@@ -780,6 +781,10 @@ impl Server {
     /// segments no longer needed.
     pub fn checkpoint(&self) -> Result<()> {
         let mut state = self.usable_state()?;
+        if let Err(e) = self.method.checkpoint_asked(self, &mut state) {
+            state.failed = Some(e.to_string());
+            return Err(e);
+        }
         self.checkpoint_locked(&mut state)
     }
 

@@ -113,30 +113,55 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
             workers.push(scope.spawn(move || -> Result<()> {
                 let mut rng = StdRng::seed_from_u64(seed * 1_000 + t as u64);
                 let mut session = store.session()?;
-                for _ in 0..per_thread {
-                    let mut txn = session.begin()?;
+                let mut done = 0;
+                while done < per_thread {
                     let insert = own.len() < 2 || rng.random_bool(0.5);
+                    let abort = rng.random_range(0..100) < setup.abort_percent;
+                    let mut txn = session.begin()?;
                     let mut added = Vec::new();
                     let mut removed = Vec::new();
-                    if insert {
-                        for _ in 0..2 {
-                            added.push(txn.alloc_bytes(SLOT_TYPE, slot)?);
+                    // Records of several threads share pages: a transaction may lose a
+                    // deadlock, and then runs again.
+                    let attempt = (|| -> Result<()> {
+                        if insert {
+                            for _ in 0..2 {
+                                added.push(txn.alloc_bytes(SLOT_TYPE, slot)?);
+                            }
+                        } else {
+                            for _ in 0..2 {
+                                let oid = own[rng.random_range(0..own.len())];
+                                if removed.contains(&oid) {
+                                    continue;
+                                }
+                                txn.free(oid)?;
+                                removed.push(oid);
+                            }
                         }
+                        Ok(())
+                    })();
+                    match attempt {
+                        Err(e) if e.is_retryable() => {
+                            txn.abort()?;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                        Ok(()) => {}
+                    }
+                    let outcome = if abort {
+                        txn.abort()
                     } else {
-                        for _ in 0..2 {
-                            let at = rng.random_range(0..own.len());
-                            let oid = own.swap_remove(at);
-                            txn.free(oid)?;
-                            removed.push(oid);
+                        txn.commit().map(|_| ())
+                    };
+                    match outcome {
+                        Err(e) if e.is_retryable() => continue,
+                        Err(e) => return Err(e),
+                        Ok(()) if abort => {}
+                        Ok(()) => {
+                            own.retain(|oid| !removed.contains(oid));
+                            own.extend(added);
                         }
                     }
-                    if rng.random_range(0..100) < setup.abort_percent {
-                        txn.abort()?;
-                        own.extend(removed);
-                    } else {
-                        txn.commit()?;
-                        own.extend(added);
-                    }
+                    done += 1;
                 }
                 Ok(())
             }));

@@ -257,6 +257,18 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         Ok(())
     }
 
+    /// The store leaves this method for another, everything committed now at home: the
+    /// method removes the files it kept beside the engine's.
+    fn detach(&self, _server: &Server) -> Result<()> {
+        Ok(())
+    }
+
+    /// A checkpoint was asked for (`Server::checkpoint`): a method with checkpoints of its
+    /// own takes a whole one now, before the engine's.
+    fn checkpoint_asked(&self, _server: &Server, _state: &mut State) -> Result<()> {
+        Ok(())
+    }
+
     /// Does every page stay in the pool while the store is open (a main-memory method)? The
     /// pool then never evicts: a store that outgrows it is an error, not paging.
     fn keeps_pages_resident(&self) -> bool {

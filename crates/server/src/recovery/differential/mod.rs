@@ -237,6 +237,21 @@ impl RecoveryMethod for Differential {
         Ok(())
     }
 
+    fn detach(&self, server: &Server) -> Result<()> {
+        // Safe at any point: a crash before the superblock names the new method reopens with
+        // this one, which finds no anchor and starts its files afresh from the data file,
+        // complete since the checkpoint that preceded the switch.
+        let dir = server.dir.join(state::DIFFERENTIAL_DIR_NAME);
+        if server.fs.is_dir(&dir) {
+            server.fs.remove_dir_all(&dir)?;
+        }
+        Ok(())
+    }
+
+    fn checkpoint_asked(&self, server: &Server, state: &mut State) -> Result<()> {
+        checkpoint::complete(server, state)
+    }
+
     fn keeps_pages_resident(&self) -> bool {
         true
     }

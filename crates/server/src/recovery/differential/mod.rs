@@ -183,9 +183,12 @@ impl Differential {
 
     /// Applies an undo range to `image` (a page): XOR the delta, or write the before bytes.
     fn undo_into(&self, image: &mut [u8], offset: usize, bytes: &[u8]) -> Result<()> {
-        let target = image
-            .get_mut(offset..offset + bytes.len())
-            .ok_or_else(|| Error::InvalidArgument("an undo range runs past its page".into()))?;
+        let target = image.get_mut(offset..offset + bytes.len()).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "an undo range of {} bytes at offset {offset} runs past its page",
+                bytes.len()
+            ))
+        })?;
         if self.logs_xor() {
             xor::xor_into(target, bytes);
         } else {
@@ -374,7 +377,14 @@ impl RecoveryMethod for Differential {
         for (page, offset, bytes) in &undone {
             server.cache_page_in_change(state, *page)?;
             let image = state.pool.get_mut(*page).expect("page cached");
-            let current = image[*offset..*offset + bytes.len()].to_vec();
+            let current = image
+                .get(*offset..*offset + bytes.len())
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "transaction {txn} changed bytes {offset}.. of page {page} past its end"
+                    ))
+                })?
+                .to_vec();
             self.undo_into(image, *offset, bytes)?;
             if self.logs_xor() {
                 if running {

@@ -65,9 +65,7 @@ impl PhysicalRecordBuilder {
             offset + after.len() <= 1 << 16,
             "a range lies inside one page"
         );
-        let mut at = 0;
-        while at < after.len() {
-            let len = (after.len() - at).min(RANGE_BYTES_MAX);
+        for (at, len) in crate::xor::pieces(after.len()) {
             self.body.extend_from_slice(&page.0.to_le_bytes());
             self.body
                 .extend_from_slice(&((offset + at) as u16).to_le_bytes());
@@ -76,7 +74,6 @@ impl PhysicalRecordBuilder {
                 self.body.extend_from_slice(&before[at..at + len]);
             }
             self.body.extend_from_slice(&after[at..at + len]);
-            at += len;
         }
     }
 
@@ -190,6 +187,15 @@ mod tests {
         assert_eq!(ranges[0].after, &[1, 2, 3]);
 
         assert!(parse(PHYSICAL_CHANGES, &b.body[..b.body.len() - 1]).is_err());
+
+        // A change longer than a range's length field splits, and reads back whole.
+        let mut long = PhysicalRecordBuilder::changes(9);
+        long.push(PageId(5), 100, &vec![1; 40_000], &vec![2; 40_000]);
+        let (_, ranges) = parse(PHYSICAL_CHANGES, &long.body).unwrap();
+        assert_eq!(ranges.len(), 2);
+        assert_eq!(ranges[1].offset as usize, 100 + RANGE_BYTES_MAX);
+        assert_eq!(ranges.iter().map(|r| r.after.len()).sum::<usize>(), 40_000);
+        assert!(ranges.iter().all(|r| r.before.iter().all(|&x| x == 1)));
         assert!(parse(PHYSICAL_CHANGES, &[0; 4]).is_err());
     }
 }

@@ -28,6 +28,14 @@ pub const RANGE_HEADER_BYTES: usize = 8;
 pub const RANGE_BYTES_MAX: usize = 0x7fff;
 const BACKUP_BIT: u16 = 0x8000;
 
+/// The pieces (start, length) a change of `len` bytes is split into, each at most
+/// [`RANGE_BYTES_MAX`]: one range header each, in XOR and physical records alike.
+pub(crate) fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(RANGE_BYTES_MAX)
+        .map(move |at| (at, (len - at).min(RANGE_BYTES_MAX)))
+}
+
 /// XORs `delta` into `target` (equal lengths): redo and undo of a differential record.
 #[inline]
 pub fn xor_into(target: &mut [u8], delta: &[u8]) {
@@ -95,23 +103,17 @@ impl XorRecordBuilder {
             offset + before.len() <= 1 << 16,
             "a range lies inside one page"
         );
-        let mut at = 0;
-        while at < before.len() {
-            let len = (before.len() - at).min(RANGE_BYTES_MAX);
+        for (at, len) in pieces(before.len()) {
             self.push_header(page, offset + at, backup_id, len);
             push_delta(&before[at..at + len], &after[at..at + len], &mut self.body);
-            at += len;
         }
     }
 
     /// Adds a range whose delta is already computed.
     pub fn push_delta(&mut self, range: XorRange<'_>) {
-        let mut at = 0;
-        while at < range.delta.len() {
-            let len = (range.delta.len() - at).min(RANGE_BYTES_MAX);
+        for (at, len) in pieces(range.delta.len()) {
             self.push_header(range.page, range.offset as usize + at, range.backup_id, len);
             self.body.extend_from_slice(&range.delta[at..at + len]);
-            at += len;
         }
     }
 

@@ -58,11 +58,12 @@ pub use lodestore_net::{limits, ServeLimits, TlsClient, TlsServer};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::versions::Snapshot;
-pub use lodestore_server::{RecoveryMethodKind, RestartReport};
+pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use lodestore_snapshots::{Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots};
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{
-    FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem, RealFileSystem, Storage,
+    DiskModel, EmulatedDisks, FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem,
+    RealFileSystem, Storage,
 };
 pub use object::{Oid, Persistent};
 pub use offline::{

@@ -5,7 +5,7 @@ use lodestore_core::limits::{
     page_size_is_supported, PAGE_SIZES_SUPPORTED, PAGE_SIZE_DEFAULT, PAGE_SIZE_MIN,
 };
 use lodestore_core::{Error, Result};
-use lodestore_server::{RecoveryMethodKind, ServerOptions};
+use lodestore_server::{RecoveryMethodKind, RestartLevel, ServerOptions};
 use lodestore_storage::{FileSystem, RealFileSystem};
 use lodestore_wal::segment::{SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN};
 use lodestore_wal::LogOptions;
@@ -89,6 +89,7 @@ pub struct Options {
     pub(crate) scheme: Scheme,
     pub(crate) recovery_method: Option<RecoveryMethodKind>,
     pub(crate) log_streams: usize,
+    pub(crate) restart_level: RestartLevel,
     pub(crate) background_install: bool,
     /// Warn in the log when the store far outgrows the caches (not for an inspection's
     /// in-memory recovery, which reports it itself).
@@ -116,6 +117,7 @@ impl Default for Options {
             scheme: Scheme::default(),
             recovery_method: None,
             log_streams: 1,
+            restart_level: RestartLevel::default(),
             background_install: true,
             warn_outgrown: true,
             snapshots: false,
@@ -141,6 +143,7 @@ impl std::fmt::Debug for Options {
             .field("scheme", &self.scheme.name())
             .field("recovery_method", &self.recovery_method.map(|m| m.name()))
             .field("log_streams", &self.log_streams)
+            .field("restart_level", &self.restart_level)
             .field("background_install", &self.background_install)
             .field("snapshots", &self.snapshots)
             .field(
@@ -261,6 +264,16 @@ impl Options {
     /// commit. Fixed when the store takes the method.
     pub fn log_streams(mut self, streams: usize) -> Options {
         self.log_streams = streams;
+        self
+    }
+
+    /// How much of a differential logging store's restart runs at once (Lee, Kim & Cha,
+    /// Table 1; default [`RestartLevel::Four`]: the backup XORed into memory while every log
+    /// stream is read and replayed on a thread of its own). Lower levels exist to measure
+    /// what each step of parallelism buys. The physical-logging baseline `pl2p` loads the
+    /// backup first whatever the level.
+    pub fn restart_level(mut self, level: RestartLevel) -> Options {
+        self.restart_level = level;
         self
     }
 
@@ -409,6 +422,7 @@ impl Options {
             commit_delay: self.commit_delay,
             commit_siblings: self.commit_siblings,
             log_streams: self.log_streams,
+            restart_level: self.restart_level,
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

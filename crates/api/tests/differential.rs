@@ -2,7 +2,7 @@
 //! physical baseline's) in several streams, checkpoints to two backups in turn, and comes back
 //! after a crash with exactly its committed transactions.
 
-use lodestore::{Oid, Options, Persistent, RecoveryMethodKind, Store};
+use lodestore::{Oid, Options, Persistent, RecoveryMethodKind, RestartLevel, Store};
 use lodestore_storage::{Fault, SimFileSystem};
 use std::path::Path;
 use std::sync::Arc;
@@ -118,6 +118,37 @@ fn a_clean_close_and_a_crash_keep_exactly_the_commits() {
                 );
             }
             drop(store);
+        }
+    }
+}
+
+#[test]
+fn every_restart_level_brings_back_the_same_commits() {
+    for method in METHODS {
+        for number in 1..=4 {
+            let level = RestartLevel::from_number(number).unwrap();
+            let context = format!("{} at restart level {number}", method.name());
+            let fs = Arc::new(SimFileSystem::new());
+            let path = Path::new("/stores/levels");
+            let store = Store::create(path, options(&fs, method, 2)).unwrap();
+            let oids = create(&store);
+            // Enough to pass several checkpoints, an abort among them, and a crash with a
+            // transaction in flight.
+            for round in 1..=12 {
+                add(&store, &oids, round, round != 7);
+            }
+            let mut session = store.session().unwrap();
+            let mut txn = session.begin().unwrap();
+            txn.write(oids[3], &counter(4242)).unwrap();
+            fs.crash_now();
+            drop(txn);
+            drop(session);
+            drop(store);
+            fs.recover(Fault::KeepPrefix, number as u64);
+            let store = Store::open(path, options(&fs, method, 2).restart_level(level))
+                .unwrap_or_else(|e| panic!("{context}: {e}"));
+            assert!(store.restart_report().records_scanned > 0, "{context}");
+            check(&store, &oids, 12, &context);
         }
     }
 }

@@ -371,35 +371,14 @@ enum BenchCommand {
     /// Differential logging against physical logging (Lee, Kim & Cha, section 5): a table of
     /// fixed-size records, transactions inserting two or deleting two (2% aborted), under
     /// dl1p, dl2p and pl2p with the same log streams and threads, the methods taking turns
-    /// within each run. Prints the bytes logged, transactions per second and a restart of
-    /// everything logged since the load (a copy of the open store's files, as kill -9 leaves
-    /// them), split into backup load, log read and replay, with each method's ratio to pl2p
-    /// (medians of the runs).
-    Difflog {
-        /// Folder for the benchmark stores (replaced as it goes).
-        path: PathBuf,
-        /// Records in the table before the measured transactions.
-        #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
-        records: u64,
-        /// Measured transactions per method and run.
-        #[arg(long, default_value_t = 4_000, value_parser = clap::value_parser!(u64).range(10..=10_000_000))]
-        transactions: u64,
-        /// Bytes of one record (the paper's slot size).
-        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(16..=4096))]
-        slot_bytes: u64,
-        /// Log streams (1 to 64).
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=64))]
-        streams: u8,
-        /// Threads running transactions (1 to 256).
-        #[arg(long, default_value_t = 4, value_parser = args::threads)]
-        threads: u32,
-        /// Runs; the table shows medians.
-        #[arg(long, default_value_t = 3, value_parser = args::runs)]
-        runs: usize,
-        /// Also write every run's figures to this CSV file.
-        #[arg(long)]
-        csv: Option<PathBuf>,
-    },
+    /// within each run. Prints the bytes logged, transactions per second and two restarts of
+    /// everything logged since the load (copies of the open store's files, as kill -9 leaves
+    /// them, out of the page cache): the backup loaded first, then level 4 (the backup XORed
+    /// in while the streams replay), split into backup load, log read and replay, against the
+    /// disk's raw read of the same log; with each method's ratio to pl2p (medians of the
+    /// runs). The streams can lie on emulated disks of a given bandwidth, and one setting can
+    /// be swept, with plots like the paper's figures.
+    Difflog(bench_difflog::DifflogArgs),
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every
     /// account again and again inside one `Store::read_latest` (no locks), and next to the
@@ -619,28 +598,7 @@ fn main() -> ExitCode {
                 runs,
                 requests,
             }) => bench_net::net(&path, runs, requests),
-            Some(BenchCommand::Difflog {
-                path,
-                records,
-                transactions,
-                slot_bytes,
-                streams,
-                threads,
-                runs,
-                csv,
-            }) => bench_difflog::difflog(
-                &path,
-                &lodestore_bench::experiments::difflog::Setup {
-                    records,
-                    transactions,
-                    slot_bytes: slot_bytes as usize,
-                    streams: usize::from(streams),
-                    threads: threads as usize,
-                    abort_percent: 2,
-                },
-                runs,
-                csv.as_deref(),
-            ),
+            Some(BenchCommand::Difflog(args)) => bench_difflog::difflog(&args),
         },
         Command::Torture(args) => torture::run(&args),
         Command::Campaign(args) => campaign::run(&args),

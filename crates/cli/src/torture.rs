@@ -54,6 +54,12 @@ pub struct TortureArgs {
     /// Log streams of a dl1p, dl2p or pl2p store (1 to 64): transactions go to the idlest.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=64))]
     log_streams: u8,
+    /// Restart level of a dl1p, dl2p or pl2p store (1 to 4, Lee, Kim & Cha's Table 1): 1
+    /// loads the backup, then reads the streams, then replays them; 2 replays each stream as
+    /// it is read; 3 reads the backup and the streams at once; 4 also replays while the
+    /// backup goes in
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=4))]
+    restart_level: u8,
     /// Start at this crash point with a fresh store, instead of at 0 (a violation's
     /// reproduction gives it when the store was fresh there, which saves replaying the
     /// points before).
@@ -98,6 +104,8 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         snapshots: args.snapshots,
         collections: args.collections,
         log_streams: usize::from(args.log_streams),
+        restart_level: lodestore::RestartLevel::from_number(args.restart_level)
+            .expect("clap checks the range"),
         first_crash: args.from,
         ..CampaignOptions::default()
     };

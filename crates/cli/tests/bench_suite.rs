@@ -287,18 +287,49 @@ fn bench_difflog_compares_the_three_methods_and_writes_csv() {
         "bytes logged per transaction",
         "transactions/s",
         "log read ms",
+        "level 4 / level 1",
         "dl1p / pl2p",
     ] {
         assert!(stdout.contains(figure), "{figure} missing: {stdout}");
     }
     let rows = std::fs::read_to_string(&csv).unwrap();
-    // A header and one run of each method; each logged something and replayed it.
+    // A header and one run of each method; each logged something and replayed it, and the
+    // XOR methods restarted at levels 1, 2 and 4, the baseline at level 2 only.
     assert_eq!(rows.lines().count(), 4, "{rows}");
+    let header: Vec<&str> = rows.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
     for line in rows.lines().skip(1) {
         let cells: Vec<&str> = line.split(',').collect();
-        assert!(cells[2].parse::<u64>().unwrap() > 0, "{line}");
-        assert!(cells[8].parse::<u64>().unwrap() > 0, "{line}");
+        assert!(
+            cells[column("log_bytes")].parse::<u64>().unwrap() > 0,
+            "{line}"
+        );
+        assert!(
+            cells[column("records_replayed")].parse::<u64>().unwrap() > 0,
+            "{line}"
+        );
+        assert!(
+            cells[column("level2_total_ms")].parse::<f64>().unwrap() > 0.0,
+            "{line}"
+        );
+        let level4 = cells[column("level4_total_ms")];
+        if cells[column("method")] == "pl2p" {
+            assert!(level4.is_empty(), "{line}");
+        } else {
+            assert!(level4.parse::<f64>().unwrap() > 0.0, "{line}");
+            assert!(
+                cells[column("level1_total_ms")].parse::<f64>().unwrap() > 0.0,
+                "{line}"
+            );
+        }
     }
+    let out = lodestore()
+        .args(["bench", "difflog", "--sweep", "pages=1,2"])
+        .arg(dir.path().join("stores"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be swept"));
     let out = lodestore()
         .args(["bench", "difflog", "--streams", "0"])
         .arg(dir.path().join("stores"))
@@ -306,4 +337,50 @@ fn bench_difflog_compares_the_three_methods_and_writes_csv() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--streams"));
+}
+
+#[test]
+fn bench_difflog_sweeps_streams_on_emulated_disks_and_draws_the_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let out = lodestore()
+        .args(["bench", "difflog"])
+        .arg(dir.path().join("stores"))
+        .args(["--records", "1000", "--transactions", "60", "--runs", "1"])
+        .args([
+            "--disk-mb-s",
+            "20",
+            "--sync-ms",
+            "0.1",
+            "--sweep",
+            "streams=1,2",
+        ])
+        .arg("--plots")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("Against streams"), "{stdout}");
+    assert!(stdout.contains("emulated disk of 20.0 MB/s"), "{stdout}");
+    assert!(stdout.contains("emulated disks busy"), "{stdout}");
+    for stem in [
+        "difflog-restart",
+        "difflog-throughput-by-streams",
+        "difflog-log-processing-by-streams",
+        "difflog-log-volume-by-streams",
+    ] {
+        for ext in ["svg", "png"] {
+            let file = plots.join(format!("{stem}.{ext}"));
+            assert!(
+                std::fs::metadata(&file).is_ok_and(|m| m.len() > 0),
+                "{} missing",
+                file.display()
+            );
+        }
+    }
 }

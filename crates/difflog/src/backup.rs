@@ -107,6 +107,35 @@ impl Backup {
         Ok(())
     }
 
+    /// Reads the pages from `first` on into `buf` (a whole number of pages) in one read, left
+    /// unchecked: a restart loads a backup in runs and checks each page it keeps with
+    /// [`Backup::verify`].
+    pub fn read_run(&self, first: PageId, buf: &mut [u8]) -> Result<()> {
+        assert!(
+            buf.len().is_multiple_of(self.page_size),
+            "a run of whole pages"
+        );
+        let offset = first.0 as u64 * self.page_size as u64;
+        let len = self.file.len()?;
+        if offset + buf.len() as u64 > len {
+            return Err(self.corrupt(
+                first,
+                format!(
+                    "a run of {} bytes from it passes the end of the file ({len} bytes)",
+                    buf.len()
+                ),
+            ));
+        }
+        self.file.read_at(offset, buf)
+    }
+
+    /// Checks `bytes` as the backup's copy of page `id`.
+    pub fn verify(&self, id: PageId, bytes: &[u8]) -> Result<()> {
+        page::verify(bytes, id, self.volume)
+            .map(|_| ())
+            .map_err(|reason| self.corrupt(id, reason))
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.file.sync()
     }

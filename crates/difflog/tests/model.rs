@@ -19,7 +19,7 @@ use lodestore_difflog::marks::{CheckpointBegin, CheckpointEnd};
 use lodestore_difflog::physical::PhysicalRecordBuilder;
 use lodestore_difflog::restart::parallel::{replay_streams, restore_level4, XorRestart};
 use lodestore_difflog::restart::{
-    one_pass, physical_two_pass, two_pass, MemoryImage, StreamTail, Window,
+    one_pass, physical_two_pass, two_pass, MemoryImage, OnePassForward, Replay, StreamTail, Window,
 };
 use lodestore_difflog::xor::{self, XorRecordBuilder};
 use lodestore_wal::record::Body;
@@ -460,6 +460,45 @@ fn run_seed(seed: u64) {
                 }
                 assert_eq!(image.into_pages(), expected, "{name}, {context}");
             }
+            let image = MemoryImage::from_pages(backup.clone());
+            let mut backward = Replay::default();
+            let mut forward = Replay::default();
+            for tail in &tails {
+                backward.add(
+                    &one_pass(
+                        tail,
+                        checkpoint_id,
+                        &MemoryImage::from_pages(backup.clone()),
+                    )
+                    .unwrap(),
+                );
+                let mut pass = OnePassForward::new(tail.path, tail.window, checkpoint_id, &image);
+                for record in tail.records {
+                    pass.push(record.clone())
+                        .unwrap_or_else(|e| panic!("DL1P forward, {context}: {e}"));
+                }
+                forward.add(
+                    &pass
+                        .finish(tail.read)
+                        .unwrap_or_else(|e| panic!("DL1P forward, {context}: {e}")),
+                );
+            }
+            assert_eq!(image.into_pages(), expected, "DL1P forward, {context}");
+            assert_eq!(
+                (
+                    forward.ranges_redone,
+                    forward.ranges_undone,
+                    forward.committed,
+                    forward.rolled_back
+                ),
+                (
+                    backward.ranges_redone,
+                    backward.ranges_undone,
+                    backward.committed,
+                    backward.rolled_back
+                ),
+                "DL1P forward and backward decide alike, {context}"
+            );
             let image = MemoryImage::from_pages(backup.clone());
             replay_streams(XorRestart::OnePass, &tails, checkpoint_id, &image, 3).unwrap();
             assert_eq!(image.into_pages(), expected, "DL1P on threads, {context}");

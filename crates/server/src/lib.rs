@@ -24,7 +24,7 @@ pub use lodestore_protocol::{
     AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
     PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
-pub use recovery::{RecoveryMethodKind, RestartReport};
+pub use recovery::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use server::{
     allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions,
     CHECKPOINT_LOG_BYTES_DEFAULT, COMMIT_DELAY_MAX, COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME,

@@ -74,6 +74,9 @@ pub struct ServerOptions {
     /// Log streams of a store created with (or switched to) a method that keeps several
     /// (differential logging); a store that has them keeps its number.
     pub log_streams: usize,
+    /// Differential logging's restart parallelism (Lee, Kim & Cha, Table 1), 1 to 4: see
+    /// [`crate::recovery::RestartLevel`]. Default 4.
+    pub restart_level: crate::recovery::RestartLevel,
 }
 
 /// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
@@ -94,6 +97,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("commit_delay", &self.commit_delay)
             .field("commit_siblings", &self.commit_siblings)
             .field("log_streams", &self.log_streams)
+            .field("restart_level", &self.restart_level)
             .finish()
     }
 }
@@ -110,6 +114,7 @@ impl Default for ServerOptions {
             commit_delay: Duration::ZERO,
             commit_siblings: COMMIT_SIBLINGS_DEFAULT,
             log_streams: 1,
+            restart_level: crate::recovery::RestartLevel::default(),
         }
     }
 }

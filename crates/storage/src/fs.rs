@@ -28,6 +28,10 @@ pub trait Storage: Send + Sync {
     }
     /// Sets the length, truncating or zero-extending.
     fn set_len(&self, len: u64) -> Result<()>;
+    /// A hint that bytes `offset..offset + len` will be read soon, so the operating system can
+    /// start reading them while the caller works on what it read before. Does nothing unless
+    /// the storage can act on it; never fails.
+    fn prefetch(&self, _offset: u64, _len: u64) {}
     /// The path, for error messages.
     fn path(&self) -> &Path;
 }
@@ -250,6 +254,25 @@ impl Storage for FileStorage {
         self.file
             .set_len(len)
             .map_err(|source| Error::io(&self.path, "set length", source))
+    }
+
+    fn prefetch(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: an advisory call on a descriptor this value owns; no memory is passed.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset,
+                len,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(path = %self.path.display(), rc, "read-ahead hint refused");
+        }
     }
 
     fn path(&self) -> &Path {

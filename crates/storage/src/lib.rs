@@ -12,6 +12,7 @@
 pub mod bytes;
 pub mod directory;
 pub mod doublewrite;
+pub mod emulated;
 pub mod fs;
 pub mod large;
 pub mod memory;
@@ -23,6 +24,7 @@ pub mod spacemap;
 pub mod superblock;
 pub mod volume;
 
+pub use emulated::{DiskModel, EmulatedDisks};
 pub use fs::{FileSystem, OpenMode, RealFileSystem, Storage};
 pub use memory::MemoryFileSystem;
 pub use overlay::OverlayFileSystem;

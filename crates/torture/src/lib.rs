@@ -23,7 +23,7 @@ mod workload;
 
 pub use interleaved::SESSIONS_MAX;
 
-use lodestore::{Options, RawOid, RecoveryMethodKind, Scheme, Store};
+use lodestore::{Options, RawOid, RecoveryMethodKind, RestartLevel, Scheme, Store};
 use lodestore_storage::{Fault, SimFileSystem};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -70,6 +70,9 @@ pub struct CampaignOptions {
     pub collections: bool,
     /// Log streams of a differential logging method.
     pub log_streams: usize,
+    /// Restart level of a differential logging method (recovery after each crash, and
+    /// crashes during it, run at this level).
+    pub restart_level: RestartLevel,
 }
 
 impl Default for CampaignOptions {
@@ -88,6 +91,7 @@ impl Default for CampaignOptions {
             snapshots: false,
             collections: false,
             log_streams: 1,
+            restart_level: RestartLevel::default(),
         }
     }
 }
@@ -212,7 +216,8 @@ fn subject_options(fs: &Arc<SimFileSystem>, options: &CampaignOptions) -> Option
     );
     let store = store
         .snapshots(options.snapshots)
-        .log_streams(options.log_streams);
+        .log_streams(options.log_streams)
+        .restart_level(options.restart_level);
     if options.sessions > 1 {
         // One session runs at a time: one that waited for a lock would wait for nobody.
         store.lock_wait_timeout(Duration::ZERO)
@@ -340,6 +345,12 @@ fn violation(
     }
     if options.log_streams > 1 {
         reproduce.push_str(&format!(" --log-streams {}", options.log_streams));
+    }
+    if options.restart_level != RestartLevel::default() {
+        reproduce.push_str(&format!(
+            " --restart-level {}",
+            options.restart_level.number()
+        ));
     }
     Violation {
         crash,

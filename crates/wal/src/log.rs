@@ -142,6 +142,18 @@ impl Log {
         options: LogOptions,
         from: Lsn,
     ) -> Result<(Log, LogEnd)> {
+        Log::open_visiting(fs, dir, options, from, |_| Ok(()))
+    }
+
+    /// [`Log::open`], handing `visit` every valid record from `from` to the end as the opening
+    /// scan finds it, so a recovery that needs them reads the log once.
+    pub fn open_visiting(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: LogOptions,
+        from: Lsn,
+        visit: impl FnMut(Record) -> Result<()>,
+    ) -> Result<(Log, LogEnd)> {
         check_options(&options)?;
         if !fs.is_dir(dir) {
             return Err(Error::CorruptLog {
@@ -212,7 +224,7 @@ impl Log {
             segment_bytes: options.segment_bytes,
             page_size_max: options.page_size_max,
         }
-        .scan(from, |_| Ok(()))?;
+        .scan(from, visit)?;
         Ok((
             Log::with(fs, dir, options, anchor, segments, spares, end.end.0),
             end,

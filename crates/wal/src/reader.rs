@@ -23,6 +23,9 @@ pub struct LogEnd {
     pub discarded_bytes: u64,
 }
 
+/// Segments past the one being scanned that the scan asks the operating system to read ahead.
+const PREFETCH_SEGMENTS: u64 = 4;
+
 pub(crate) struct Segments<'a> {
     pub files: &'a BTreeMap<u64, Arc<dyn Storage>>,
     pub segment_bytes: u64,
@@ -36,6 +39,12 @@ impl Segments<'_> {
         let available = file.len()?.saturating_sub(SEGMENT_HEADER_BYTES);
         let n = available.min(self.segment_bytes) as usize;
         file.read_at(SEGMENT_HEADER_BYTES, &mut bytes[..n])?;
+        // The next segments are read while this one's records are decoded and visited.
+        for ahead in 1..=PREFETCH_SEGMENTS {
+            if let Some(next) = self.files.get(&(index + ahead)) {
+                next.prefetch(0, SEGMENT_HEADER_BYTES + self.segment_bytes);
+            }
+        }
         Ok(bytes)
     }
 

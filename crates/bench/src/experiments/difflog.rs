@@ -7,11 +7,15 @@
 //! The restart is of a copy of the store's folder taken while the store is idle and open:
 //! the files as a kill -9 would leave them (everything written, nothing closed).
 
-use lodestore::{Options, RawOid, RecoveryMethodKind, Result, Store};
+use lodestore::{
+    DiskModel, EmulatedDisks, FileSystem, OpenMode, Options, Placement, RawOid, RealFileSystem,
+    RecoveryMethodKind, RestartLevel, Result, Store,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The methods compared, baseline last.
@@ -37,6 +41,10 @@ pub struct Setup {
     pub threads: usize,
     /// Transactions aborted instead of committed, in percent.
     pub abort_percent: u32,
+    /// Each log stream on an emulated device of its own with this model (see
+    /// [`lodestore::EmulatedDisks`]); `None`: the streams are files on the real disk.
+    #[serde(skip)]
+    pub disk: Option<DiskModel>,
 }
 
 impl Default for Setup {
@@ -48,7 +56,28 @@ impl Default for Setup {
             streams: 2,
             threads: 4,
             abort_percent: 2,
+            disk: None,
         }
+    }
+}
+
+/// One restart of the files a kill -9 left.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct RestartFigures {
+    /// The whole reopening (`Store::open`), the engine's own work around the replay included.
+    pub total_ms: f64,
+    pub backup_load_ms: f64,
+    /// The longest stream's read.
+    pub log_read_ms: f64,
+    /// Log processing after the reads (both together: the log processing time).
+    pub replay_ms: f64,
+    pub records: u64,
+}
+
+impl RestartFigures {
+    /// Reading and replaying the streams (the paper's log processing time).
+    pub fn log_processing_ms(&self) -> f64 {
+        self.log_read_ms + self.replay_ms
     }
 }
 
@@ -58,14 +87,27 @@ pub struct Figures {
     pub method: &'static str,
     pub log_bytes: u64,
     pub txns_per_s: f64,
-    pub restart_ms: f64,
-    pub backup_load_ms: f64,
-    pub log_read_ms: f64,
-    pub replay_ms: f64,
-    pub records_replayed: u64,
+    /// Restart at level 1 (backup, then every stream read whole, then replayed); the
+    /// physical baseline has none.
+    pub level1: Option<RestartFigures>,
+    /// Restart at level 2: the backup first, each stream replayed as it is read (the paper's
+    /// "Seq"; the baseline reads every stream, then merges).
+    pub level2: RestartFigures,
+    /// Restart at level 4: the backup XORed in while the streams replay ("Para").
+    pub level4: Option<RestartFigures>,
+    /// The streams' files read raw, cold, a thread per stream, in the same run: the
+    /// ceiling of log reading on these disks.
+    pub disk_read_mb_s: f64,
+    /// Emulated disks: the share of the measured transactions' time each stream's device was
+    /// busy (transfers and syncs).
+    pub device_busy: Vec<f64>,
 }
 
 fn options(method: RecoveryMethodKind, setup: &Setup) -> Options {
+    options_on(method, setup, file_system(setup))
+}
+
+fn options_on(method: RecoveryMethodKind, setup: &Setup, fs: Arc<dyn FileSystem>) -> Options {
     // The whole table resident, twice over for the restart's image, and no checkpoint during
     // the measured transactions: the restart replays all of them.
     let table = setup.records * (setup.slot_bytes as u64 + 64) * 2 + (64 << 20);
@@ -75,6 +117,40 @@ fn options(method: RecoveryMethodKind, setup: &Setup) -> Options {
         .server_pool_bytes(table as usize)
         .checkpoint_log_bytes(1 << 40)
         .background_install(false)
+        .file_system(fs)
+}
+
+/// The real file system, or one with each stream's files on an emulated device (fresh
+/// devices each time, so a restart does not queue behind the run before it).
+fn file_system(setup: &Setup) -> Arc<dyn FileSystem> {
+    match emulated_disks(setup) {
+        None => Arc::new(RealFileSystem),
+        Some(disks) => disks,
+    }
+}
+
+fn emulated_disks(setup: &Setup) -> Option<Arc<EmulatedDisks>> {
+    let model = setup.disk?;
+    Some(Arc::new(
+        EmulatedDisks::new(
+            Arc::new(RealFileSystem),
+            model,
+            setup.streams,
+            Box::new(stream_of),
+        )
+        .expect("the command line checks the model and the streams"),
+    ))
+}
+
+/// The stream whose folder holds `path` (`.../differential/stream-N/...`).
+fn stream_of(path: &Path) -> Option<usize> {
+    path.components().find_map(|c| {
+        c.as_os_str()
+            .to_str()?
+            .strip_prefix("stream-")?
+            .parse()
+            .ok()
+    })
 }
 
 /// Runs the workload under `method` in the folder `dir` (replaced).
@@ -98,7 +174,13 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
     }
     // A clean close checkpoints: the measured log starts there.
     store.close()?;
-    let store = Store::open(&path, options(method, setup))?;
+    let disks = emulated_disks(setup);
+    let fs: Arc<dyn FileSystem> = match &disks {
+        Some(disks) => disks.clone(),
+        None => Arc::new(RealFileSystem),
+    };
+    let store = Store::open(&path, options_on(method, setup, fs))?;
+    let devices_before = disks.as_ref().map(|d| d.stats()).unwrap_or_default();
     let before = store.log_stats().bytes_appended;
     let threads = setup.threads.max(1);
     let per_thread = setup.transactions / threads as u64;
@@ -106,13 +188,18 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
     std::thread::scope(|scope| -> Result<()> {
         let mut workers = Vec::new();
         for t in 0..threads {
-            // Each thread owns the records at its positions, so deletes never conflict.
-            let mut own: Vec<RawOid> = oids.iter().skip(t).step_by(threads).copied().collect();
+            // Each thread owns a run of the table's records and inserts on pages of its own
+            // (clustered placement), so threads meet on few pages: under strict two-phase
+            // locking a page stays locked until its commit is durable, and shared pages would
+            // make the lock waits, not the log, the bottleneck.
+            let share = oids.len().div_ceil(threads);
+            let mut own: Vec<RawOid> = oids.iter().skip(t * share).take(share).copied().collect();
             let store = &store;
             let slot = &slot;
             workers.push(scope.spawn(move || -> Result<()> {
                 let mut rng = StdRng::seed_from_u64(seed * 1_000 + t as u64);
                 let mut session = store.session()?;
+                session.set_placement(Placement::Clustered);
                 let mut done = 0;
                 while done < per_thread {
                     let insert = own.len() < 2 || rng.random_bool(0.5);
@@ -172,25 +259,140 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
         Ok(())
     })?;
     let elapsed = started.elapsed().as_secs_f64();
+    // What each emulated device moved during the measured transactions, as a share of what
+    // it could have.
+    let device_busy: Vec<f64> = match (&disks, setup.disk) {
+        (Some(disks), Some(model)) => disks
+            .stats()
+            .iter()
+            .zip(&devices_before)
+            .map(|(after, before)| {
+                let bytes = (after.bytes_written - before.bytes_written) as f64;
+                let syncs = (after.syncs - before.syncs) as f64;
+                (bytes / model.bytes_per_s as f64 + syncs * model.sync_latency.as_secs_f64())
+                    / elapsed
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
     let log_bytes = store.log_stats().bytes_appended - before;
-    // The files as a kill -9 would leave them: copied while the store is open and idle.
-    let copy = dir.join("killed");
-    copy_folder(&path, &copy)?;
+    // The files as a kill -9 would leave them: copied while the store is open and idle, once
+    // for each restart, each out of the page cache before it starts. The baseline restarts
+    // one way only (the backup first, the merge after every read).
+    let levels: &[RestartLevel] = if method == RecoveryMethodKind::Pl2p {
+        &[RestartLevel::Two]
+    } else {
+        &[RestartLevel::One, RestartLevel::Two, RestartLevel::Four]
+    };
+    let copies: Vec<std::path::PathBuf> = levels
+        .iter()
+        .map(|level| dir.join(format!("killed-level{}", level.number())))
+        .collect();
+    for copy in &copies {
+        copy_folder(&path, copy)?;
+    }
     drop(store);
-    let reopened = Store::open(&copy, options(method, setup))?;
-    let report = reopened.restart_report().clone();
-    drop(reopened);
-    let ms = |us: u64| us as f64 / 1e3;
+    evict_from_page_cache(&copies[0])?;
+    let disk_read_mb_s = read_streams_raw(file_system(setup).as_ref(), &copies[0], setup.streams)?;
+    let mut restarts = [None; 4];
+    for (level, copy) in levels.iter().zip(&copies) {
+        evict_from_page_cache(copy)?;
+        restarts[level.number() as usize - 1] =
+            Some(restart(copy, options(method, setup).restart_level(*level))?);
+    }
+    let [level1, level2, _, level4] = restarts;
     Ok(Figures {
         method: method.name(),
         log_bytes,
         txns_per_s: (per_thread * threads as u64) as f64 / elapsed,
-        restart_ms: ms(report.elapsed_us),
+        level1,
+        level2: level2.expect("every method restarts at level 2"),
+        level4,
+        disk_read_mb_s,
+        device_busy,
+    })
+}
+
+fn restart(copy: &Path, options: Options) -> Result<RestartFigures> {
+    let started = Instant::now();
+    let reopened = Store::open(copy, options)?;
+    let total_us = started.elapsed().as_micros() as u64;
+    let report = reopened.restart_report().clone();
+    drop(reopened);
+    let ms = |us: u64| us as f64 / 1e3;
+    Ok(RestartFigures {
+        total_ms: ms(total_us),
         backup_load_ms: ms(report.backup_load_us),
         log_read_ms: ms(report.log_read_us),
         replay_ms: ms(report.replay_us),
-        records_replayed: report.records_scanned,
+        records: report.records_scanned,
     })
+}
+
+/// Reads every file of the `streams` stream folders of the store in `store_dir` whole, cold,
+/// a thread per stream, in reads of a MiB: megabytes per second.
+fn read_streams_raw(fs: &dyn FileSystem, store_dir: &Path, streams: usize) -> Result<f64> {
+    let started = Instant::now();
+    let bytes = std::thread::scope(|scope| -> Result<u64> {
+        let readers: Vec<_> = (0..streams)
+            .map(|s| {
+                scope.spawn(move || -> Result<u64> {
+                    let folder = store_dir.join("differential").join(format!("stream-{s}"));
+                    let mut buf = vec![0u8; 1 << 20];
+                    let mut total = 0;
+                    for path in fs.list(&folder)? {
+                        let file = fs.open(&path, OpenMode::ReadOnly)?;
+                        let len = file.len()?;
+                        let mut at = 0;
+                        while at < len {
+                            let n = (len - at).min(buf.len() as u64) as usize;
+                            file.read_at(at, &mut buf[..n])?;
+                            at += n as u64;
+                        }
+                        total += len;
+                    }
+                    Ok(total)
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader thread panicked"))
+            .sum()
+    })?;
+    Ok(bytes as f64 / 1e6 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// Makes the files under `dir` durable and drops them from the operating system's page
+/// cache, so that what reads them next reads the disk.
+fn evict_from_page_cache(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    for entry in std::fs::read_dir(dir).map_err(|e| lodestore::Error::io(dir, "list folder", e))? {
+        let path = entry
+            .map_err(|e| lodestore::Error::io(dir, "list folder", e))?
+            .path();
+        if path.is_dir() {
+            evict_from_page_cache(&path)?;
+            continue;
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| lodestore::Error::io(&path, "open", e))?;
+        file.sync_all()
+            .map_err(|e| lodestore::Error::io(&path, "sync", e))?;
+        // SAFETY: an advisory call on a descriptor this function owns; no memory is passed.
+        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(lodestore::Error::io(
+                &path,
+                "drop from the page cache",
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Copies the folder `from` to `to`, files and subfolders.

@@ -1,7 +1,7 @@
 //! The memory image a restart rebuilds.
 
 use lodestore_core::PageId;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 /// Pages a restart applies changes to. Shared by the threads of a parallel restart: each call
 /// changes one page under that page's own latch.
@@ -12,10 +12,13 @@ pub trait Image: Sync {
     fn write(&self, page: PageId, offset: usize, bytes: &[u8]) -> Result<(), String>;
 }
 
-/// A store's pages in memory, each behind a latch of its own.
+/// A store's pages in memory, each behind a latch of its own. A page that nothing has
+/// touched reads as zeros and takes no memory, so an image can be made as large as the store
+/// may grow before a restart knows which pages its logs name (parallel restart level 4 starts
+/// XORing the backup into it at once).
 pub struct MemoryImage {
     page_size: usize,
-    pages: Vec<Mutex<Box<[u8]>>>,
+    pages: Vec<OnceLock<Mutex<Box<[u8]>>>>,
 }
 
 impl MemoryImage {
@@ -23,9 +26,7 @@ impl MemoryImage {
     pub fn zeroed(count: usize, page_size: usize) -> MemoryImage {
         MemoryImage {
             page_size,
-            pages: (0..count)
-                .map(|_| Mutex::new(vec![0u8; page_size].into_boxed_slice()))
-                .collect(),
+            pages: (0..count).map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -37,7 +38,7 @@ impl MemoryImage {
             page_size,
             pages: pages
                 .into_iter()
-                .map(|p| Mutex::new(p.into_boxed_slice()))
+                .map(|p| OnceLock::from(Mutex::new(p.into_boxed_slice())))
                 .collect(),
         }
     }
@@ -52,7 +53,10 @@ impl MemoryImage {
 
     /// A copy of `page`.
     pub fn page(&self, page: usize) -> Vec<u8> {
-        self.latch(page).to_vec()
+        match self.pages[page].get() {
+            Some(latch) => lock(latch).to_vec(),
+            None => vec![0; self.page_size],
+        }
     }
 
     /// XORs a whole page into `page` (a backup page under level 4).
@@ -61,15 +65,24 @@ impl MemoryImage {
     }
 
     pub fn into_pages(self) -> Vec<Vec<u8>> {
+        let page_size = self.page_size;
         self.pages
             .into_iter()
-            .map(|p| p.into_inner().unwrap_or_else(|e| e.into_inner()).into_vec())
+            .map(|p| match p.into_inner() {
+                Some(latch) => latch
+                    .into_inner()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .into_vec(),
+                None => vec![0; page_size],
+            })
             .collect()
     }
 
     fn latch(&self, page: usize) -> std::sync::MutexGuard<'_, Box<[u8]>> {
-        // A panicking replay thread fails the whole restart; the bytes are not reused.
-        self.pages[page].lock().unwrap_or_else(|e| e.into_inner())
+        lock(
+            self.pages[page]
+                .get_or_init(|| Mutex::new(vec![0u8; self.page_size].into_boxed_slice())),
+        )
     }
 
     fn range(&self, page: PageId, offset: usize, len: usize) -> Result<usize, String> {
@@ -102,4 +115,9 @@ impl Image for MemoryImage {
         self.latch(index)[offset..offset + bytes.len()].copy_from_slice(bytes);
         Ok(())
     }
+}
+
+fn lock(latch: &Mutex<Box<[u8]>>) -> std::sync::MutexGuard<'_, Box<[u8]>> {
+    // A panicking replay thread fails the whole restart; the bytes are not reused.
+    latch.lock().unwrap_or_else(|e| e.into_inner())
 }

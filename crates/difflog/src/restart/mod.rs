@@ -12,6 +12,9 @@
 //!   comes after its changes in its stream, so when a change is met its outcome is known: a
 //!   committed change not in the backup is redone, an uncommitted one in the backup undone, the
 //!   rest skipped. Aborted transactions need no compensation records.
+//! - [`OnePassForward`]: DL1P fed record by record as a stream is read (level 2, reading
+//!   and replaying at once): a record that carries its commit is decided on arrival, others
+//!   wait for their transaction's outcome.
 //! - [`two_pass`] (DL2P): forwards, redoing every change not in the backup (repeating history),
 //!   then backwards, undoing every change of a transaction that did not commit.
 //! - [`physical_two_pass`] (PL2P, the baseline): before and after images, applied in the
@@ -29,11 +32,13 @@ mod dl2p;
 mod image;
 pub mod parallel;
 mod pl2p;
+mod streaming;
 
 pub use dl1p::one_pass;
 pub use dl2p::two_pass;
 pub use image::{Image, MemoryImage};
 pub use pl2p::physical_two_pass;
+pub use streaming::{OnePassForward, WAITING_BYTES_MAX};
 
 use crate::kinds::{
     PHYSICAL_CHANGES, PHYSICAL_COMPENSATION, STREAM_CHECKPOINT_BEGIN, STREAM_CHECKPOINT_END,

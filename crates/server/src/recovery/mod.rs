@@ -162,6 +162,45 @@ impl std::str::FromStr for RecoveryMethodKind {
     }
 }
 
+/// How much of a main-memory store's restart runs at once: the levels of parallelism of
+/// Lee, Kim & Cha's Table 1. Every level gives the same pages; each adds one overlap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum RestartLevel {
+    /// The backup is loaded, then every stream is read whole on a thread of its own, then the
+    /// streams are replayed (DL1P backwards, as Algorithm 3 is written).
+    One,
+    /// As level 1, but each stream is replayed as it is read (DL1P forwards, record by record,
+    /// with the next segments read ahead).
+    Two,
+    /// The backup and the streams are read at once; the streams replay once the backup is in.
+    Three,
+    /// The backup is XORed into a zeroed image while the streams are read and replayed into
+    /// it at once.
+    #[default]
+    Four,
+}
+
+impl RestartLevel {
+    pub fn from_number(level: u8) -> Option<RestartLevel> {
+        Some(match level {
+            1 => RestartLevel::One,
+            2 => RestartLevel::Two,
+            3 => RestartLevel::Three,
+            4 => RestartLevel::Four,
+            _ => return None,
+        })
+    }
+
+    pub fn number(self) -> u8 {
+        match self {
+            RestartLevel::One => 1,
+            RestartLevel::Two => 2,
+            RestartLevel::Three => 3,
+            RestartLevel::Four => 4,
+        }
+    }
+}
+
 /// What a restart found and did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct RestartReport {

@@ -50,6 +50,7 @@ pub(crate) fn attach(
             Backup::open(fs.as_ref(), &dir, 1, page_size, volume_id)?,
         ])
     };
+    let mut recovered = None;
     let (logs, backups, anchor, done) = if fresh {
         let streams = server.options().log_streams;
         if !(1..=STREAMS_MAX).contains(&streams) {
@@ -87,19 +88,19 @@ pub(crate) fn attach(
         (logs, backups, anchor, done)
     } else {
         let (anchor, done) = Anchor::open(fs.as_ref(), &dir)?;
-        let logs = done
-            .windows
-            .iter()
-            .enumerate()
-            .map(|(s, window)| {
-                let from = if window.begin == Lsn::ZERO {
-                    Lsn(log_options.segment_bytes)
-                } else {
-                    window.begin
-                };
-                Ok(Log::open(fs.clone(), &stream_dir(&dir, s), log_options.clone(), from)?.0)
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let backups = open_backups()?;
+        let (logs, rebuilt) = super::restart::open_and_replay(
+            kind,
+            server,
+            state.pool.capacity(),
+            super::restart::StreamsAt {
+                dir: &dir,
+                options: &log_options,
+                done: &done,
+            },
+            &backups[done.backup()],
+        )?;
+        recovered = Some(rebuilt);
         if logs.len() != server.options().log_streams {
             tracing::debug!(
                 store = logs.len(),
@@ -107,7 +108,7 @@ pub(crate) fn attach(
                 "the store keeps its number of log streams"
             );
         }
-        (logs, open_backups()?, anchor, done)
+        (logs, backups, anchor, done)
     };
     let streams = Arc::new(Streams { logs });
     let stream_count = streams.logs.len();
@@ -131,6 +132,7 @@ pub(crate) fn attach(
         ends_at_checkpoint: ends,
         next_version: max_lsn + 1,
         next_serial: 1,
+        recovered,
     };
     Ok((streams, dl))
 }

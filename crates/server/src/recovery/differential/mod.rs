@@ -25,7 +25,7 @@ use lodestore_difflog::physical::{self, PhysicalRecordBuilder};
 use lodestore_difflog::xor::{self, XorRecordBuilder};
 use lodestore_loggen::{page_ranges, UPDATE_RECORD_FIXED_BYTES};
 use lodestore_storage::page;
-use lodestore_wal::{Record, RecordBody};
+use lodestore_wal::RecordBody;
 use state::{DlState, DlTxn, PendingRecord, Streams, PENDING_BYTES_MAX};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -473,7 +473,6 @@ impl RecoveryMethod for Differential {
 
     fn restart_pass(&self) -> Box<dyn super::restart::RestartPass> {
         Box::new(restart::DlRestart {
-            kind: self.kind,
             streams: self.streams().clone(),
         })
     }
@@ -503,14 +502,4 @@ impl RecoveryMethod for Differential {
             .map(|p| images.remove(p).expect("filled above"))
             .collect())
     }
-}
-
-/// Reads the records of one stream from `from` to its end.
-pub(crate) fn read_stream(log: &lodestore_wal::Log, from: Lsn) -> Result<Vec<Record>> {
-    let mut records = Vec::new();
-    log.scan(from, |record| {
-        records.push(record);
-        Ok(())
-    })?;
-    Ok(records)
 }

@@ -1,25 +1,242 @@
-//! Restart under differential logging: the last complete checkpoint's backup loaded into
-//! memory, every stream read from that checkpoint's begin mark, the method's replay
-//! (`lodestore_difflog::restart`: DL1P or DL2P with one thread per stream, or PL2P), and the
-//! pages installed in the pool, every one of them resident from then on.
+//! Restart under differential logging (Lee, Kim & Cha, sections 3.4 and 4.2). When the store
+//! opens, [`open_and_replay`] opens every stream on a thread of its own; the opening scan that
+//! finds a stream's end hands over its records, so the log is read once, each record checked.
+//! How much overlaps is the store's [`RestartLevel`] (Table 1): at level 4, the default, the
+//! last complete checkpoint's backup is XORed into a zeroed image on another thread while
+//! each stream thread replays its records into the same image as it reads them (DL1P record
+//! by record, [`OnePassForward`]); level 3 reads the backup and the streams at once and
+//! replays after; level 2 loads the backup first and replays each stream as it is read;
+//! level 1 loads, then reads, then replays (DL1P backwards, as Algorithm 3 is written). The
+//! physical baseline always loads the backup first and merges the streams by serial number on
+//! one thread once all are read. The restart pass then installs every page in the pool,
+//! resident from then on.
 
 use super::state::{check_fits, data_pages, is_data_page, Streams};
-use super::{dl, dl_mut, read_stream, RecoveryMethodKind};
+use super::{dl, dl_mut, RecoveryMethodKind};
 use crate::recovery::restart::{Replayed, RestartPass};
-use crate::recovery::RestartReport;
+use crate::recovery::{RestartLevel, RestartReport};
 use crate::server::{Server, State};
 use lodestore_core::{Lsn, PageId, Result};
+use lodestore_difflog::anchor::Checkpointed;
+use lodestore_difflog::backup::Backup;
 use lodestore_difflog::kinds::{PHYSICAL_CHANGES, PHYSICAL_COMPENSATION, XOR_CHANGES};
 use lodestore_difflog::restart::parallel::{replay_streams, XorRestart};
-use lodestore_difflog::restart::{physical_two_pass, MemoryImage, StreamTail};
+use lodestore_difflog::restart::{
+    one_pass, physical_two_pass, two_pass, MemoryImage, OnePassForward, Replay, StreamTail,
+};
 use lodestore_difflog::{physical, xor};
 use lodestore_storage::page;
-use lodestore_wal::{Record, RecordBody};
+use lodestore_wal::{Log, LogOptions, Record, RecordBody};
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
+/// The store's pages rebuilt in memory when it opened, waiting for the restart pass.
+pub(crate) struct Recovered {
+    image: MemoryImage,
+    named: Named,
+    replay: Replay,
+    backup_load_us: u64,
+    /// The longest stream's opening read.
+    log_read_us: u64,
+    /// Log processing after the last read ended.
+    replay_us: u64,
+}
+
+/// What the streams need to open and replay.
+pub(crate) struct StreamsAt<'a> {
+    pub dir: &'a Path,
+    pub options: &'a LogOptions,
+    pub done: &'a Checkpointed,
+}
+
+/// Opens every stream of an existing store (a thread each) and rebuilds the store's pages
+/// from `backup` and the streams, as the module's documentation says.
+pub(crate) fn open_and_replay(
+    kind: RecoveryMethodKind,
+    server: &Server,
+    capacity: usize,
+    at: StreamsAt<'_>,
+    backup: &Backup,
+) -> Result<(Vec<Log>, Recovered)> {
+    let page_size = server.volume.page_size();
+    let done = at.done;
+    let first_lsn = Lsn(at.options.segment_bytes);
+    let known = done.page_count.max(server.volume.page_count());
+    // Large enough for every page the pool may hold; untouched pages take no memory.
+    let image_owned = MemoryImage::zeroed(
+        page_number_bound(capacity, page_size).max(known) as usize,
+        page_size,
+    );
+    let image = &image_owned;
+    let image_pages = image.page_count() as u32;
+    let level = server.options().restart_level;
+    let pl2p = kind == RecoveryMethodKind::Pl2p;
+    // PL2P's images must land on the backup's bytes in order, so it loads first; the XOR
+    // methods may take the backup in at any moment (levels 3 and 4).
+    let backup_beside = !pl2p && matches!(level, RestartLevel::Three | RestartLevel::Four);
+    // Each stream replayed by its own thread as soon as it is read (levels 2 and 4; DL1P
+    // record by record as the scan reads them).
+    let replay_at_once = !pl2p && matches!(level, RestartLevel::Two | RestartLevel::Four);
+    let load = || -> Result<u64> {
+        let started = Instant::now();
+        load_backup(backup, done.page_count, page_size, image)?;
+        Ok(started.elapsed().as_micros() as u64)
+    };
+    let checkpoint_id = done.backup_id();
+    let stream = |s: usize| -> Result<StreamOutcome> {
+        let window = done.windows[s];
+        let from = if window.begin == Lsn::ZERO {
+            first_lsn
+        } else {
+            window.begin
+        };
+        let dir = super::state::stream_dir(at.dir, s);
+        let reading = Instant::now();
+        let mut records = Vec::new();
+        let mut named = Named::default();
+        let mut forward = (replay_at_once && kind == RecoveryMethodKind::Dl1p)
+            .then(|| OnePassForward::new(&dir, window, checkpoint_id, image));
+        let mut replaying_us = 0u64;
+        let (log, _) = Log::open_visiting(
+            server.fs.clone(),
+            &dir,
+            at.options.clone(),
+            from,
+            |record| {
+                named.add(&record);
+                if named.pages_end > image_pages {
+                    check_fits(server, capacity, named.pages_end)?;
+                    return Err(lodestore_core::Error::InvalidArgument(format!(
+                        "{}: a record names page {}, past the {image_pages} pages the pool \
+                         can hold",
+                        dir.display(),
+                        named.pages_end - 1
+                    )));
+                }
+                match forward.as_mut() {
+                    Some(pass) => {
+                        let started = Instant::now();
+                        pass.push(record)?;
+                        replaying_us += started.elapsed().as_micros() as u64;
+                    }
+                    None => records.push(record),
+                }
+                Ok(())
+            },
+        )?;
+        let read_us = (reading.elapsed().as_micros() as u64).saturating_sub(replaying_us);
+        let mut replay = Replay::default();
+        if let Some(pass) = forward {
+            let read = |lsn| log.read(lsn);
+            replay = pass.finish(&read)?;
+        } else if replay_at_once {
+            let read = |lsn| log.read(lsn);
+            let tail = StreamTail {
+                path: log.dir(),
+                records: &records,
+                window,
+                read: &read,
+            };
+            replay = match kind {
+                RecoveryMethodKind::Dl2p => two_pass(&tail, checkpoint_id, image)?,
+                _ => one_pass(&tail, checkpoint_id, image)?,
+            };
+            records = Vec::new();
+        }
+        Ok(StreamOutcome {
+            log,
+            records,
+            named,
+            read_us,
+            replay,
+        })
+    };
+    let (backup_load_us, processing_started, outcomes) = std::thread::scope(|scope| {
+        let loader = backup_beside.then(|| scope.spawn(load));
+        let loaded_first = (!backup_beside).then(load);
+        let processing_started = Instant::now();
+        let streams: Vec<_> = (0..done.windows.len())
+            .map(|s| scope.spawn(move || stream(s)))
+            .collect();
+        let outcomes: Vec<Result<StreamOutcome>> = streams
+            .into_iter()
+            .map(|t| t.join().expect("a restart stream thread panicked"))
+            .collect();
+        let backup_load_us = match (loader, loaded_first) {
+            (Some(t), _) => t.join().expect("the backup loader panicked"),
+            (None, Some(loaded)) => loaded,
+            (None, None) => unreachable!("the backup loads one way or the other"),
+        };
+        (backup_load_us, processing_started, outcomes)
+    });
+    let backup_load_us = backup_load_us?;
+    let outcomes: Vec<StreamOutcome> = outcomes.into_iter().collect::<Result<_>>()?;
+    let log_read_us = outcomes.iter().map(|o| o.read_us).max().unwrap_or(0);
+    let mut replay = Replay::default();
+    if replay_at_once {
+        for o in &outcomes {
+            replay.add(&o.replay);
+        }
+    } else {
+        // Levels 1 and 3, and the baseline: every stream read, the backup in; now the replay.
+        let readers: Vec<_> = outcomes
+            .iter()
+            .map(|o| move |lsn| o.log.read(lsn))
+            .collect();
+        let tails: Vec<StreamTail<'_>> = outcomes
+            .iter()
+            .zip(&readers)
+            .enumerate()
+            .map(|(s, (o, read))| StreamTail {
+                path: o.log.dir(),
+                records: &o.records,
+                window: done.windows[s],
+                read,
+            })
+            .collect();
+        replay = match kind {
+            // The baseline merges the streams by serial number, on one thread.
+            RecoveryMethodKind::Pl2p => physical_two_pass(&tails, image)?,
+            RecoveryMethodKind::Dl2p => replay_streams(
+                XorRestart::TwoPass,
+                &tails,
+                checkpoint_id,
+                image,
+                tails.len(),
+            )?,
+            _ => replay_streams(
+                XorRestart::OnePass,
+                &tails,
+                checkpoint_id,
+                image,
+                tails.len(),
+            )?,
+        };
+    }
+    let processing_us = processing_started.elapsed().as_micros() as u64;
+    let mut named = Named::default();
+    for o in &outcomes {
+        named.merge(&o.named);
+    }
+    let logs = outcomes.into_iter().map(|o| o.log).collect();
+    Ok((
+        logs,
+        Recovered {
+            image: image_owned,
+            named,
+            replay,
+            backup_load_us,
+            log_read_us,
+            replay_us: processing_us.saturating_sub(log_read_us),
+        },
+    ))
+}
+
+/// The restart pass: installs the pages [`open_and_replay`] rebuilt (or, for a store that has
+/// just taken the method, its backup as written moments ago).
 pub(crate) struct DlRestart {
-    pub kind: RecoveryMethodKind,
     pub streams: Arc<Streams>,
 }
 
@@ -35,115 +252,47 @@ impl RestartPass for DlRestart {
     ) -> Result<Replayed> {
         let page_size = server.volume.page_size();
         let done = dl(state).done.clone();
-        let started = std::time::Instant::now();
-        let first_lsn = Lsn(server.log.options().segment_bytes);
-        let records: Vec<Vec<Record>> = self
-            .streams
-            .logs
-            .iter()
-            .zip(&done.windows)
-            .map(|(log, window)| {
-                let from = if window.begin == Lsn::ZERO {
-                    first_lsn
-                } else {
-                    window.begin
-                };
-                read_stream(log, from)
-            })
-            .collect::<Result<_>>()?;
-
-        report.log_read_us = started.elapsed().as_micros() as u64;
-        // What the records name: the pages to load, the highest transaction and serial.
-        let mut pages_end = done.page_count.max(server.volume.page_count());
-        let mut txn_max = 0;
-        let mut serial_max = 0;
-        for record in records.iter().flatten() {
-            txn_max = txn_max.max(record.txn.map_or(0, |t| t.0));
-            if let RecordBody::Family { kind, body, .. } = &record.body {
-                match *kind {
-                    XOR_CHANGES => {
-                        for range in xor::ranges(body).flatten() {
-                            pages_end = pages_end.max(range.page.0.saturating_add(1));
-                        }
-                    }
-                    PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => {
-                        if let Ok((serial, ranges)) = physical::parse(*kind, body) {
-                            serial_max = serial_max.max(serial);
-                            for range in ranges {
-                                pages_end = pages_end.max(range.page.0.saturating_add(1));
-                            }
-                        }
-                    }
-                    _ => {}
+        let capacity = state.pool.capacity();
+        let recovered = match dl_mut(state).recovered.take() {
+            Some(recovered) => recovered,
+            None => {
+                let known = done.page_count.max(server.volume.page_count());
+                let image = MemoryImage::zeroed(known as usize, page_size);
+                let started = Instant::now();
+                load_backup(
+                    &dl(state).backups[done.backup()],
+                    done.page_count,
+                    page_size,
+                    &image,
+                )?;
+                Recovered {
+                    image,
+                    named: Named::default(),
+                    replay: Replay::default(),
+                    backup_load_us: started.elapsed().as_micros() as u64,
+                    log_read_us: 0,
+                    replay_us: 0,
                 }
             }
-        }
-        check_fits(server, state.pool.capacity(), pages_end)?;
-        server.volume.extend_to(pages_end)?;
-
-        // The backup as its checkpoint left it; pages past it as a file extension writes them.
-        let loading = std::time::Instant::now();
-        let mut pages = Vec::with_capacity(pages_end as usize);
-        {
-            let dl = dl(state);
-            let backup = &dl.backups[done.backup()];
-            for p in (0..pages_end).map(PageId) {
-                let mut buf = vec![0u8; page_size];
-                if is_data_page(p, page_size) {
-                    if p.0 < done.page_count {
-                        backup.read_page(p, &mut buf)?;
-                    } else {
-                        server.volume.format_new_page(p, &mut buf);
-                    }
-                }
-                pages.push(buf);
-            }
-        }
-        let image = MemoryImage::from_pages(pages);
-        report.backup_load_us = loading.elapsed().as_micros() as u64;
-        let replaying = std::time::Instant::now();
-
-        let readers: Vec<Box<dyn Fn(Lsn) -> Result<Record> + Sync + '_>> = self
-            .streams
-            .logs
-            .iter()
-            .map(|log| {
-                Box::new(move |lsn| log.read(lsn)) as Box<dyn Fn(Lsn) -> Result<Record> + Sync>
-            })
-            .collect();
-        let tails: Vec<StreamTail<'_>> = self
-            .streams
-            .logs
-            .iter()
-            .enumerate()
-            .map(|(s, log)| StreamTail {
-                path: log.dir(),
-                records: &records[s],
-                window: done.windows[s],
-                read: readers[s].as_ref(),
-            })
-            .collect();
-        let threads = std::thread::available_parallelism()
-            .map_or(1, |n| n.get())
-            .min(tails.len());
-        let replay = match self.kind {
-            RecoveryMethodKind::Dl2p => replay_streams(
-                XorRestart::TwoPass,
-                &tails,
-                done.backup_id(),
-                &image,
-                threads,
-            )?,
-            RecoveryMethodKind::Pl2p => physical_two_pass(&tails, &image)?,
-            _ => replay_streams(
-                XorRestart::OnePass,
-                &tails,
-                done.backup_id(),
-                &image,
-                threads,
-            )?,
         };
-        report.replay_us = replaying.elapsed().as_micros() as u64;
+        report.backup_load_us = recovered.backup_load_us;
+        report.log_read_us = recovered.log_read_us;
+        report.replay_us = recovered.replay_us;
+        let image = recovered.image;
+        let replay = recovered.replay;
+        let pages_end = recovered
+            .named
+            .pages_end
+            .max(done.page_count)
+            .max(server.volume.page_count());
+        check_fits(server, capacity, pages_end)?;
+        server.volume.extend_to(pages_end)?;
+        // Pages past the backup as a file extension writes them, XORed in like the backup.
+        let mut fresh = vec![0u8; page_size];
+        for p in data_pages(pages_end, page_size).filter(|p| p.0 >= done.page_count) {
+            server.volume.format_new_page(p, &mut fresh);
+            image.xor_page(p.0 as usize, &fresh);
+        }
         report.records_scanned += replay.records;
         report.redo_applied += replay.ranges_redone;
         report.records_undone += replay.ranges_undone;
@@ -151,14 +300,15 @@ impl RestartPass for DlRestart {
 
         // Every page resident, with a version above any a client may have seen before the
         // crash: each change since the checkpoint took one and logged at least a byte.
+        let first_lsn = server.log.options().segment_bytes;
         let logged: u64 = self
             .streams
             .logs
             .iter()
             .zip(&done.windows)
-            .map(|(log, w)| log.end_lsn().0.saturating_sub(w.begin.0.max(first_lsn.0)))
+            .map(|(log, w)| log.end_lsn().0.saturating_sub(w.begin.0.max(first_lsn)))
             .sum();
-        let mut version = (0..image.page_count())
+        let mut version = (0..pages_end as usize)
             .map(|p| page::lsn(&image.page(p)).0)
             .max()
             .unwrap_or(0)
@@ -184,12 +334,104 @@ impl RestartPass for DlRestart {
         dl.backup_pages = [0, 0];
         dl.backup_pages[done.backup()] = done.page_count;
         dl.next_version = version;
-        dl.next_serial = serial_max + 1;
+        dl.next_serial = recovered.named.serial_max + 1;
         dl.ends_at_checkpoint = self.streams.logs.iter().map(|l| l.end_lsn()).collect();
         Ok(Replayed {
             touched,
-            txn_max,
+            txn_max: recovered.named.txn_max,
             install_all: false,
         })
+    }
+}
+
+/// What one stream's thread opened, read and did.
+struct StreamOutcome {
+    log: Log,
+    /// Kept for the physical baseline's merge; dropped once a stream replayed them.
+    records: Vec<Record>,
+    named: Named,
+    read_us: u64,
+    replay: Replay,
+}
+
+/// What a stream's records name: the pages a restart must hold, the highest transaction and
+/// serial number.
+#[derive(Default)]
+struct Named {
+    pages_end: u32,
+    txn_max: u64,
+    serial_max: u64,
+}
+
+impl Named {
+    fn merge(&mut self, other: &Named) {
+        self.pages_end = self.pages_end.max(other.pages_end);
+        self.txn_max = self.txn_max.max(other.txn_max);
+        self.serial_max = self.serial_max.max(other.serial_max);
+    }
+
+    fn add(&mut self, record: &Record) {
+        self.txn_max = self.txn_max.max(record.txn.map_or(0, |t| t.0));
+        if let RecordBody::Family { kind, body, .. } = &record.body {
+            match *kind {
+                XOR_CHANGES => {
+                    for range in xor::ranges(body).flatten() {
+                        self.pages_end = self.pages_end.max(range.page.0.saturating_add(1));
+                    }
+                }
+                PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => {
+                    if let Ok((serial, ranges)) = physical::parse(*kind, body) {
+                        self.serial_max = self.serial_max.max(serial);
+                        for range in ranges {
+                            self.pages_end = self.pages_end.max(range.page.0.saturating_add(1));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Pages read at once while loading a backup.
+const BACKUP_RUN_PAGES: u32 = 64;
+
+/// XORs every data page of `backup` below `page_count` into `image` (zeros there, so this
+/// copies them, in whatever order the streams' changes arrive), a run of pages per read.
+fn load_backup(
+    backup: &Backup,
+    page_count: u32,
+    page_size: usize,
+    image: &MemoryImage,
+) -> Result<()> {
+    let mut run = vec![0u8; BACKUP_RUN_PAGES as usize * page_size];
+    let mut first = 0;
+    while first < page_count {
+        let count = (page_count - first).min(BACKUP_RUN_PAGES);
+        let buf = &mut run[..count as usize * page_size];
+        backup.read_run(PageId(first), buf)?;
+        for (i, bytes) in buf.chunks_exact(page_size).enumerate() {
+            let p = PageId(first + i as u32);
+            if is_data_page(p, page_size) {
+                backup.verify(p, bytes)?;
+                image.xor_page(p.0 as usize, bytes);
+            }
+        }
+        first += count;
+    }
+    Ok(())
+}
+
+/// The smallest page number past `capacity` data pages: an image that large holds any store
+/// the pool can.
+fn page_number_bound(capacity: usize, page_size: usize) -> u32 {
+    let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+    let mut end = capacity;
+    loop {
+        let data = data_pages(end, page_size).count() as u32;
+        if data >= capacity {
+            return end;
+        }
+        end = end.saturating_add(capacity - data);
     }
 }

@@ -157,6 +157,8 @@ pub struct DlState {
     pub next_version: u64,
     /// The next serial number of the physical baseline's records.
     pub next_serial: u64,
+    /// The pages rebuilt when the store opened, until the restart pass installs them.
+    pub recovered: Option<super::restart::Recovered>,
 }
 
 impl DlState {

@@ -1,0 +1,195 @@
+//! DL1P as the records arrive (parallel restart level 2 of Table 1: reading and replaying a
+//! stream at once). The backward pass of Algorithm 3 meets a transaction's outcome before its
+//! changes; read forwards, most changes arrive with it, because a transaction's record carries
+//! its commit ([`crate::xor::FLAG_COMMITS`]). Such a record is decided on arrival. Records of a
+//! transaction whose outcome is still to come wait until its commit or abort (or the end of
+//! the stream, which makes it a loser), and are then decided by the same rule as in
+//! [`super::one_pass`]: a committed change the backup lacks is redone, an uncommitted one it
+//! holds is undone. XOR commutes, so deciding a change later than its neighbours changes
+//! nothing; the model test checks that both passes build the same image.
+
+use super::{older_losers, Entry, Image, Replay, StreamTail, Window};
+use crate::marks::CheckpointBegin;
+use lodestore_core::{Error, Lsn, Result, TxnId};
+use lodestore_wal::Record;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// Bytes of records waiting for their transaction's outcome beyond which the stream is
+/// refused: a transaction appends its pending changes at 64 KiB, so only damage or a vast
+/// number of open transactions gets here.
+pub const WAITING_BYTES_MAX: usize = 1 << 30;
+
+fn no_read(lsn: Lsn) -> Result<Record> {
+    Err(Error::InvalidArgument(format!(
+        "record {lsn} asked for while a stream is still being read"
+    )))
+}
+
+/// One stream's DL1P replay, fed record by record.
+pub struct OnePassForward<'a> {
+    path: &'a Path,
+    window: Window,
+    checkpoint_id: bool,
+    image: &'a dyn Image,
+    begin: Option<CheckpointBegin>,
+    seen_first: bool,
+    waiting: HashMap<TxnId, Vec<Record>>,
+    waiting_bytes: usize,
+    committed: HashSet<TxnId>,
+    rolled_back: HashSet<TxnId>,
+    replay: Replay,
+}
+
+impl<'a> OnePassForward<'a> {
+    /// Replays into `image`, which holds (or will have XORed in) the backup of the checkpoint
+    /// whose BackupID is `checkpoint_id` and whose marks lie at `window` in the stream at
+    /// `path` (named in errors).
+    pub fn new(
+        path: &'a Path,
+        window: Window,
+        checkpoint_id: bool,
+        image: &'a dyn Image,
+    ) -> OnePassForward<'a> {
+        OnePassForward {
+            path,
+            window,
+            checkpoint_id,
+            image,
+            begin: None,
+            seen_first: false,
+            waiting: HashMap::new(),
+            waiting_bytes: 0,
+            committed: HashSet::new(),
+            rolled_back: HashSet::new(),
+            replay: Replay::default(),
+        }
+    }
+
+    fn tail(&self, read: &'a (dyn Fn(Lsn) -> Result<Record> + Sync)) -> StreamTail<'a> {
+        StreamTail {
+            path: self.path,
+            records: &[],
+            window: self.window,
+            read,
+        }
+    }
+
+    /// The stream's next record (in LSN order, from the window's begin mark on).
+    pub fn push(&mut self, record: Record) -> Result<()> {
+        let tail = self.tail(&no_read);
+        if !self.seen_first {
+            self.seen_first = true;
+            if self.window.begin != Lsn::ZERO {
+                if record.lsn != self.window.begin {
+                    return Err(tail.corrupt(
+                        self.window.begin,
+                        "the stream does not start at the checkpoint's begin mark",
+                    ));
+                }
+                match tail.classify(&record)? {
+                    Entry::Begin(mark) => self.begin = Some(mark),
+                    _ => {
+                        return Err(
+                            tail.corrupt(record.lsn, "the checkpoint's begin is not a begin mark")
+                        )
+                    }
+                }
+                self.replay.records += 1;
+                return Ok(());
+            }
+        }
+        self.replay.records += 1;
+        match tail.classify(&record)? {
+            Entry::Commit(txn) => self.decide(&tail, txn, true)?,
+            Entry::Abort(txn) => self.decide(&tail, txn, false)?,
+            Entry::Xor { txn, commits, body } => {
+                if commits {
+                    // Its own commit: this record and any waiting ones are decided now.
+                    self.apply(&tail, record.lsn, body, true)?;
+                    self.decide(&tail, txn, true)?;
+                } else {
+                    self.waiting_bytes += body.len();
+                    if self.waiting_bytes > WAITING_BYTES_MAX {
+                        return Err(tail.corrupt(
+                            record.lsn,
+                            format!(
+                                "more than {WAITING_BYTES_MAX} bytes of changes wait for \
+                                 their transactions to end"
+                            ),
+                        ));
+                    }
+                    self.waiting.entry(txn).or_default().push(record);
+                }
+            }
+            Entry::Physical { .. } => {
+                return Err(tail.corrupt(record.lsn, "a physical record in an XOR stream"))
+            }
+            Entry::Begin(_) | Entry::Other => {}
+        }
+        Ok(())
+    }
+
+    /// `txn` ended (committed or not): its waiting records are decided.
+    fn decide(&mut self, tail: &StreamTail<'_>, txn: TxnId, won: bool) -> Result<()> {
+        let records = self.waiting.remove(&txn).unwrap_or_default();
+        if won {
+            self.committed.insert(txn);
+        } else if !records.is_empty() {
+            self.rolled_back.insert(txn);
+        }
+        for record in records {
+            if let Entry::Xor { body, .. } = tail.classify(&record)? {
+                self.waiting_bytes -= body.len();
+                self.apply(tail, record.lsn, body, won)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, tail: &StreamTail<'_>, lsn: Lsn, body: &[u8], won: bool) -> Result<()> {
+        for range in crate::xor::ranges(body) {
+            let range = range.map_err(|r| tail.corrupt(lsn, r))?;
+            let in_backup = tail.in_backup(lsn, range.backup_id, self.checkpoint_id);
+            // Redo a committed change the backup lacks; undo an uncommitted one it has.
+            if won == in_backup {
+                self.replay.ranges_skipped += 1;
+                continue;
+            }
+            self.image
+                .xor(range.page, range.offset as usize, range.delta)
+                .map_err(|r| tail.corrupt(lsn, r))?;
+            self.replay.bytes_applied += range.delta.len() as u64;
+            if won {
+                self.replay.ranges_redone += 1;
+            } else {
+                self.replay.ranges_undone += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream ended: transactions still open lost, and those active at the checkpoint
+    /// that did not commit have their older changes (read by `read`) undone.
+    pub fn finish(mut self, read: &'a (dyn Fn(Lsn) -> Result<Record> + Sync)) -> Result<Replay> {
+        let tail = self.tail(read);
+        if !self.seen_first && self.window.begin != Lsn::ZERO {
+            return Err(tail.corrupt(
+                self.window.begin,
+                "the stream does not start at the checkpoint's begin mark",
+            ));
+        }
+        let open: Vec<TxnId> = self.waiting.keys().copied().collect();
+        for txn in open {
+            self.decide(&tail, txn, false)?;
+        }
+        let begin = self.begin.take();
+        for (txn, last) in older_losers(&begin, &self.committed) {
+            self.rolled_back.insert(txn);
+            tail.undo_older_xor(txn, last, self.image, &mut self.replay)?;
+        }
+        self.replay.committed = self.committed.len() as u64;
+        self.replay.rolled_back = self.rolled_back.len() as u64;
+        Ok(self.replay)
+    }
+}

@@ -279,7 +279,10 @@ fn apply_xor(
 }
 
 /// Transactions active at the begin mark that did not commit: their older changes are undone.
-fn older_losers(begin: &Option<CheckpointBegin>, committed: &HashSet<TxnId>) -> Vec<(TxnId, Lsn)> {
+fn older_losers<S: std::hash::BuildHasher>(
+    begin: &Option<CheckpointBegin>,
+    committed: &HashSet<TxnId, S>,
+) -> Vec<(TxnId, Lsn)> {
     begin
         .iter()
         .flat_map(|mark| mark.active.iter().copied())

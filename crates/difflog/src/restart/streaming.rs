@@ -12,7 +12,7 @@ use super::{older_losers, Entry, Image, Replay, StreamTail, Window};
 use crate::marks::CheckpointBegin;
 use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_wal::Record;
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::path::Path;
 
 /// Bytes of records waiting for their transaction's outcome beyond which the stream is
@@ -34,10 +34,10 @@ pub struct OnePassForward<'a> {
     image: &'a dyn Image,
     begin: Option<CheckpointBegin>,
     seen_first: bool,
-    waiting: HashMap<TxnId, Vec<Record>>,
+    waiting: FxHashMap<TxnId, Vec<Record>>,
     waiting_bytes: usize,
-    committed: HashSet<TxnId>,
-    rolled_back: HashSet<TxnId>,
+    committed: FxHashSet<TxnId>,
+    rolled_back: FxHashSet<TxnId>,
     replay: Replay,
 }
 
@@ -58,10 +58,10 @@ impl<'a> OnePassForward<'a> {
             image,
             begin: None,
             seen_first: false,
-            waiting: HashMap::new(),
+            waiting: FxHashMap::default(),
             waiting_bytes: 0,
-            committed: HashSet::new(),
-            rolled_back: HashSet::new(),
+            committed: FxHashSet::default(),
+            rolled_back: FxHashSet::default(),
             replay: Replay::default(),
         }
     }

@@ -98,7 +98,6 @@ pub(crate) fn open_and_replay(
         let mut named = Named::default();
         let mut forward = (replay_at_once && kind == RecoveryMethodKind::Dl1p)
             .then(|| OnePassForward::new(&dir, window, checkpoint_id, image));
-        let mut replaying_us = 0u64;
         let (log, _) = Log::open_visiting(
             server.fs.clone(),
             &dir,
@@ -116,17 +115,14 @@ pub(crate) fn open_and_replay(
                     )));
                 }
                 match forward.as_mut() {
-                    Some(pass) => {
-                        let started = Instant::now();
-                        pass.push(record)?;
-                        replaying_us += started.elapsed().as_micros() as u64;
-                    }
+                    Some(pass) => pass.push(record)?,
                     None => records.push(record),
                 }
                 Ok(())
             },
         )?;
-        let read_us = (reading.elapsed().as_micros() as u64).saturating_sub(replaying_us);
+        // Replayed as read, the stream's reading and replaying are one span, counted as read.
+        let read_us = reading.elapsed().as_micros() as u64;
         let mut replay = Replay::default();
         if let Some(pass) = forward {
             let read = |lsn| log.read(lsn);

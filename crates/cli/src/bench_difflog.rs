@@ -38,8 +38,9 @@ pub struct DifflogArgs {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=50))]
     pub abort_percent: u32,
     /// Put each log stream on an emulated disk of its own sustaining this many MB/s (the
-    /// paper's disks: 29), instead of files on the real disk. Figures so measured are
-    /// labelled emulated.
+    /// paper's disks: 29), instead of files on the real disk; the restarted copies then stay
+    /// in the page cache, the devices' clocks being the cost of reading. Figures so measured
+    /// are labelled emulated.
     #[arg(long, value_name = "MB_PER_S", value_parser = positive_mb_s)]
     pub disk_mb_s: Option<f64>,
     /// With --disk-mb-s: milliseconds an emulated sync takes after its writes are transferred.
@@ -502,8 +503,14 @@ fn draw(dir: &Path, sweep: Option<&str>, points: &[Point]) -> Result<()> {
     plot::stacked_bars(
         &dir.join("difflog-restart"),
         &format!(
-            "Restart broken down (Para: backup loaded beside the streams); {}",
-            describe(&first.setup)
+            "Restart, {} streams, {} transactions{} (Seq: level 2, Para: level 4)",
+            first.setup.streams,
+            first.setup.transactions,
+            if first.setup.disk.is_some() {
+                ", emulated disks"
+            } else {
+                ""
+            }
         ),
         "ms",
         &categories,

@@ -371,13 +371,13 @@ enum BenchCommand {
     /// Differential logging against physical logging (Lee, Kim & Cha, section 5): a table of
     /// fixed-size records, transactions inserting two or deleting two (2% aborted), under
     /// dl1p, dl2p and pl2p with the same log streams and threads, the methods taking turns
-    /// within each run. Prints the bytes logged, transactions per second and two restarts of
+    /// within each run. Prints the bytes logged, transactions per second and restarts of
     /// everything logged since the load (copies of the open store's files, as kill -9 leaves
-    /// them, out of the page cache): the backup loaded first, then level 4 (the backup XORed
-    /// in while the streams replay), split into backup load, log read and replay, against the
-    /// disk's raw read of the same log; with each method's ratio to pl2p (medians of the
-    /// runs). The streams can lie on emulated disks of a given bandwidth, and one setting can
-    /// be swept, with plots like the paper's figures.
+    /// them, out of the page cache) at levels 1, 2 and 4 of the paper's Table 1, split into
+    /// backup load, log read and replay, against the disk's raw read of the same streams; with
+    /// each method's ratio to pl2p (medians of the runs). The streams can lie on emulated
+    /// disks of a given bandwidth, and one setting can be swept, with plots like the paper's
+    /// figures.
     Difflog(bench_difflog::DifflogArgs),
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every

@@ -72,6 +72,19 @@ fn check(store: &Store, oids: &[Oid<Counter>], amount: u64, context: &str) {
     }
 }
 
+/// Crashes with a transaction in flight that has changed `oid`, and recovers the files
+/// keeping a prefix of what was unsynced (chosen by `seed`).
+fn crash_in_flight(fs: &Arc<SimFileSystem>, store: Store, oid: Oid<Counter>, seed: u64) {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    txn.write(oid, &counter(9999)).unwrap();
+    fs.crash_now();
+    drop(txn);
+    drop(session);
+    drop(store);
+    fs.recover(Fault::KeepPrefix, seed);
+}
+
 const METHODS: [RecoveryMethodKind; 3] = [
     RecoveryMethodKind::Dl1p,
     RecoveryMethodKind::Dl2p,
@@ -100,14 +113,7 @@ fn a_clean_close_and_a_crash_keep_exactly_the_commits() {
                 for round in 1..=5 {
                     add(&store, &oids, base + round, true);
                 }
-                let mut session = store.session().unwrap();
-                let mut txn = session.begin().unwrap();
-                txn.write(oids[7], &counter(9999)).unwrap();
-                fs.crash_now();
-                drop(txn);
-                drop(session);
-                drop(store);
-                fs.recover(Fault::KeepPrefix, crash);
+                crash_in_flight(&fs, store, oids[7], crash);
                 store = Store::open(path, options(&fs, method, streams))
                     .unwrap_or_else(|e| panic!("{context}: reopen after crash {crash}: {e}"));
                 check(
@@ -137,14 +143,7 @@ fn every_restart_level_brings_back_the_same_commits() {
             for round in 1..=12 {
                 add(&store, &oids, round, round != 7);
             }
-            let mut session = store.session().unwrap();
-            let mut txn = session.begin().unwrap();
-            txn.write(oids[3], &counter(4242)).unwrap();
-            fs.crash_now();
-            drop(txn);
-            drop(session);
-            drop(store);
-            fs.recover(Fault::KeepPrefix, number as u64);
+            crash_in_flight(&fs, store, oids[3], number as u64);
             let store = Store::open(path, options(&fs, method, 2).restart_level(level))
                 .unwrap_or_else(|e| panic!("{context}: {e}"));
             assert!(store.restart_report().records_scanned > 0, "{context}");

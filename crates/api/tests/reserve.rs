@@ -344,3 +344,56 @@ fn sessions_reserving_and_allocating_at_once_keep_apart() {
     let report = lodestore::check(&lodestore::RealFileSystem, &path).unwrap();
     assert!(report.is_sound(), "{report:?}");
 }
+
+/// Pages whose objects all went by a committed transaction are free space again, for
+/// reservations and large objects too: a store whose objects come and go by reservation
+/// keeps to the same pages, under every recovery method.
+#[test]
+fn pages_emptied_by_a_commit_are_free_again_for_the_next_reservation() {
+    for method in [
+        lodestore::RecoveryMethodKind::Esm,
+        lodestore::RecoveryMethodKind::Dl1p,
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s");
+        let store = Store::create(&path, Options::new().recovery_method(method)).unwrap();
+        let mut session = store.session().unwrap();
+        let mut first_pages = None;
+        for round in 0..20u64 {
+            let nodes: Vec<Oid<Node>> = session.reserve(500).unwrap();
+            let mut txn = session.begin().unwrap();
+            for &node in &nodes {
+                txn.fill(
+                    node,
+                    &Node {
+                        value: round,
+                        next: node,
+                    },
+                )
+                .unwrap();
+            }
+            txn.commit().unwrap();
+            let mut txn = session.begin().unwrap();
+            for &node in &nodes {
+                txn.free(node).unwrap();
+            }
+            txn.commit().unwrap();
+            session.release_reservations().unwrap();
+            let pages = pages_of(&nodes);
+            let first = first_pages.get_or_insert_with(|| pages.clone());
+            assert_eq!(
+                &pages, first,
+                "{method:?} round {round}: a reservation took other pages than the emptied ones"
+            );
+        }
+        drop(session);
+        store.close().unwrap();
+        let info = lodestore::info(&lodestore::RealFileSystem, &path).unwrap();
+        assert_eq!(info.objects, 0, "{method:?}");
+        assert_eq!(
+            info.pages_by_kind.get("slotted").copied().unwrap_or(0),
+            1,
+            "{method:?}: only the directory page stays slotted: {info:?}"
+        );
+    }
+}

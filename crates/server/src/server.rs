@@ -958,6 +958,32 @@ impl Server {
         Ok(())
     }
 
+    /// Slotted pages `txn` changed that hold no object now: they go back to free space at its
+    /// commit like the pages of a freed large object. Left slotted, such a page could serve
+    /// only small objects, found by a hint search that starts where the last one succeeded;
+    /// reservations and large objects take free pages alone, so a store whose objects come
+    /// and go through them would grow without bound around pages it never uses again.
+    fn emptied_pages(&self, state: &mut State, txn: TxnId) -> Result<Vec<PageId>> {
+        let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        let candidates: Vec<PageId> = own
+            .touched
+            .iter()
+            .copied()
+            .filter(|page| *page != DIRECTORY_PAGE && !own.freed.contains(page))
+            .collect();
+        let mut emptied = Vec::new();
+        for page in candidates {
+            // Every change of the transaction has reached the server's copy by now (the
+            // commit ships the rest first), so the copy's slot table is the committed one.
+            self.cache_page(state, page)?;
+            let image = state.pool.get(page).expect("page just cached");
+            if page::kind(image) == Some(PageKind::Slotted) && slotted::slot_count(image) == 0 {
+                emptied.push(page);
+            }
+        }
+        Ok(emptied)
+    }
+
     /// Takes `count` free pages out of the space map's reach, growing the volume as needed,
     /// each locked exclusively for `txn` if given (else locked by nobody).
     fn take_free_pages(
@@ -1435,7 +1461,8 @@ impl PageServer for Server {
             let mut state = self.usable_state()?;
             let lsns = self.log_shipped(&mut state, txn, pages)?;
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
-            let freed = own.freed.clone();
+            let mut freed = own.freed.clone();
+            freed.extend(self.emptied_pages(&mut state, txn)?);
             let mut blank = vec![0u8; self.volume.page_size()];
             for page in freed {
                 self.before_first_change(&mut state, txn, page)?;

@@ -510,7 +510,10 @@ fn fill_reserved(
     reserved: &mut Reserved,
     rng: &mut StdRng,
 ) -> lodestore::Result<()> {
-    let (oid, page_objects) = reserved.pick(rng);
+    let may_format = visible(committed, delta).len() < OBJECTS_MAX;
+    let Some((oid, page_objects)) = reserved.pick(rng, may_format) else {
+        return Ok(());
+    };
     if page_objects.is_empty() {
         // Formatted already: an ordinary write, if the object is still there at that size.
         let there = match delta.get(&oid) {

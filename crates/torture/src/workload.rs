@@ -146,20 +146,30 @@ impl Reserved {
 
     /// A reserved object to fill, and, if its page is not formatted yet, every reserved
     /// object of the page (which the fill brings into being); the page counts as formatted
-    /// for the rest of the transaction.
-    pub(crate) fn pick(&mut self, rng: &mut StdRng) -> (RawOid, Vec<RawOid>) {
+    /// for the rest of the transaction. `None` when the page is not formatted and
+    /// `may_format` is false: a crowded store takes no more objects by the page, or the
+    /// campaign's store would grow past its pool however many objects are freed.
+    pub(crate) fn pick(
+        &mut self,
+        rng: &mut StdRng,
+        may_format: bool,
+    ) -> Option<(RawOid, Vec<RawOid>)> {
         let oid = self.oids[rng.random_range(0..self.oids.len())];
         let page = oid.page().0;
-        if !self.formatted_working.insert(page) {
-            return (oid, Vec::new());
+        if self.formatted_working.contains(&page) {
+            return Some((oid, Vec::new()));
         }
+        if !may_format {
+            return None;
+        }
+        self.formatted_working.insert(page);
         let page_objects = self
             .oids
             .iter()
             .filter(|o| o.page().0 == page)
             .copied()
             .collect();
-        (oid, page_objects)
+        Some((oid, page_objects))
     }
 }
 
@@ -193,7 +203,10 @@ fn fill_reserved(
     reserved: &mut Reserved,
     rng: &mut StdRng,
 ) -> lodestore::Result<()> {
-    let (oid, page_objects) = reserved.pick(rng);
+    let may_format = objects(working).count() < OBJECTS_MAX;
+    let Some((oid, page_objects)) = reserved.pick(rng, may_format) else {
+        return Ok(());
+    };
     // Formatted already: an ordinary write, if the object is still there at that size (it
     // may have been freed, and its OID reused by an object of another size).
     if page_objects.is_empty()

@@ -5,7 +5,9 @@ use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_difflog::marks::CheckpointBegin;
 use lodestore_difflog::physical::PhysicalRecordBuilder;
 use lodestore_difflog::restart::Window;
-use lodestore_difflog::restart::{one_pass, physical_two_pass, two_pass, MemoryImage, StreamTail};
+use lodestore_difflog::restart::{
+    one_pass, physical_two_pass, two_pass, MemoryImage, OnePassForward, StreamTail,
+};
 use lodestore_difflog::xor::XorRecordBuilder;
 use lodestore_wal::record::Body;
 use lodestore_wal::{Record, RecordBody};
@@ -36,7 +38,22 @@ fn no_older(lsn: Lsn) -> Result<Record> {
     Err(Error::InvalidArgument(format!("no record at {lsn}")))
 }
 
-/// Runs both XOR restarts on `records` and returns the first one's error.
+/// Runs DL1P forwards (level 2: record by record as a scan reads them) on `records`.
+fn forward(
+    records: &[Record],
+    window: Window,
+    read: &(dyn Fn(Lsn) -> Result<Record> + Sync),
+) -> Result<()> {
+    let image = MemoryImage::zeroed(2, 64);
+    let mut pass = OnePassForward::new(Path::new("log/stream-1"), window, false, &image);
+    for record in records {
+        pass.push(record.clone())?;
+    }
+    pass.finish(read).map(|_| ())
+}
+
+/// Runs the three XOR restarts (DL1P backwards and forwards, DL2P) on `records` and returns
+/// the first one's error; the others must fail naming the same stream and record.
 fn restart_error(
     records: &[Record],
     window: Window,
@@ -55,6 +72,17 @@ fn restart_error(
         .to_string();
     assert_eq!(one, two);
     assert!(one.contains("log/stream-1"), "{one}");
+    let forwards = forward(records, window, read).unwrap_err().to_string();
+    assert!(forwards.contains("log/stream-1"), "{forwards}");
+    // The same record named: "log damaged at byte N".
+    let at = |e: &str| {
+        e.split("at byte ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .map(str::to_string)
+    };
+    assert!(at(&one).is_some(), "{one}");
+    assert_eq!(at(&forwards), at(&one), "{forwards} / {one}");
     one
 }
 

@@ -59,6 +59,26 @@ impl MemoryImage {
         }
     }
 
+    /// `read` run on `page`'s bytes (zeros if nothing touched it), without a copy.
+    pub fn with_page<R>(&self, page: usize, read: impl FnOnce(&[u8]) -> R) -> R {
+        match self.pages[page].get() {
+            Some(latch) => read(&lock(latch)),
+            None => read(&vec![0; self.page_size]),
+        }
+    }
+
+    /// Moves `page` out of the image (zeros if nothing touched it), leaving it untouched: a
+    /// restart hands each page over to the pool and frees it, so the store is not held twice.
+    pub fn take_page(&mut self, page: usize) -> Vec<u8> {
+        match self.pages[page].take() {
+            Some(latch) => latch
+                .into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .into_vec(),
+            None => vec![0; self.page_size],
+        }
+    }
+
     /// XORs a whole page into `page` (a backup page under level 4).
     pub fn xor_page(&self, page: usize, bytes: &[u8]) {
         crate::xor::xor_into(&mut self.latch(page), bytes);

@@ -274,7 +274,7 @@ impl RestartPass for DlRestart {
         report.backup_load_us = recovered.backup_load_us;
         report.log_read_us = recovered.log_read_us;
         report.replay_us = recovered.replay_us;
-        let image = recovered.image;
+        let mut image = recovered.image;
         let replay = recovered.replay;
         let pages_end = recovered
             .named
@@ -305,14 +305,14 @@ impl RestartPass for DlRestart {
             .map(|(log, w)| log.end_lsn().0.saturating_sub(w.begin.0.max(first_lsn)))
             .sum();
         let mut version = (0..pages_end as usize)
-            .map(|p| page::lsn(&image.page(p)).0)
+            .map(|p| image.with_page(p, |bytes| page::lsn(bytes).0))
             .max()
             .unwrap_or(0)
             + logged
             + 1;
         let touched: BTreeSet<PageId> = data_pages(pages_end, page_size).collect();
         for &p in &touched {
-            let mut bytes = image.page(p.0 as usize);
+            let mut bytes = image.take_page(p.0 as usize);
             page::set_lsn(&mut bytes, Lsn(version));
             if state.pool.contains(p) {
                 server.put_changed(state, p, &bytes, Lsn(version));

@@ -19,7 +19,8 @@ use lodestore_difflog::marks::{CheckpointBegin, CheckpointEnd};
 use lodestore_difflog::physical::PhysicalRecordBuilder;
 use lodestore_difflog::restart::parallel::{replay_streams, restore_level4, XorRestart};
 use lodestore_difflog::restart::{
-    one_pass, physical_two_pass, two_pass, MemoryImage, OnePassForward, Replay, StreamTail, Window,
+    one_pass, physical_redo_merging, physical_two_pass, physical_undo_after_merge, two_pass,
+    MemoryImage, OnePassForward, Replay, StreamTail, Window,
 };
 use lodestore_difflog::xor::{self, XorRecordBuilder};
 use lodestore_wal::record::Body;
@@ -520,8 +521,45 @@ fn run_seed(seed: u64) {
             assert_eq!(image.into_pages(), expected, "DL1P level 4, {context}");
         } else {
             let image = MemoryImage::from_pages(backup.clone());
-            physical_two_pass(&tails, &image).unwrap_or_else(|e| panic!("PL2P, {context}: {e}"));
+            let batch = physical_two_pass(&tails, &image)
+                .unwrap_or_else(|e| panic!("PL2P, {context}: {e}"));
             assert_eq!(image.into_pages(), expected, "PL2P, {context}");
+
+            // Pipelined: each stream fed from a thread of its own through a small channel,
+            // pass 1 merging as the records arrive.
+            let image = MemoryImage::from_pages(backup.clone());
+            let (records, pass_one) = std::thread::scope(|scope| {
+                let mut receivers = Vec::new();
+                for tail in &tails {
+                    let (send, arriving) = std::sync::mpsc::sync_channel(2);
+                    receivers.push((tail.path, tail.window, arriving));
+                    let records = tail.records;
+                    scope.spawn(move || {
+                        for record in records {
+                            send.send(record.clone()).unwrap();
+                        }
+                    });
+                }
+                physical_redo_merging(receivers, &image)
+                    .unwrap_or_else(|e| panic!("PL2P merging, {context}: {e}"))
+            });
+            let merged_tails: Vec<StreamTail<'_>> = tails
+                .iter()
+                .zip(&records)
+                .map(|(tail, records)| StreamTail {
+                    path: tail.path,
+                    records,
+                    window: tail.window,
+                    read: tail.read,
+                })
+                .collect();
+            let pipelined = physical_undo_after_merge(&merged_tails, &image, pass_one)
+                .unwrap_or_else(|e| panic!("PL2P pipelined, {context}: {e}"));
+            assert_eq!(image.into_pages(), expected, "PL2P pipelined, {context}");
+            assert_eq!(
+                pipelined, batch,
+                "PL2P pipelined and batch alike, {context}"
+            );
         }
     }
 }

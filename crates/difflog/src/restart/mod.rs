@@ -37,7 +37,7 @@ mod streaming;
 pub use dl1p::one_pass;
 pub use dl2p::two_pass;
 pub use image::{Image, MemoryImage};
-pub use pl2p::physical_two_pass;
+pub use pl2p::{physical_redo_merging, physical_two_pass, physical_undo_after_merge};
 pub use streaming::{OnePassForward, WAITING_BYTES_MAX};
 
 use crate::kinds::{

@@ -8,8 +8,8 @@
 //! replays after; level 2 loads the backup first and replays each stream as it is read;
 //! level 1 loads, then reads, then replays (DL1P backwards, as Algorithm 3 is written). The
 //! physical baseline always loads the backup first and merges the streams by serial number on
-//! one thread once all are read. The restart pass then installs every page in the pool,
-//! resident from then on.
+//! one thread: as they are read at levels 2 and 4, after all are read at levels 1 and 3. The
+//! restart pass then moves every page into the pool, resident from then on.
 
 use super::state::{check_fits, data_pages, is_data_page, Streams};
 use super::{dl, dl_mut, RecoveryMethodKind};
@@ -22,15 +22,21 @@ use lodestore_difflog::backup::Backup;
 use lodestore_difflog::kinds::{PHYSICAL_CHANGES, PHYSICAL_COMPENSATION, XOR_CHANGES};
 use lodestore_difflog::restart::parallel::{replay_streams, XorRestart};
 use lodestore_difflog::restart::{
-    one_pass, physical_two_pass, two_pass, MemoryImage, OnePassForward, Replay, StreamTail,
+    one_pass, physical_redo_merging, physical_two_pass, physical_undo_after_merge, two_pass,
+    MemoryImage, OnePassForward, Replay, StreamTail,
 };
 use lodestore_difflog::{physical, xor};
 use lodestore_storage::page;
 use lodestore_wal::{Log, LogOptions, Record, RecordBody};
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// Records read ahead of PL2P's merge per stream at most: enough to keep the readers busy
+/// while the merge waits on the slowest stream, bounded so memory does not follow the log.
+const MERGE_QUEUE_RECORDS: usize = 4096;
 
 /// The store's pages rebuilt in memory when it opened, waiting for the restart pass.
 pub(crate) struct Recovered {
@@ -79,31 +85,33 @@ pub(crate) fn open_and_replay(
     // Each stream replayed by its own thread as soon as it is read (levels 2 and 4; DL1P
     // record by record as the scan reads them).
     let replay_at_once = !pl2p && matches!(level, RestartLevel::Two | RestartLevel::Four);
+    // The baseline pipelines too (the paper's Table 2): a merging thread redoes changes in
+    // serial order as the streams' records arrive, and undoes the losers once all are read.
+    let merging = pl2p && matches!(level, RestartLevel::Two | RestartLevel::Four);
+    let dirs: Vec<PathBuf> = (0..done.windows.len())
+        .map(|s| super::state::stream_dir(at.dir, s))
+        .collect();
     let load = || -> Result<u64> {
         let started = Instant::now();
         load_backup(backup, done.page_count, page_size, image)?;
         Ok(started.elapsed().as_micros() as u64)
     };
     let checkpoint_id = done.backup_id();
-    let stream = |s: usize| -> Result<StreamOutcome> {
+    let stream = |s: usize, feed: Option<SyncSender<Record>>| -> Result<StreamOutcome> {
         let window = done.windows[s];
         let from = if window.begin == Lsn::ZERO {
             first_lsn
         } else {
             window.begin
         };
-        let dir = super::state::stream_dir(at.dir, s);
+        let dir = &dirs[s];
         let reading = Instant::now();
         let mut records = Vec::new();
         let mut named = Named::default();
         let mut forward = (replay_at_once && kind == RecoveryMethodKind::Dl1p)
-            .then(|| OnePassForward::new(&dir, window, checkpoint_id, image));
-        let (log, _) = Log::open_visiting(
-            server.fs.clone(),
-            &dir,
-            at.options.clone(),
-            from,
-            |record| {
+            .then(|| OnePassForward::new(dir, window, checkpoint_id, image));
+        let (log, _) =
+            Log::open_visiting(server.fs.clone(), dir, at.options.clone(), from, |record| {
                 named.add(&record);
                 if named.pages_end > image_pages {
                     check_fits(server, capacity, named.pages_end)?;
@@ -114,13 +122,18 @@ pub(crate) fn open_and_replay(
                         named.pages_end - 1
                     )));
                 }
-                match forward.as_mut() {
-                    Some(pass) => pass.push(record)?,
-                    None => records.push(record),
+                match (forward.as_mut(), &feed) {
+                    (Some(pass), _) => pass.push(record)?,
+                    (None, Some(feed)) => feed.send(record).map_err(|_| {
+                        lodestore_core::Error::InvalidArgument(format!(
+                            "{}: the merge of the streams stopped",
+                            dir.display()
+                        ))
+                    })?,
+                    (None, None) => records.push(record),
                 }
                 Ok(())
-            },
-        )?;
+            })?;
         // Replayed as read, the stream's reading and replaying are one span, counted as read.
         let read_us = reading.elapsed().as_micros() as u64;
         let mut replay = Replay::default();
@@ -149,25 +162,42 @@ pub(crate) fn open_and_replay(
             replay,
         })
     };
-    let (backup_load_us, processing_started, outcomes) = std::thread::scope(|scope| {
+    let (backup_load_us, processing_started, outcomes, merged) = std::thread::scope(|scope| {
         let loader = backup_beside.then(|| scope.spawn(load));
         let loaded_first = (!backup_beside).then(load);
         let processing_started = Instant::now();
+        let mut feeds = Vec::new();
+        let merger = merging.then(|| {
+            let mut arriving = Vec::new();
+            for (s, dir) in dirs.iter().enumerate() {
+                let (send, receive) = sync_channel(MERGE_QUEUE_RECORDS);
+                feeds.push(send);
+                arriving.push((dir.as_path(), done.windows[s], receive));
+            }
+            scope.spawn(move || physical_redo_merging(arriving, image))
+        });
+        let mut feeds = feeds.into_iter();
         let streams: Vec<_> = (0..done.windows.len())
-            .map(|s| scope.spawn(move || stream(s)))
+            .map(|s| {
+                let feed = feeds.next();
+                scope.spawn(move || stream(s, feed))
+            })
             .collect();
         let outcomes: Vec<Result<StreamOutcome>> = streams
             .into_iter()
             .map(|t| t.join().expect("a restart stream thread panicked"))
             .collect();
+        let merged = merger.map(|t| t.join().expect("the restart's merging thread panicked"));
         let backup_load_us = match (loader, loaded_first) {
             (Some(t), _) => t.join().expect("the backup loader panicked"),
             (None, Some(loaded)) => loaded,
             (None, None) => unreachable!("the backup loads one way or the other"),
         };
-        (backup_load_us, processing_started, outcomes)
+        (backup_load_us, processing_started, outcomes, merged)
     });
     let backup_load_us = backup_load_us?;
+    // A merge that failed stopped the streams feeding it: its error is the cause.
+    let merged = merged.transpose()?;
     let outcomes: Vec<StreamOutcome> = outcomes.into_iter().collect::<Result<_>>()?;
     let log_read_us = outcomes.iter().map(|o| o.read_us).max().unwrap_or(0);
     let mut replay = Replay::default();
@@ -187,15 +217,21 @@ pub(crate) fn open_and_replay(
             .enumerate()
             .map(|(s, (o, read))| StreamTail {
                 path: o.log.dir(),
-                records: &o.records,
+                records: merged
+                    .as_ref()
+                    .map_or(&o.records, |(records, _)| &records[s]),
                 window: done.windows[s],
                 read,
             })
             .collect();
-        replay = match kind {
-            // The baseline merges the streams by serial number, on one thread.
-            RecoveryMethodKind::Pl2p => physical_two_pass(&tails, image)?,
-            RecoveryMethodKind::Dl2p => replay_streams(
+        replay = match (kind, &merged) {
+            // The baseline merges the streams by serial number, on one thread: as they were
+            // read (levels 2 and 4), or now.
+            (RecoveryMethodKind::Pl2p, Some((_, pass_one))) => {
+                physical_undo_after_merge(&tails, image, pass_one.clone())?
+            }
+            (RecoveryMethodKind::Pl2p, None) => physical_two_pass(&tails, image)?,
+            (RecoveryMethodKind::Dl2p, _) => replay_streams(
                 XorRestart::TwoPass,
                 &tails,
                 checkpoint_id,

@@ -123,12 +123,18 @@ impl Body for PhysicalRecordBuilder {
     }
 }
 
-/// A physical record's serial number and ranges, checked as read.
-pub fn parse(kind: u8, body: &[u8]) -> Result<(u64, Vec<PhysicalRange<'_>>), String> {
+/// A physical record's serial number alone (the merge orders records by it before it needs
+/// their ranges).
+pub fn serial(body: &[u8]) -> Result<u64, String> {
     let serial = body
         .get(..8)
         .ok_or("physical record shorter than its serial number")?;
-    let serial = u64::from_le_bytes(serial.try_into().unwrap());
+    Ok(u64::from_le_bytes(serial.try_into().unwrap()))
+}
+
+/// A physical record's serial number and ranges, checked as read.
+pub fn parse(kind: u8, body: &[u8]) -> Result<(u64, Vec<PhysicalRange<'_>>), String> {
+    let serial = serial(body)?;
     let images = if kind == PHYSICAL_CHANGES { 2 } else { 1 };
     let mut ranges = Vec::new();
     let mut at = 8;

@@ -1,6 +1,9 @@
 //! The physical-logging baseline's restart (PL2P): redo by after-images in the order the
 //! changes were made, merged across the streams by serial number, then undo of the losers by
 //! before-images, newest first. Unlike the XOR restarts it cannot replay a stream on its own.
+//!
+//! A record's ranges are parsed when they are applied: ordering needs only its serial number,
+//! and only losers' changes are parsed a second time, for the undo.
 
 use super::{Entry, Image, Replay, StreamTail, Window};
 use crate::kinds::PHYSICAL_CHANGES;
@@ -12,18 +15,17 @@ use std::collections::{BinaryHeap, HashSet};
 use std::path::Path;
 use std::sync::mpsc::Receiver;
 
-/// A parsed change or compensation record.
-struct Change<'a> {
-    lsn: Lsn,
+/// A change or compensation record of a stream, by its place in the stream's records.
+struct Change {
     serial: u64,
     txn: TxnId,
     undoable: bool,
-    ranges: Vec<PhysicalRange<'a>>,
+    index: usize,
 }
 
-/// What pass 2 needs of every stream: its changes in order and the transactions' outcomes.
-struct Collected<'a> {
-    streams: Vec<Vec<Change<'a>>>,
+/// What the passes need of every stream: its changes in order and the transactions' outcomes.
+struct Collected {
+    streams: Vec<Vec<Change>>,
     /// Transactions active at a begin mark: (stream, transaction, its last record before).
     older: Vec<(usize, TxnId, Lsn)>,
     started: HashSet<TxnId>,
@@ -51,7 +53,7 @@ pub fn physical_undo_after_merge(
     undo(tails, collected, image, pass_one)
 }
 
-fn collect<'a>(tails: &[StreamTail<'a>]) -> Result<Collected<'a>> {
+fn collect(tails: &[StreamTail<'_>]) -> Result<Collected> {
     let mut c = Collected {
         streams: Vec::with_capacity(tails.len()),
         older: Vec::new(),
@@ -62,8 +64,8 @@ fn collect<'a>(tails: &[StreamTail<'a>]) -> Result<Collected<'a>> {
     };
     for tail in tails {
         let begin = tail.begin_mark()?;
-        let mut changes = Vec::new();
-        for record in tail.records {
+        let mut changes: Vec<Change> = Vec::new();
+        for (index, record) in tail.records.iter().enumerate() {
             c.records += 1;
             match tail.classify(record)? {
                 Entry::Physical {
@@ -72,11 +74,8 @@ fn collect<'a>(tails: &[StreamTail<'a>]) -> Result<Collected<'a>> {
                     commits,
                     body,
                 } => {
-                    let change = parse(tail, record, txn, kind, body)?;
-                    if changes
-                        .last()
-                        .is_some_and(|c: &Change| c.serial >= change.serial)
-                    {
+                    let serial = physical::serial(body).map_err(|r| tail.corrupt(record.lsn, r))?;
+                    if changes.last().is_some_and(|c| c.serial >= serial) {
                         return Err(tail.corrupt(record.lsn, "serial numbers out of order"));
                     }
                     if commits {
@@ -84,7 +83,12 @@ fn collect<'a>(tails: &[StreamTail<'a>]) -> Result<Collected<'a>> {
                         c.ended.insert(txn);
                     }
                     c.started.insert(txn);
-                    changes.push(change);
+                    changes.push(Change {
+                        serial,
+                        txn,
+                        undoable: kind == PHYSICAL_CHANGES,
+                        index,
+                    });
                 }
                 Entry::Commit(txn) => {
                     c.committed.insert(txn);
@@ -111,7 +115,7 @@ fn collect<'a>(tails: &[StreamTail<'a>]) -> Result<Collected<'a>> {
 /// Pass 1: repeat history, merging the streams by serial number.
 fn redo(
     tails: &[StreamTail<'_>],
-    streams: &[Vec<Change<'_>>],
+    streams: &[Vec<Change>],
     image: &dyn Image,
     replay: &mut Replay,
 ) -> Result<()> {
@@ -121,7 +125,8 @@ fn redo(
         .filter_map(|(s, changes)| changes.first().map(|c| Reverse((c.serial, s, 0))))
         .collect();
     while let Some(Reverse((_, s, i))) = heap.pop() {
-        redo_change(&tails[s], image, &streams[s][i], replay)?;
+        let tail = &tails[s];
+        redo_record(tail, &tail.records[streams[s][i].index], image, replay)?;
         if let Some(next) = streams[s].get(i + 1) {
             heap.push(Reverse((next.serial, s, i + 1)));
         }
@@ -129,14 +134,25 @@ fn redo(
     Ok(())
 }
 
-fn redo_change(
+/// The ranges of a change or compensation record.
+fn ranges<'r>(tail: &StreamTail<'_>, record: &'r Record) -> Result<Vec<PhysicalRange<'r>>> {
+    match tail.classify(record)? {
+        Entry::Physical { kind, body, .. } => Ok(physical::parse(kind, body)
+            .map_err(|r| tail.corrupt(record.lsn, r))?
+            .1),
+        Entry::Xor { .. } => Err(tail.corrupt(record.lsn, "an XOR record in a physical stream")),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn redo_record(
     tail: &StreamTail<'_>,
+    record: &Record,
     image: &dyn Image,
-    change: &Change<'_>,
     replay: &mut Replay,
 ) -> Result<()> {
-    for range in &change.ranges {
-        write(tail, image, change.lsn, range, range.after, replay)?;
+    for range in &ranges(tail, record)? {
+        write(tail, image, record.lsn, range, range.after, replay)?;
         replay.ranges_redone += 1;
     }
     Ok(())
@@ -145,7 +161,7 @@ fn redo_change(
 /// Pass 2: losers' changes, newest first, back to their before-images.
 fn undo(
     tails: &[StreamTail<'_>],
-    c: Collected<'_>,
+    c: Collected,
     image: &dyn Image,
     mut replay: Replay,
 ) -> Result<Replay> {
@@ -160,48 +176,35 @@ fn undo(
             })?;
         }
     }
-    let mut undo: Vec<(u64, usize, &Change<'_>)> = Vec::new();
+    // (serial, stream, record): losers' changes read with the streams, then those before
+    // the begin mark.
+    let mut undo: Vec<(u64, usize, &Record)> = Vec::new();
     for (s, changes) in c.streams.iter().enumerate() {
         undo.extend(
             changes
                 .iter()
                 .filter(|c| c.undoable && losers.contains(&c.txn))
-                .map(|c| (c.serial, s, c)),
+                .map(|c| (c.serial, s, &tails[s].records[c.index])),
         );
     }
-    let parsed_older: Vec<(usize, Change<'_>)> = older_records
-        .iter()
-        .map(|(s, record)| {
-            let tail = &tails[*s];
-            match tail.classify(record)? {
-                Entry::Physical {
-                    txn, kind, body, ..
-                } => Ok(Some((*s, parse(tail, record, txn, kind, body)?))),
-                Entry::Xor { .. } => {
-                    Err(tail.corrupt(record.lsn, "an XOR record in a physical stream"))
-                }
-                _ => Ok(None),
+    for (s, record) in &older_records {
+        let tail = &tails[*s];
+        match tail.classify(record)? {
+            Entry::Physical { kind, body, .. } if kind == PHYSICAL_CHANGES => {
+                let serial = physical::serial(body).map_err(|r| tail.corrupt(record.lsn, r))?;
+                undo.push((serial, *s, record));
             }
-        })
-        .filter_map(Result::transpose)
-        .collect::<Result<_>>()?;
-    undo.extend(
-        parsed_older
-            .iter()
-            .filter(|(_, c)| c.undoable)
-            .map(|(s, c)| (c.serial, *s, c)),
-    );
+            Entry::Xor { .. } => {
+                return Err(tail.corrupt(record.lsn, "an XOR record in a physical stream"))
+            }
+            _ => {}
+        }
+    }
     undo.sort_unstable_by_key(|&(serial, _, _)| Reverse(serial));
-    for (_, s, change) in undo {
-        for range in change.ranges.iter().rev() {
-            write(
-                &tails[s],
-                image,
-                change.lsn,
-                range,
-                range.before,
-                &mut replay,
-            )?;
+    for (_, s, record) in undo {
+        let tail = &tails[s];
+        for range in ranges(tail, record)?.iter().rev() {
+            write(tail, image, record.lsn, range, range.before, &mut replay)?;
             replay.ranges_undone += 1;
         }
     }
@@ -225,11 +228,9 @@ impl Feed<'_> {
         let last = self.head.take().map(|(serial, _)| serial);
         while let Ok(record) = self.arriving.recv() {
             let serial = match self.tail.classify(&record)? {
-                Entry::Physical { kind, body, .. } => Some(
-                    physical::parse(kind, body)
-                        .map_err(|r| self.tail.corrupt(record.lsn, r))?
-                        .0,
-                ),
+                Entry::Physical { body, .. } => {
+                    Some(physical::serial(body).map_err(|r| self.tail.corrupt(record.lsn, r))?)
+                }
                 Entry::Xor { .. } => {
                     return Err(self
                         .tail
@@ -295,37 +296,13 @@ pub fn physical_redo_merging(
     while let Some(Reverse((_, s))) = heap.pop() {
         let feed = &mut feeds[s];
         let (_, index) = feed.head.expect("a stream in the merge has a head");
-        let record = &feed.records[index];
-        if let Entry::Physical {
-            txn, kind, body, ..
-        } = feed.tail.classify(record)?
-        {
-            let change = parse(&feed.tail, record, txn, kind, body)?;
-            redo_change(&feed.tail, image, &change, &mut replay)?;
-        }
+        redo_record(&feed.tail, &feed.records[index], image, &mut replay)?;
         feed.advance()?;
         if let Some((serial, _)) = feed.head {
             heap.push(Reverse((serial, s)));
         }
     }
     Ok((feeds.into_iter().map(|f| f.records).collect(), replay))
-}
-
-fn parse<'r>(
-    tail: &StreamTail<'_>,
-    record: &Record,
-    txn: TxnId,
-    kind: u8,
-    body: &'r [u8],
-) -> Result<Change<'r>> {
-    let (serial, ranges) = physical::parse(kind, body).map_err(|r| tail.corrupt(record.lsn, r))?;
-    Ok(Change {
-        lsn: record.lsn,
-        serial,
-        txn,
-        undoable: kind == PHYSICAL_CHANGES,
-        ranges,
-    })
 }
 
 fn write(

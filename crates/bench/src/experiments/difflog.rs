@@ -91,7 +91,7 @@ pub struct Figures {
     /// physical baseline has none.
     pub level1: Option<RestartFigures>,
     /// Restart at level 2: the backup first, each stream replayed as it is read (the paper's
-    /// "Seq"; the baseline reads every stream, then merges).
+    /// "Seq"; the baseline merges the streams by serial number on one thread as they are read).
     pub level2: RestartFigures,
     /// Restart at level 4: the backup XORed in while the streams replay ("Para").
     pub level4: Option<RestartFigures>,
@@ -278,7 +278,8 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
     let log_bytes = store.log_stats().bytes_appended - before;
     // The files as a kill -9 would leave them: copied while the store is open and idle, once
     // for each restart, each out of the page cache before it starts. The baseline restarts
-    // one way only (the backup first, the merge after every read).
+    // at level 2 only, the paper's PL2P-Seq (the backup first, then the merge as the streams
+    // are read).
     let levels: &[RestartLevel] = if method == RecoveryMethodKind::Pl2p {
         &[RestartLevel::Two]
     } else {

@@ -1,10 +1,21 @@
 //! `lodestore bench` end to end at smoke size: tables on stdout, runs.csv, summary.json with the
 //! documented fields, and plots; bad arguments are refused with a message naming them.
 
-use std::process::Command;
+use std::process::{Command, Output};
 
 fn lodestore() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lodestore"))
+}
+
+/// The standard output of a command that must have succeeded (both outputs shown if not).
+fn succeeded(output: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
 }
 
 const OO7_FIELDS: [&str; 16] = [
@@ -41,12 +52,7 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
         .arg(&out)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = succeeded(&output);
     assert!(stdout.contains("OO7 t2a on oo7-small"), "{stdout}");
     assert!(stdout.contains("OO1 update"), "{stdout}");
 
@@ -180,12 +186,7 @@ fn oo7_runs_remote_over_tls() {
         .arg(&out)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    succeeded(&output);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     let runs = summary["runs"].as_array().unwrap();
@@ -224,8 +225,7 @@ fn bench_commit_measures_every_delay_and_refuses_bad_ones() {
         .arg(&csv)
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stderr}");
+    succeeded(&output);
     let text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = text.lines();
     let header: Vec<&str> = lines.next().unwrap().split(',').collect();
@@ -277,12 +277,7 @@ fn bench_difflog_compares_the_three_methods_and_writes_csv() {
         .arg(&csv)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for figure in [
         "bytes logged per transaction",
         "transactions/s",
@@ -359,12 +354,7 @@ fn bench_difflog_sweeps_streams_on_emulated_disks_and_draws_the_figures() {
         .arg(&plots)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("Against streams"), "{stdout}");
     assert!(stdout.contains("emulated disk of 20.0 MB/s"), "{stdout}");
     assert!(stdout.contains("emulated disks busy"), "{stdout}");

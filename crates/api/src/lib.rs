@@ -34,6 +34,7 @@ mod as_of;
 pub mod collections;
 pub mod counters;
 mod folder;
+pub mod multilevel;
 mod object;
 mod offline;
 mod options;

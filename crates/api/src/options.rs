@@ -101,6 +101,8 @@ pub struct Options {
     pub(crate) file_system: Arc<dyn FileSystem>,
     /// How a remote client proves who it is, and whether it talks TLS (`connect` only).
     pub(crate) credentials: lodestore_net::auth::Credentials,
+    /// Operations multi-level transactions can run from the log (compensations).
+    pub(crate) operations: Arc<crate::multilevel::Operations>,
 }
 
 impl Default for Options {
@@ -125,6 +127,7 @@ impl Default for Options {
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
+            operations: Arc::default(),
         }
     }
 }
@@ -151,6 +154,7 @@ impl std::fmt::Debug for Options {
                 &self.archive.as_ref().map(|archive| archive.name()),
             )
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
+            .field("operations", &self.operations)
             .finish_non_exhaustive()
     }
 }
@@ -182,6 +186,15 @@ impl Options {
     pub fn page_size(mut self, bytes: usize) -> Options {
         self.page_size = Some(bytes);
         self
+    }
+
+    /// Registers `O`, an application's high-level operation, so that the store can run it
+    /// from the log as a compensation (multi-level transactions, [`crate::multilevel`]);
+    /// needed before the store opens, for the warm start. Refused: an id below
+    /// [`crate::multilevel::APPLICATION_OPERATION_ID_MIN`] or one already taken.
+    pub fn operation<O: crate::multilevel::Operation>(mut self) -> Result<Options> {
+        Arc::make_mut(&mut self.operations).register::<O>()?;
+        Ok(self)
     }
 
     /// Memory of each session's client cache (default 64 MiB).

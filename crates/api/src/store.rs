@@ -3,6 +3,7 @@
 use crate::as_of::{AsOf, AsOfTransaction};
 use crate::counters::{self, CountersByScheme};
 use crate::folder;
+use crate::multilevel::{MultiLevelTransaction, Operations};
 use crate::object::{Oid, Persistent};
 use crate::options::Options;
 use crate::transaction::Transaction;
@@ -159,14 +160,21 @@ impl Store {
             } else {
                 None
             };
-        Ok(Store {
+        let warm_start = !server.warm_start().is_empty();
+        let store = Store {
             _workers: workers,
             session_counters: Arc::default(),
-            backend: Backend::Embedded(server),
+            backend: Backend::Embedded(server.clone()),
             path,
             options,
             snapshots,
-        })
+        };
+        if warm_start {
+            // Multi-level transactions the crash left unfinished: their compensations.
+            let mut session = store.session()?;
+            crate::multilevel::warm_start(&server, &store.options.operations, &mut session.client)?;
+        }
+        Ok(store)
     }
 
     /// Connects to the server at `address` (`host:port`, as `lodestore serve --listen` was
@@ -293,6 +301,7 @@ impl Store {
         };
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
+            operations: (!self.is_remote()).then(|| self.options.operations.clone()),
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
             snapshot_pages: SnapshotPages::new(pages),
         })
@@ -474,6 +483,9 @@ impl Store {
 /// One client of a store: a client cache and one transaction at a time.
 pub struct Session {
     client: ClientSession,
+    /// The operations multi-level transactions run (`None`: a remote store, which does not
+    /// serve them yet).
+    operations: Option<Arc<Operations>>,
     /// Where the session's counters go when it ends (an embedded store's totals).
     counters: Option<Arc<Mutex<CountersByScheme>>>,
     /// Pages of snapshots read, apart from the client cache of current pages.
@@ -497,6 +509,18 @@ impl Session {
     pub fn begin(&mut self) -> Result<Transaction<'_>> {
         self.client.begin()?;
         Ok(Transaction::new(&mut self.client))
+    }
+
+    /// Starts a multi-level transaction: high-level operations under semantic locks, each a
+    /// subtransaction of its own (see [`crate::multilevel`]). Embedded stores only, for now.
+    pub fn begin_multi_level(&mut self) -> Result<MultiLevelTransaction<'_>> {
+        let operations = self.operations.clone().ok_or_else(|| {
+            lodestore_core::Error::Unsupported(
+                "multi-level transactions on a remote store: not served over the network yet"
+                    .into(),
+            )
+        })?;
+        MultiLevelTransaction::begin(&mut self.client, operations)
     }
 
     /// Runs `work` in a transaction and commits it, returning what `work` returned. When the

@@ -18,7 +18,7 @@ use crate::scheme::Scheme;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
-use lodestore_protocol::{AppendedCommit, LockMode, PageServer, ShippedPage};
+use lodestore_protocol::{AppendedCommit, LockMode, PageServer, ShippedPage, TxnKind};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
@@ -241,13 +241,23 @@ impl ClientSession {
 
     /// Starts a transaction. A session runs one at a time.
     pub fn begin(&mut self) -> Result<TxnId> {
+        self.begin_kind(TxnKind::ReadWrite)
+    }
+
+    /// Starts a subtransaction of level-1 transaction `parent` (multi-level transactions):
+    /// an ordinary transaction of this session, whose page locks end with its commit.
+    pub fn begin_sub(&mut self, parent: TxnId) -> Result<TxnId> {
+        self.begin_kind(TxnKind::Sub { parent })
+    }
+
+    fn begin_kind(&mut self, kind: TxnKind) -> Result<TxnId> {
         self.wait_commit()?;
         if self.txn.is_some() {
             return Err(Error::InvalidArgument(
                 "a transaction is already active in this session".into(),
             ));
         }
-        let id = self.server.begin()?;
+        let id = self.server.begin_transaction(kind)?;
         self.txn = Some(ActiveTxn {
             id,
             locks: FxHashMap::default(),

@@ -184,6 +184,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// A multi-level transaction's undo record names an operation the store does not know:
+    /// the warm start cannot compensate it, and runs nothing until it can.
+    #[error(
+        "{log}: the undo record at LSN {lsn} of transaction {txn} names operation {id}, which is \
+         not registered with the store (Options::operation)"
+    )]
+    UnknownOperation {
+        log: PathBuf,
+        lsn: u64,
+        txn: u64,
+        id: u32,
+    },
+
     /// A key or value is longer than the collection allows.
     #[error(
         "collection {collection}: {what} of {len} bytes is longer than the limit of {max} bytes"

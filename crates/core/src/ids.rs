@@ -86,7 +86,10 @@ impl fmt::Display for TxnId {
 /// significant first. The raw `u64` is what a stored reference holds, so outside tools can
 /// follow references in a dump. The value 0 is the null reference: page 0 is a superblock and
 /// never holds objects.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(
+    Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 #[repr(transparent)]
 pub struct Oid(pub u64);
 

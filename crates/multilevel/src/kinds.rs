@@ -1,6 +1,5 @@
 //! The family's record kinds, inside `lodestore_wal::kinds::MULTI_LEVEL`. Numbers never change
-//! once written. A transaction's end is the engine's commit record (kind 4) or the EOT flag of
-//! an L0 write; an abort whose compensations are all done ends with the engine's end record.
+//! once written.
 
 use lodestore_wal::kinds::MULTI_LEVEL;
 
@@ -10,6 +9,12 @@ pub const OPERATION_UNDO: u8 = 64;
 /// L1: a compensating subtransaction undid a subtransaction (see
 /// [`crate::records::Compensated`]).
 pub const COMPENSATED: u8 = 65;
+/// L1: a transaction ended, committed or with every compensation done (see
+/// [`crate::records::TransactionEnd`]).
+pub const TRANSACTION_END: u8 = 67;
+/// L1: at a checkpoint, the transactions with L1 records and no end yet, and where their
+/// records are (see [`crate::records::ActiveTransactions`]).
+pub const ACTIVE_TRANSACTIONS: u8 = 68;
 /// L0: page after-images of one atomic write, the last record flagged EOS (see
 /// [`crate::records::AfterImages`]).
 pub const AFTER_IMAGES: u8 = 66;

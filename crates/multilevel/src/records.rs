@@ -1,22 +1,32 @@
 //! The family's log records, framed by the log (`lodestore_wal`: header with checksum, format
-//! version, LSN, transaction id and the previous LSN of the same transaction). All integers
-//! are little-endian.
+//! version and LSN). All integers are little-endian.
 //!
-//! Level 1 (L1), the high-level undo log (Hasse & Weikum section 2, Figure 2). The header's
-//! transaction is the parent (the level-1 transaction); its previous-LSN field chains the
-//! parent's L1 records backwards.
+//! Level 1 (L1), the high-level undo log (Hasse & Weikum section 2, Figure 2). An L1 record
+//! has no transaction in its header: the engine's restarts know transactions by their header
+//! and would end a level-1 transaction as a loser with nothing to undo, while only this family
+//! knows how to undo it. Its transaction is in its body instead, with the LSN of the same
+//! transaction's previous L1 record, so a warm start can read a transaction's records back
+//! from before the last checkpoint.
 //!
 //! ```text
-//! OPERATION_UNDO (64)  what undoes one completed high-level operation
-//!   0  8 subtransaction: the engine transaction that ran the operation at level 0
-//!   8  4 operation id of the inverse (registered before the store opens; 0 is never used)
-//!  12  4 length n of the inverse's arguments
-//!  16  n the arguments, as the operation encodes them
-//!
-//! COMPENSATED (65)     a compensating subtransaction undid one subtransaction
-//!   0  8 the compensating subtransaction
-//!   8  8 the subtransaction it undid
-//!  16  8 LSN of the undone subtransaction's OPERATION_UNDO record
+//! every L1 record but ACTIVE_TRANSACTIONS begins
+//!   0  8 the transaction (level 1)
+//!   8  8 LSN of its previous L1 record (0: none)
+//! OPERATION_UNDO (64)        what undoes one completed high-level operation
+//!  16  8 subtransaction: the engine transaction that ran the operation at level 0
+//!  24  4 operation id of the inverse (registered before the store opens; 0 is never used)
+//!  28  4 length n of the inverse's arguments
+//!  32  n the arguments, as the operation encodes them
+//! COMPENSATED (65)           a compensating subtransaction undid one subtransaction
+//!  16  8 the compensating subtransaction
+//!  24  8 the subtransaction it undid
+//!  32  8 LSN of the undone subtransaction's OPERATION_UNDO record
+//! TRANSACTION_END (67)       the transaction ended
+//!  16  1 1: committed; 0: aborted, every compensation done
+//!  17  7 zero
+//! ACTIVE_TRANSACTIONS (68)   at a checkpoint: transactions with L1 records and no end
+//!   0  4 count c            4  4 zero
+//!   8  c x (8 transaction, 8 LSN of its first L1 record, 8 LSN of its last)
 //! ```
 //!
 //! Level 0 (L0), the page after-image log of the database-cache method (section 2, "Ensuring
@@ -37,7 +47,9 @@
 //!      p × (4 page, 4 stored length k, k bytes: the page up to its last non-zero byte)
 //! ```
 
-use crate::kinds::{AFTER_IMAGES, COMPENSATED, OPERATION_UNDO};
+use crate::kinds::{
+    ACTIVE_TRANSACTIONS, AFTER_IMAGES, COMPENSATED, OPERATION_UNDO, TRANSACTION_END,
+};
 use lodestore_core::{Lsn, PageId, TxnId};
 use lodestore_wal::record::Body;
 use rustc_hash::FxHashSet;
@@ -52,15 +64,51 @@ pub const FLAG_EOT: u16 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OperationId(pub u32);
 
+/// Where an L1 record belongs: its level-1 transaction and that transaction's previous L1
+/// record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    pub txn: TxnId,
+    /// `Lsn::ZERO`: the transaction's first L1 record.
+    pub prev: Lsn,
+}
+
+const CHAIN_BYTES: usize = 16;
+
+impl Chain {
+    fn write(&self, out: &mut [u8]) {
+        out[0..8].copy_from_slice(&self.txn.0.to_le_bytes());
+        out[8..16].copy_from_slice(&self.prev.0.to_le_bytes());
+    }
+
+    fn read(body: &[u8], what: &str) -> Result<Chain, String> {
+        if body.len() < CHAIN_BYTES {
+            return Err(format!(
+                "{what} record of {} bytes, shorter than its {CHAIN_BYTES}-byte prefix",
+                body.len()
+            ));
+        }
+        let chain = Chain {
+            txn: TxnId(u64_at(body, 0)),
+            prev: Lsn(u64_at(body, 8)),
+        };
+        if chain.txn.0 == 0 {
+            return Err(format!("{what} record names transaction 0"));
+        }
+        Ok(chain)
+    }
+}
+
 /// An L1 undo record: the inverse of the operation `sub` ran, with its arguments.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct UndoRecord<'a> {
+    pub chain: Chain,
     pub sub: TxnId,
     pub inverse: OperationId,
     pub args: &'a [u8],
 }
 
-const UNDO_FIXED_BYTES: usize = 16;
+const UNDO_FIXED_BYTES: usize = 32;
 
 impl Body for UndoRecord<'_> {
     fn kind(&self) -> u8 {
@@ -74,27 +122,32 @@ impl Body for UndoRecord<'_> {
     fn write_body(&self, out: &mut [u8]) -> u16 {
         assert!(self.inverse.0 != 0, "operation id 0 is never used");
         assert!(self.args.len() <= u32::MAX as usize);
-        out[0..8].copy_from_slice(&self.sub.0.to_le_bytes());
-        out[8..12].copy_from_slice(&self.inverse.0.to_le_bytes());
-        out[12..16].copy_from_slice(&(self.args.len() as u32).to_le_bytes());
-        out[16..16 + self.args.len()].copy_from_slice(self.args);
+        self.chain.write(out);
+        out[16..24].copy_from_slice(&self.sub.0.to_le_bytes());
+        out[24..28].copy_from_slice(&self.inverse.0.to_le_bytes());
+        out[28..32].copy_from_slice(&(self.args.len() as u32).to_le_bytes());
+        out[32..32 + self.args.len()].copy_from_slice(self.args);
         0
     }
 }
 
 /// Reads an L1 undo record's body.
 pub fn decode_undo(body: &[u8]) -> Result<UndoRecord<'_>, String> {
+    let chain = Chain::read(body, "undo")?;
     if body.len() < UNDO_FIXED_BYTES {
         return Err(format!(
             "undo record of {} bytes, shorter than its {UNDO_FIXED_BYTES} fixed bytes",
             body.len()
         ));
     }
-    let sub = TxnId(u64_at(body, 0));
-    let inverse = OperationId(u32_at(body, 8));
-    let len = u32_at(body, 12) as usize;
-    if sub.0 == 0 {
-        return Err("undo record names subtransaction 0".into());
+    let sub = TxnId(u64_at(body, 16));
+    let inverse = OperationId(u32_at(body, 24));
+    let len = u32_at(body, 28) as usize;
+    if sub.0 == 0 || sub == chain.txn {
+        return Err(format!(
+            "undo record of transaction {} names subtransaction {sub}",
+            chain.txn
+        ));
     }
     if inverse.0 == 0 {
         return Err("undo record names operation id 0".into());
@@ -106,6 +159,7 @@ pub fn decode_undo(body: &[u8]) -> Result<UndoRecord<'_>, String> {
         ));
     }
     Ok(UndoRecord {
+        chain,
         sub,
         inverse,
         args: &body[UNDO_FIXED_BYTES..],
@@ -116,12 +170,13 @@ pub fn decode_undo(body: &[u8]) -> Result<UndoRecord<'_>, String> {
 /// undo record is at `undo_lsn`. It counts only once `by`'s own pages are durable at L0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Compensated {
+    pub chain: Chain,
     pub by: TxnId,
     pub undone: TxnId,
     pub undo_lsn: Lsn,
 }
 
-const COMPENSATED_BYTES: usize = 24;
+const COMPENSATED_BYTES: usize = 40;
 
 impl Body for Compensated {
     fn kind(&self) -> u8 {
@@ -133,15 +188,17 @@ impl Body for Compensated {
     }
 
     fn write_body(&self, out: &mut [u8]) -> u16 {
-        out[0..8].copy_from_slice(&self.by.0.to_le_bytes());
-        out[8..16].copy_from_slice(&self.undone.0.to_le_bytes());
-        out[16..24].copy_from_slice(&self.undo_lsn.0.to_le_bytes());
+        self.chain.write(out);
+        out[16..24].copy_from_slice(&self.by.0.to_le_bytes());
+        out[24..32].copy_from_slice(&self.undone.0.to_le_bytes());
+        out[32..40].copy_from_slice(&self.undo_lsn.0.to_le_bytes());
         0
     }
 }
 
 /// Reads a compensation record's body.
 pub fn decode_compensated(body: &[u8]) -> Result<Compensated, String> {
+    let chain = Chain::read(body, "compensation")?;
     if body.len() != COMPENSATED_BYTES {
         return Err(format!(
             "compensation record of {} bytes, not {COMPENSATED_BYTES}",
@@ -149,9 +206,10 @@ pub fn decode_compensated(body: &[u8]) -> Result<Compensated, String> {
         ));
     }
     let record = Compensated {
-        by: TxnId(u64_at(body, 0)),
-        undone: TxnId(u64_at(body, 8)),
-        undo_lsn: Lsn(u64_at(body, 16)),
+        chain,
+        by: TxnId(u64_at(body, 16)),
+        undone: TxnId(u64_at(body, 24)),
+        undo_lsn: Lsn(u64_at(body, 32)),
     };
     if record.by.0 == 0 || record.undone.0 == 0 || record.by == record.undone {
         return Err(format!(
@@ -160,6 +218,163 @@ pub fn decode_compensated(body: &[u8]) -> Result<Compensated, String> {
         ));
     }
     Ok(record)
+}
+
+/// An L1 record that a transaction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransactionEnd {
+    pub chain: Chain,
+    /// Committed; otherwise aborted with every compensation done.
+    pub committed: bool,
+}
+
+const END_BYTES: usize = 24;
+
+impl Body for TransactionEnd {
+    fn kind(&self) -> u8 {
+        TRANSACTION_END
+    }
+
+    fn body_len(&self) -> usize {
+        END_BYTES
+    }
+
+    fn write_body(&self, out: &mut [u8]) -> u16 {
+        self.chain.write(out);
+        out[16] = u8::from(self.committed);
+        0
+    }
+}
+
+/// Reads a transaction end record's body.
+pub fn decode_end(body: &[u8]) -> Result<TransactionEnd, String> {
+    let chain = Chain::read(body, "transaction end")?;
+    if body.len() != END_BYTES {
+        return Err(format!(
+            "transaction end record of {} bytes, not {END_BYTES}",
+            body.len()
+        ));
+    }
+    if body[16] > 1 || body[17..].iter().any(|&b| b != 0) {
+        return Err(format!(
+            "transaction end record of {} with outcome byte {} and padding {:?}",
+            chain.txn,
+            body[16],
+            &body[17..]
+        ));
+    }
+    Ok(TransactionEnd {
+        chain,
+        committed: body[16] == 1,
+    })
+}
+
+/// A transaction with L1 records and no end when a checkpoint began.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ActiveEntry {
+    pub txn: TxnId,
+    pub first: Lsn,
+    pub last: Lsn,
+}
+
+/// The L1 record a checkpoint writes: where the active transactions' L1 records are.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActiveTransactions {
+    pub entries: Vec<ActiveEntry>,
+}
+
+const ACTIVE_ENTRY_BYTES: usize = 24;
+
+impl Body for ActiveTransactions {
+    fn kind(&self) -> u8 {
+        ACTIVE_TRANSACTIONS
+    }
+
+    fn body_len(&self) -> usize {
+        8 + ACTIVE_ENTRY_BYTES * self.entries.len()
+    }
+
+    fn write_body(&self, out: &mut [u8]) -> u16 {
+        out[0..4].copy_from_slice(&(self.entries.len() as u32).to_le_bytes());
+        for (i, e) in self.entries.iter().enumerate() {
+            let at = 8 + ACTIVE_ENTRY_BYTES * i;
+            out[at..at + 8].copy_from_slice(&e.txn.0.to_le_bytes());
+            out[at + 8..at + 16].copy_from_slice(&e.first.0.to_le_bytes());
+            out[at + 16..at + 24].copy_from_slice(&e.last.0.to_le_bytes());
+        }
+        0
+    }
+}
+
+/// Reads a checkpoint's list of active transactions.
+pub fn decode_active(body: &[u8]) -> Result<ActiveTransactions, String> {
+    if body.len() < 8 {
+        return Err(format!(
+            "active-transactions record of {} bytes",
+            body.len()
+        ));
+    }
+    let count = u32_at(body, 0) as usize;
+    if (body.len() - 8) / ACTIVE_ENTRY_BYTES != count
+        || !(body.len() - 8).is_multiple_of(ACTIVE_ENTRY_BYTES)
+    {
+        return Err(format!(
+            "active-transactions record claims {count} entries in {} bytes",
+            body.len()
+        ));
+    }
+    let entries = (0..count)
+        .map(|i| {
+            let at = 8 + ACTIVE_ENTRY_BYTES * i;
+            ActiveEntry {
+                txn: TxnId(u64_at(body, at)),
+                first: Lsn(u64_at(body, at + 8)),
+                last: Lsn(u64_at(body, at + 16)),
+            }
+        })
+        .collect::<Vec<_>>();
+    if let Some(bad) = entries
+        .iter()
+        .find(|e| e.txn.0 == 0 || e.first.0 == 0 || e.first > e.last)
+    {
+        return Err(format!(
+            "active-transactions record names transaction {} with records {}..{}",
+            bad.txn, bad.first, bad.last
+        ));
+    }
+    Ok(ActiveTransactions { entries })
+}
+
+/// An L1 record as read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum L1Record<'a> {
+    Undo(UndoRecord<'a>),
+    Compensated(Compensated),
+    End(TransactionEnd),
+    Active(ActiveTransactions),
+}
+
+impl L1Record<'_> {
+    /// The transaction and previous record, for all but the checkpoint's list.
+    pub fn chain(&self) -> Option<Chain> {
+        match self {
+            L1Record::Undo(r) => Some(r.chain),
+            L1Record::Compensated(r) => Some(r.chain),
+            L1Record::End(r) => Some(r.chain),
+            L1Record::Active(_) => None,
+        }
+    }
+}
+
+/// Reads a family record of `kind` as an L1 record: `None` for a kind that is not one.
+pub fn decode_l1(kind: u8, body: &[u8]) -> Option<Result<L1Record<'_>, String>> {
+    Some(match kind {
+        OPERATION_UNDO => decode_undo(body).map(L1Record::Undo),
+        COMPENSATED => decode_compensated(body).map(L1Record::Compensated),
+        TRANSACTION_END => decode_end(body).map(L1Record::End),
+        ACTIVE_TRANSACTIONS => decode_active(body).map(L1Record::Active),
+        _ => return None,
+    })
 }
 
 /// One page of an L0 write, as read back: `stored` is the page up to its last non-zero byte.
@@ -419,38 +634,82 @@ mod tests {
     }
 
     #[test]
-    fn undo_and_compensation_records_read_back_and_refuse_damage() {
+    fn l1_records_read_back_and_refuse_damage() {
+        let chain = Chain {
+            txn: TxnId(2),
+            prev: Lsn(64),
+        };
         let undo = UndoRecord {
+            chain,
             sub: TxnId(7),
             inverse: OperationId(3),
             args: b"minus five",
         };
         let (body, flags) = body_of(&undo);
         assert_eq!(flags, 0);
-        assert_eq!(decode_undo(&body).unwrap(), undo);
+        assert_eq!(
+            decode_l1(OPERATION_UNDO, &body).unwrap().unwrap(),
+            L1Record::Undo(undo)
+        );
         let err = decode_undo(&body[..body.len() - 1]).unwrap_err();
         assert!(
             err.contains("claims 10 argument bytes but holds 9"),
             "{err}"
         );
-        assert!(decode_undo(&body[..15]).unwrap_err().contains("shorter"));
+        assert!(decode_undo(&body[..31]).unwrap_err().contains("shorter"));
+        assert!(decode_undo(&body[..8]).unwrap_err().contains("prefix"));
         let mut zero_op = body.clone();
-        zero_op[8..12].fill(0);
+        zero_op[24..28].fill(0);
         assert!(decode_undo(&zero_op)
             .unwrap_err()
             .contains("operation id 0"));
+        let mut own = body.clone();
+        own[16..24].copy_from_slice(&2u64.to_le_bytes());
+        assert!(decode_undo(&own)
+            .unwrap_err()
+            .contains("names subtransaction 2"));
 
         let comp = Compensated {
+            chain,
             by: TxnId(9),
             undone: TxnId(7),
             undo_lsn: Lsn(4096),
         };
         let (body, _) = body_of(&comp);
         assert_eq!(decode_compensated(&body).unwrap(), comp);
-        assert!(decode_compensated(&body[..23]).is_err());
+        assert!(decode_compensated(&body[..39]).is_err());
         let mut same = body.clone();
-        same[8..16].copy_from_slice(&9u64.to_le_bytes());
+        same[24..32].copy_from_slice(&9u64.to_le_bytes());
         assert!(decode_compensated(&same).unwrap_err().contains("9 and 9"));
+
+        let end = TransactionEnd {
+            chain,
+            committed: true,
+        };
+        let (mut body, _) = body_of(&end);
+        assert_eq!(decode_end(&body).unwrap(), end);
+        body[16] = 2;
+        assert!(decode_end(&body).unwrap_err().contains("outcome byte 2"));
+
+        let active = ActiveTransactions {
+            entries: vec![ActiveEntry {
+                txn: TxnId(2),
+                first: Lsn(64),
+                last: Lsn(640),
+            }],
+        };
+        let (body, _) = body_of(&active);
+        assert_eq!(decode_active(&body).unwrap(), active);
+        assert!(decode_active(&body[..body.len() - 8]).is_err());
+        let mut backwards = body.clone();
+        backwards[16..24].copy_from_slice(&1000u64.to_le_bytes());
+        assert!(decode_active(&backwards).unwrap_err().contains("1000..640"));
+        assert!(decode_l1(AFTER_IMAGES, &body).is_none());
+        let mut zero = body.clone();
+        zero[0..8].fill(0);
+        assert!(decode_end(&zero[..24])
+            .unwrap_err()
+            .contains("transaction 0"));
     }
 
     #[test]
@@ -533,8 +792,9 @@ mod tests {
         /// stays inside the body.
         #[test]
         fn decoding_any_bytes_never_panics(body in proptest::collection::vec(any::<u8>(), 0..200), flags in 0u16..8) {
-            let _ = decode_undo(&body);
-            let _ = decode_compensated(&body);
+            for kind in [OPERATION_UNDO, COMPENSATED, TRANSACTION_END, ACTIVE_TRANSACTIONS] {
+                let _ = decode_l1(kind, &body);
+            }
             if let Ok(read) = decode_after_images(flags, &body, 64) {
                 let stored: usize = read.pages.iter().map(|p| p.stored.len()).sum();
                 prop_assert!(stored <= body.len());

@@ -57,8 +57,9 @@ impl Plan {
         Plan::default()
     }
 
-    /// An L1 undo record of `parent`, at `lsn`.
-    pub fn undo(&mut self, parent: TxnId, lsn: Lsn, record: &UndoRecord<'_>) {
+    /// An L1 undo record, at `lsn`.
+    pub fn undo(&mut self, lsn: Lsn, record: &UndoRecord<'_>) {
+        let parent = record.chain.txn;
         self.undo.entry(parent).or_default().push(Compensation {
             parent,
             sub: record.sub,
@@ -94,23 +95,19 @@ impl Plan {
             .undo
             .iter()
             .filter(|(txn, _)| !self.ended.contains(txn))
-            .map(|(&txn, records)| Loser {
-                txn,
-                compensations: records
+            .map(|(&txn, records)| {
+                let mut compensations: Vec<Compensation> = records
                     .iter()
-                    .rev()
                     .filter(|c| self.durable.contains(&c.sub) && !self.undone(c.sub))
                     .cloned()
-                    .collect(),
+                    .collect();
+                // Records arrive in any order (a warm start reads some back along their
+                // chain, newest first, after scanning the rest forwards).
+                compensations.sort_unstable_by_key(|c| std::cmp::Reverse(c.undo_lsn));
+                Loser { txn, compensations }
             })
             .collect();
         losers.sort_unstable_by_key(|l| l.txn);
-        for loser in &losers {
-            debug_assert!(loser
-                .compensations
-                .windows(2)
-                .all(|w| w[0].undo_lsn > w[1].undo_lsn));
-        }
         losers
     }
 
@@ -124,6 +121,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::records::Chain;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
@@ -145,19 +143,23 @@ mod tests {
     fn a_subtransaction_whose_pages_never_reached_the_log_is_not_compensated() {
         let mut plan = Plan::new();
         let a = args(0, -5);
+        let chain = Chain {
+            txn: TxnId(1),
+            prev: Lsn::ZERO,
+        };
         plan.undo(
-            TxnId(1),
             Lsn(100),
             &UndoRecord {
+                chain,
                 sub: TxnId(11),
                 inverse: ADD,
                 args: &a,
             },
         );
         plan.undo(
-            TxnId(1),
             Lsn(200),
             &UndoRecord {
+                chain,
                 sub: TxnId(12),
                 inverse: ADD,
                 args: &a,
@@ -170,6 +172,7 @@ mod tests {
         assert_eq!(losers[0].compensations[0].sub, TxnId(11));
         // A compensation whose own pages are not durable did not happen.
         plan.compensated(&Compensated {
+            chain,
             by: TxnId(13),
             undone: TxnId(11),
             undo_lsn: Lsn(100),
@@ -232,7 +235,8 @@ mod tests {
                     next_sub += 1;
                     lsn += 1;
                     let inverse = args(counter, -delta);
-                    plan.undo(parent, Lsn(lsn), &UndoRecord { sub: TxnId(next_sub), inverse: ADD, args: &inverse });
+                    let chain = Chain { txn: parent, prev: Lsn::ZERO };
+                    plan.undo(Lsn(lsn), &UndoRecord { chain, sub: TxnId(next_sub), inverse: ADD, args: &inverse });
                     if durable {
                         plan.durable(&[TxnId(next_sub)]);
                         *state.entry(counter).or_default() += delta;
@@ -250,7 +254,7 @@ mod tests {
                 // pages durable or not.
                 for (&(sub, at, counter, delta), &durable) in done.iter().rev().zip(&t.abort_tries) {
                     next_sub += 1;
-                    plan.compensated(&Compensated { by: TxnId(next_sub), undone: sub, undo_lsn: at });
+                    plan.compensated(&Compensated { chain: Chain { txn: parent, prev: Lsn::ZERO }, by: TxnId(next_sub), undone: sub, undo_lsn: at });
                     if durable {
                         plan.durable(&[TxnId(next_sub)]);
                         *state.entry(counter).or_default() -= delta;
@@ -266,7 +270,7 @@ mod tests {
                             break 'losers;
                         }
                         next_sub += 1;
-                        plan.compensated(&Compensated { by: TxnId(next_sub), undone: c.sub, undo_lsn: c.undo_lsn });
+                        plan.compensated(&Compensated { chain: Chain { txn: c.parent, prev: Lsn::ZERO }, by: TxnId(next_sub), undone: c.sub, undo_lsn: c.undo_lsn });
                         if durable[run % durable.len()] || n.is_none() {
                             plan.durable(&[TxnId(next_sub)]);
                             apply(&mut state, c);

@@ -576,6 +576,13 @@ impl PageServer for RemotePageServer {
     }
 
     fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
+        if mode == LockMode::Increment {
+            // The wire's lock request carries shared or exclusive only.
+            return Err(Error::Unsupported(
+                "increment locks over the network: this protocol version locks shared or exclusive"
+                    .into(),
+            ));
+        }
         let request = Request::Lock {
             txn: txn.0,
             target: target.into(),

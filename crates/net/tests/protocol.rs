@@ -431,10 +431,10 @@ fn request_memory_is_bounded_across_connections() {
     ));
 }
 
-/// Transaction kinds and lock targets that no server serves yet are refused with a clear
-/// error, in process and over the wire alike, and the connection goes on.
+/// Transaction kinds and lock requests a server cannot serve are refused with a clear error,
+/// in process and over the wire alike, and the connection goes on; object locks are served.
 #[test]
-fn unsupported_transaction_kinds_and_lock_targets_are_refused_clearly() {
+fn unservable_transaction_kinds_and_lock_requests_are_refused_clearly() {
     use lodestore_server::{LockTarget, TxnKind};
     let running = start_server();
     let remote = RemotePageServer::connect(&running.address, "kinds").unwrap();
@@ -447,22 +447,26 @@ fn unsupported_transaction_kinds_and_lock_targets_are_refused_clearly() {
     )
     .unwrap();
     for server in [&remote as &dyn PageServer, &embedded] {
-        for kind in [
-            TxnKind::ReadOnlyAsOf { snapshot: 1 },
-            TxnKind::Sub { parent: TxnId(1) },
-        ] {
-            match server.begin_transaction(kind) {
-                Err(Error::Unsupported(reason)) => {
-                    assert!(reason.contains("snapshot") || reason.contains("subtransaction"))
-                }
-                other => panic!("{kind:?}: {other:?}"),
+        match server.begin_transaction(TxnKind::ReadOnlyAsOf { snapshot: 1 }) {
+            Err(Error::Unsupported(reason)) => assert!(reason.contains("snapshot"), "{reason}"),
+            other => panic!("as of: {other:?}"),
+        }
+        match server.begin_transaction(TxnKind::Sub { parent: TxnId(999) }) {
+            Err(Error::TransactionInactive { reason }) => {
+                assert!(reason.contains("parent transaction 999"), "{reason}")
             }
+            other => panic!("sub of no parent: {other:?}"),
         }
         let txn = server.begin().unwrap();
         let object = server.root_directory();
-        match server.lock(txn, LockTarget::Object(object), LockMode::Shared) {
-            Err(Error::Unsupported(reason)) => assert!(reason.contains("object"), "{reason}"),
-            other => panic!("object lock: {other:?}"),
+        server
+            .lock(txn, LockTarget::Object(object), LockMode::Shared)
+            .unwrap();
+        match server.lock(txn, LockTarget::Page(object.page()), LockMode::Increment) {
+            Err(Error::InvalidArgument(reason) | Error::Unsupported(reason)) => {
+                assert!(reason.contains("increment"), "{reason}")
+            }
+            other => panic!("increment lock on a page: {other:?}"),
         }
         server
             .lock(txn, LockTarget::Page(object.page()), LockMode::Shared)

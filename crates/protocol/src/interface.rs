@@ -7,17 +7,23 @@ pub use crate::batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 use lodestore_core::{Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_storage::large::Extent;
 
-/// Page lock modes. Not ordered: which mode covers which is the lock manager's table.
+/// Lock modes. Not ordered: which mode covers which is the lock manager's table. Pages are
+/// locked shared or exclusive; objects also in the semantic modes of multi-level
+/// transactions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum LockMode {
     Shared = 0,
     Exclusive = 1,
+    /// Objects only: increments and decrements of a counter commute, so two transactions may
+    /// hold it at once; it conflicts with shared and exclusive (Hasse & Weikum section 2: lock
+    /// modes derived from the operations' commutativity).
+    Increment = 2,
 }
 
 impl LockMode {
-    /// Does holding `self` grant `wanted` too? (Exclusive grants both.)
+    /// Does holding `self` grant `wanted` too? (Exclusive grants every mode.)
     pub fn covers(self, wanted: LockMode) -> bool {
-        self == LockMode::Exclusive || wanted == LockMode::Shared
+        self == LockMode::Exclusive || self == wanted
     }
 }
 
@@ -41,8 +47,22 @@ pub enum TxnKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockTarget {
     Page(PageId),
-    /// One object (semantic locks); not served yet.
+    /// One object, by a level-1 transaction (semantic locks of multi-level transactions),
+    /// held to its end.
     Object(Oid),
+}
+
+/// What the end of a subtransaction logs at level 1 (multi-level transactions; Hasse &
+/// Weikum section 2). The server appends it just before the subtransaction's commit record,
+/// so the subtransaction's changes are never durable without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperationNote<'a> {
+    /// What undoes the subtransaction's operation: the inverse's registered id (never 0) and
+    /// its encoded arguments.
+    Undo { inverse: u32, args: &'a [u8] },
+    /// The subtransaction compensated `undone`, an earlier subtransaction of the same
+    /// parent.
+    Compensates { undone: TxnId },
 }
 
 /// A batch of log records a client ships, in one of the shapes a server takes.
@@ -221,8 +241,20 @@ pub trait PageServer: Send + Sync {
         Ok(())
     }
 
-    /// Aborts `txn`, discarding everything it shipped and releasing its locks.
+    /// Aborts `txn`, discarding everything it shipped and releasing its locks. A level-1
+    /// transaction whose completed subtransactions are not all compensated is refused (it
+    /// stays active): compensations run first, each as a subtransaction noted
+    /// `OperationNote::Compensates`.
     fn abort(&self, txn: TxnId) -> Result<()>;
+
+    /// Notes what subtransaction `sub` logs at level 1 when it commits (see
+    /// [`OperationNote`]). A server that runs flat transactions only refuses.
+    fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
+        let _ = (sub, note);
+        Err(lodestore_core::Error::Unsupported(
+            "multi-level transactions: this server runs flat transactions".into(),
+        ))
+    }
 
     /// The id of the snapshot a read "as of `time_us`" (microseconds since the Unix epoch)
     /// sees: the newest taken at or before it. An error says when there is none; a server

@@ -8,6 +8,7 @@ pub mod snapshot_news;
 
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 pub use interface::{
-    AppendedCommit, LockMode, LockTarget, PageServer, ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, LockMode, LockTarget, OperationNote, PageServer, ShippedPage, ShippedRecords,
+    TxnKind,
 };
 pub use snapshot_news::{Accepted, Lookup, SnapshotHistory, SnapshotNews};

@@ -7,6 +7,7 @@ pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
 pub mod lock_table;
+pub mod multilevel;
 pub mod recovery;
 pub mod reservations;
 pub mod salvage;
@@ -21,8 +22,8 @@ pub use lock_table::LockStats;
 pub use lodestore_protocol::{batch, interface};
 pub use lodestore_protocol::{Accepted, Lookup, SnapshotHistory, SnapshotNews};
 pub use lodestore_protocol::{
-    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
-    PageUpdates, ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, OperationNote, PageServer,
+    PageUpdate, PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
 pub use recovery::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use server::{

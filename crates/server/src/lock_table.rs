@@ -89,6 +89,25 @@ impl ModeTable {
         }
     }
 
+    /// Shared, exclusive and increment (the semantic mode of commuting counter updates):
+    /// the server's table, pages taking the first two only.
+    pub fn semantic() -> ModeTable {
+        ModeTable {
+            names: vec!["shared", "exclusive", "increment"],
+            // requested:     S      X      I
+            compatible: vec![
+                vec![true, false, false],  // held S
+                vec![false, false, false], // held X
+                vec![false, false, true],  // held I
+            ],
+            covers: vec![
+                vec![true, false, false], // S
+                vec![true, true, true],   // X covers everything
+                vec![false, false, true], // I
+            ],
+        }
+    }
+
     /// Checks the table is square, every mode covers itself, covering is transitive, and a
     /// stronger mode conflicts with whatever the weaker one does; and that any two modes have
     /// a least mode covering both.
@@ -174,11 +193,22 @@ impl ModeTable {
 }
 
 /// The page lock modes as modes of [`ModeTable::shared_exclusive`].
-fn page_mode(mode: LockMode) -> ModeId {
+/// The mode id of `mode` in [`ModeTable::semantic`] (and, for shared and exclusive, in
+/// [`ModeTable::shared_exclusive`]).
+pub fn mode_id(mode: LockMode) -> ModeId {
     match mode {
         LockMode::Shared => ModeId(0),
         LockMode::Exclusive => ModeId(1),
+        LockMode::Increment => ModeId(2),
     }
+}
+
+fn page_mode(mode: LockMode) -> ModeId {
+    debug_assert!(
+        mode != LockMode::Increment,
+        "pages are locked shared or exclusive"
+    );
+    mode_id(mode)
 }
 
 /// Who holds one resource, in which mode. Most resources have one or two holders: kept
@@ -398,10 +428,11 @@ impl Table {
 }
 
 impl LockManager {
-    /// A lock manager of page locks (shared and exclusive).
+    /// A lock manager of page locks (shared and exclusive) and object locks (those and
+    /// increment), [`ModeTable::semantic`].
     pub fn new(timeout: Duration) -> LockManager {
-        LockManager::with_modes(ModeTable::shared_exclusive(), timeout)
-            .expect("the shared-exclusive table is valid")
+        LockManager::with_modes(ModeTable::semantic(), timeout)
+            .expect("the semantic table is valid")
     }
 
     /// A lock manager with modes of the caller's choosing.
@@ -791,20 +822,7 @@ mod tests {
     /// transactions may hold one at once, but a reader or a writer must wait for them. Added by
     /// data alone.
     fn with_increment() -> ModeTable {
-        ModeTable {
-            names: vec!["shared", "exclusive", "increment"],
-            // requested:     S      X      I
-            compatible: vec![
-                vec![true, false, false],  // held S
-                vec![false, false, false], // held X
-                vec![false, false, true],  // held I
-            ],
-            covers: vec![
-                vec![true, false, false], // S
-                vec![true, true, true],   // X covers everything
-                vec![false, false, true], // I
-            ],
-        }
+        ModeTable::semantic()
     }
 
     const S: ModeId = ModeId(0);

@@ -8,10 +8,11 @@
 
 use crate::buffer_pool::BufferPool;
 use crate::interface::{
-    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, PageServer, PageUpdate,
-    PageUpdates, ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, OperationNote, PageServer,
+    PageUpdate, PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
 use crate::lock_table::{LockManager, LockStats};
+use crate::multilevel::{MultiLevelState, PendingNote};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::reservations::Reservations;
 use crate::space::{entry_for_image, SpaceManager};
@@ -171,6 +172,8 @@ pub(crate) struct State {
     /// that found nothing to do) ended? With no log since, a clean close then has nothing
     /// to write.
     pub home_at_checkpoint: bool,
+    /// Level-1 transactions with subtransactions (multi-level transactions).
+    pub multilevel: MultiLevelState,
 }
 
 /// What the server remembers about an active transaction.
@@ -186,6 +189,10 @@ pub(crate) struct TxnState {
     pub freed: Vec<PageId>,
     /// A read-only transaction of the store as of this snapshot: no locks, no changes.
     pub as_of: Option<Snapshot>,
+    /// A subtransaction's level-1 transaction.
+    pub parent: Option<TxnId>,
+    /// What the subtransaction logs at level 1 when it commits.
+    pub note: Option<PendingNote>,
 }
 
 impl Server {
@@ -337,6 +344,7 @@ impl Server {
                 fresh_pages: 0..0,
                 reservations: Reservations::default(),
                 home_at_checkpoint: false,
+                multilevel: MultiLevelState::default(),
             }),
             volume,
             log,
@@ -368,7 +376,8 @@ impl Server {
         self.method.stream_stats()
     }
 
-    pub(crate) fn log_dir(&self) -> std::path::PathBuf {
+    /// The folder of the store's log.
+    pub fn log_dir(&self) -> std::path::PathBuf {
         self.volume
             .path()
             .parent()
@@ -581,7 +590,7 @@ impl Server {
     }
 
     /// Is `page` one a client may lock and fetch?
-    fn check_data_page(&self, page: PageId) -> Result<()> {
+    pub(crate) fn check_data_page(&self, page: PageId) -> Result<()> {
         let is_data = page.0 >= DIRECTORY_PAGE.0
             && page.0 < self.volume.page_count()
             && !spacemap::is_map_page(page, self.volume.page_size());
@@ -873,10 +882,19 @@ impl Server {
                 last_lsn: t.last_lsn,
             })
             .collect();
-        let oldest_needed = active.iter().map(|a| a.first_lsn).min();
+        let (level_one, oldest_level_one) = Server::multilevel_checkpoint(state);
+        let oldest_needed = active
+            .iter()
+            .map(|a| a.first_lsn)
+            .chain(oldest_level_one)
+            .min();
         let begin = self
             .log
             .append(None, Lsn::ZERO, &RecordBody::CheckpointBegin { active })?;
+        if let Some(level_one) = level_one {
+            // Where the level-1 records of unfinished transactions are, for the warm start.
+            self.log.append(None, Lsn::ZERO, &level_one)?;
+        }
         let previous = std::mem::replace(&mut state.restart_lsn, begin);
         let mut flushed = 0;
         let dirty = if self.method.checkpoint_writes_home(install_all) {
@@ -1063,6 +1081,7 @@ impl Server {
         let Some(own) = state.txns.remove(&txn) else {
             return Ok(());
         };
+        Server::multilevel_finished(state, txn, &own);
         if let Some(versions) = &self.options.versions {
             versions.ended(txn);
         }
@@ -1235,11 +1254,7 @@ impl PageServer for Server {
             TxnKind::ReadOnlyAsOf { snapshot } => {
                 Some((self.versions("a transaction as of a snapshot")?, snapshot))
             }
-            TxnKind::Sub { .. } => {
-                return Err(Error::Unsupported(
-                    "subtransactions: this server runs flat transactions".into(),
-                ))
-            }
+            TxnKind::Sub { parent } => return self.begin_subtransaction(parent),
         };
         let mut state = self.usable_state()?;
         let txn = TxnId(state.next_txn);
@@ -1261,12 +1276,13 @@ impl PageServer for Server {
     fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
         let page = match target {
             LockTarget::Page(page) => page,
-            LockTarget::Object(oid) => {
-                return Err(Error::Unsupported(format!(
-                    "a lock on object {oid}: this server locks pages"
-                )))
-            }
+            LockTarget::Object(oid) => return self.lock_object(txn, oid, mode),
         };
+        if mode == LockMode::Increment {
+            return Err(Error::InvalidArgument(format!(
+                "page {page} locked in increment mode: pages are locked shared or exclusive"
+            )));
+        }
         self.check_data_page(page)?;
         if let Some(snapshot) = self.as_of(txn)? {
             // Reads of the past take no locks: nothing there changes.
@@ -1459,6 +1475,21 @@ impl PageServer for Server {
         self.check_shipped(txn, pages)?;
         let (lsns, commit) = {
             let mut state = self.usable_state()?;
+            if !pages.is_empty() && state.multilevel.parents.contains_key(&txn) {
+                return Err(Error::InvalidArgument(format!(
+                    "transaction {txn} has subtransactions: its pages are shipped by them"
+                )));
+            }
+            if let Some(end) = self.end_level_one(&mut state, txn, true)? {
+                // A level-1 commit: its end record, durable before its locks go.
+                self.finish(&mut state, txn, true)?;
+                let commit = AppendedCommit {
+                    lsn: end,
+                    durable: false,
+                    stream: 0,
+                };
+                return Ok((Vec::new(), commit));
+            }
             let lsns = self.log_shipped(&mut state, txn, pages)?;
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             let mut freed = own.freed.clone();
@@ -1470,7 +1501,9 @@ impl PageServer for Server {
                 self.method
                     .log_page_change(self, &mut state, txn, page, &blank)?;
             }
-            if !self.method.has_changes(&state, txn) {
+            // Level 1 before the commit record: what undoes the subtransaction.
+            let noted = self.append_note(&mut state, txn)?;
+            if !noted && !self.method.has_changes(&state, txn) {
                 // Read-only: nothing to make durable.
                 self.finish(&mut state, txn, true)?;
                 drop(state);
@@ -1558,6 +1591,10 @@ impl PageServer for Server {
         }
     }
 
+    fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
+        self.note(sub, note)
+    }
+
     fn abort(&self, txn: TxnId) -> Result<()> {
         let result = {
             let mut state = self.usable_state()?;
@@ -1566,6 +1603,20 @@ impl PageServer for Server {
                 self.locks.release_all(txn);
                 return Ok(());
             }
+            if let Some(sub) = state
+                .multilevel
+                .parents
+                .get(&txn)
+                .and_then(|p| p.active_sub)
+            {
+                // A parent aborted while its subtransaction runs: that one goes first.
+                drop(state);
+                self.abort(sub)?;
+                state = self.usable_state()?;
+            }
+            // A level-1 transaction ends with its end record once nothing is left to
+            // compensate (refused before then: it stays active).
+            self.end_level_one(&mut state, txn, false)?;
             let rolled_back = self.method.rollback(self, &mut state, txn);
             if let Err(e) = &rolled_back {
                 state.failed = Some(e.to_string());
@@ -1747,7 +1798,7 @@ fn read_only(txn: TxnId) -> Error {
     ))
 }
 
-fn inactive(txn: TxnId) -> Error {
+pub(crate) fn inactive(txn: TxnId) -> Error {
     Error::TransactionInactive {
         reason: format!("transaction {txn} is not active on this server"),
     }

@@ -65,6 +65,7 @@ pub(crate) fn run(
             .pages_restored,
     );
     let mut pass = server.method.restart_pass();
+    let mut level_one = crate::multilevel::RestartScan::new();
     let mut first: Option<Record> = None;
     let mut txn_max = 0;
     // Does the log hold nothing but a checkpoint with no transaction active (a clean close)?
@@ -83,6 +84,7 @@ pub(crate) fn run(
         if first.is_none() {
             first = Some(record.clone());
         }
+        level_one.scanned(&record);
         pass.scanned(record);
         Ok(())
     })?;
@@ -92,6 +94,9 @@ pub(crate) fn run(
 
     let mut replayed = pass.replay(server, state, &mut report)?;
     state.next_txn = state.next_txn.max(replayed.txn_max + 1);
+    // Pages are back (committed subtransactions redone, incomplete ones rolled back): the
+    // level-1 losers can be told apart now.
+    level_one.finish(server, state)?;
 
     report.pages_repaired = repair_unrecorded_tail(server, state)?;
     // Hints next: a torn map page is rebuilt here, and the checkpoint below writes it.

@@ -1,0 +1,517 @@
+//! Multi-level transactions (Hasse & Weikum, VLDB 1991, section 2): a transaction of
+//! high-level operations, each run as a subtransaction whose page locks end with it, while
+//! the transaction holds semantic locks on the objects the operations name until it ends.
+//! Operations whose locks are compatible (two increments of one counter) run at once in
+//! different transactions; aborting one runs the inverses of its completed operations
+//! (compensation), newest first, never a restore of pages that others may have changed
+//! since.
+//!
+//! ```
+//! use lodestore::multilevel::Add;
+//! use lodestore::{Options, Persistent, Store};
+//!
+//! #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+//! #[repr(C)]
+//! struct Account {
+//!     balance: i64,
+//! }
+//! impl Persistent for Account {
+//!     const TYPE_ID: u32 = 1;
+//! }
+//!
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = Store::create(dir.path().join("bank"), Options::new())?;
+//! let mut session = store.session()?;
+//! let (a, b) = session.transact(|txn| {
+//!     Ok((txn.alloc(&Account { balance: 100 })?, txn.alloc(&Account { balance: 0 })?))
+//! })?;
+//! // A transfer: two increments, each its own subtransaction.
+//! let mut txn = session.begin_multi_level()?;
+//! txn.apply(&Add::field(a.raw(), 0, -30))?;
+//! txn.apply(&Add::field(b.raw(), 0, 30))?;
+//! txn.commit()?;
+//! let mut check = session.begin()?;
+//! assert_eq!((check.get(a)?.balance, check.get(b)?.balance), (70, 30));
+//! # Ok::<(), lodestore::Error>(())
+//! ```
+//!
+//! Compensations also run after a crash, with no application present (the warm start, when
+//! the store opens): an operation whose inverse the store cannot find refuses to run, and an
+//! application's own operations are registered with [`crate::Options::operation`] before the
+//! store opens.
+
+use crate::transaction::Transaction;
+use lodestore_client::ClientSession;
+use lodestore_core::{Error, Lsn, Oid as RawOid, Result, TxnId};
+use lodestore_protocol::{LockMode, LockTarget, OperationNote, PageServer};
+use lodestore_server::Server;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Operation ids below this are Lodestore's own; an application's start here.
+pub const APPLICATION_OPERATION_ID_MIN: u32 = 1000;
+
+/// How often a compensation is tried again when it loses a lock conflict at the page level.
+const COMPENSATION_ATTEMPTS_MAX: u32 = 20;
+
+/// The semantic lock modes of an operation on an object (the level-1 compatibility matrix):
+/// reads share, increments share with increments, anything else excludes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SemanticMode {
+    Read,
+    Write,
+    Increment,
+}
+
+impl From<SemanticMode> for LockMode {
+    fn from(mode: SemanticMode) -> LockMode {
+        match mode {
+            SemanticMode::Read => LockMode::Shared,
+            SemanticMode::Write => LockMode::Exclusive,
+            SemanticMode::Increment => LockMode::Increment,
+        }
+    }
+}
+
+/// A lock an operation takes at level 1, held to the end of its transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SemanticLock {
+    pub object: RawOid,
+    pub mode: SemanticMode,
+}
+
+/// What undoes an operation: another registered operation and its encoded arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inverse {
+    pub id: u32,
+    pub args: Vec<u8>,
+}
+
+impl Inverse {
+    /// `op` as an inverse: its id and arguments.
+    pub fn of<O: Operation>(op: &O) -> Result<Inverse> {
+        let args = postcard::to_allocvec(op).map_err(|e| {
+            Error::InvalidArgument(format!("encoding operation {} ({}): {e}", O::ID, O::NAME))
+        })?;
+        Ok(Inverse { id: O::ID, args })
+    }
+}
+
+/// A high-level operation: the semantic locks it needs, and what it does inside its
+/// subtransaction, returning its result and what undoes it (`None`: nothing to undo).
+/// Arguments travel encoded (postcard), into the log for the warm start.
+pub trait Operation: Serialize + DeserializeOwned {
+    /// A number that never changes once a store has logged it (never 0; Lodestore's own are
+    /// below [`APPLICATION_OPERATION_ID_MIN`]).
+    const ID: u32;
+    /// A short name for errors.
+    const NAME: &'static str;
+    type Output;
+
+    fn locks(&self) -> Vec<SemanticLock>;
+
+    fn run(&self, txn: &mut Transaction<'_>) -> Result<(Self::Output, Option<Inverse>)>;
+}
+
+type RunEncoded = fn(&[u8], &mut Transaction<'_>) -> Result<()>;
+type LocksEncoded = fn(&[u8]) -> Result<Vec<SemanticLock>>;
+
+#[derive(Clone, Copy)]
+struct Registered {
+    name: &'static str,
+    run: RunEncoded,
+    locks: LocksEncoded,
+}
+
+/// The operations a store can run from their encoded form: as compensations, at abort and in
+/// the warm start. Lodestore's own ([`Add`], [`WriteBytes`]) are always there.
+#[derive(Clone)]
+pub struct Operations {
+    by_id: BTreeMap<u32, Registered>,
+}
+
+impl Default for Operations {
+    fn default() -> Self {
+        let mut ops = Operations {
+            by_id: BTreeMap::new(),
+        };
+        ops.insert::<Add>();
+        ops.insert::<WriteBytes>();
+        ops
+    }
+}
+
+impl std::fmt::Debug for Operations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map()
+            .entries(self.by_id.iter().map(|(id, r)| (id, r.name)))
+            .finish()
+    }
+}
+
+fn decode<O: Operation>(args: &[u8]) -> Result<O> {
+    postcard::from_bytes(args).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "arguments of operation {} ({}) do not decode: {e}",
+            O::ID,
+            O::NAME
+        ))
+    })
+}
+
+fn run_encoded<O: Operation>(args: &[u8], txn: &mut Transaction<'_>) -> Result<()> {
+    decode::<O>(args)?.run(txn).map(|_| ())
+}
+
+fn locks_encoded<O: Operation>(args: &[u8]) -> Result<Vec<SemanticLock>> {
+    Ok(decode::<O>(args)?.locks())
+}
+
+impl Operations {
+    /// Registers `O`, an application's operation (id at least
+    /// [`APPLICATION_OPERATION_ID_MIN`], not taken).
+    pub fn register<O: Operation>(&mut self) -> Result<()> {
+        if O::ID < APPLICATION_OPERATION_ID_MIN {
+            return Err(Error::InvalidArgument(format!(
+                "operation {} has id {}: ids below {APPLICATION_OPERATION_ID_MIN} are Lodestore's",
+                O::NAME,
+                O::ID
+            )));
+        }
+        if let Some(taken) = self.by_id.get(&O::ID) {
+            return Err(Error::InvalidArgument(format!(
+                "operation {} has id {}, which {} has already",
+                O::NAME,
+                O::ID,
+                taken.name
+            )));
+        }
+        self.insert::<O>();
+        Ok(())
+    }
+
+    fn insert<O: Operation>(&mut self) {
+        assert!(O::ID != 0, "operation id 0 is never used");
+        self.by_id.insert(
+            O::ID,
+            Registered {
+                name: O::NAME,
+                run: run_encoded::<O>,
+                locks: locks_encoded::<O>,
+            },
+        );
+    }
+
+    pub fn contains(&self, id: u32) -> bool {
+        self.by_id.contains_key(&id)
+    }
+
+    fn get(&self, id: u32) -> Result<Registered> {
+        self.by_id.get(&id).copied().ok_or_else(|| {
+            Error::InvalidArgument(format!("operation {id} is not registered with the store"))
+        })
+    }
+}
+
+/// Adds `delta` to the little-endian `i64` at byte `offset` of `object`. Increments commute,
+/// so concurrent transactions may add to one object at once; the inverse adds `-delta`.
+/// Returns the new value (which shows the other transactions' increments too).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Add {
+    pub object: RawOid,
+    pub offset: u32,
+    pub delta: i64,
+}
+
+impl Add {
+    /// Adds `delta` to the `i64` field at `offset` of `object`.
+    pub fn field(object: RawOid, offset: u32, delta: i64) -> Add {
+        Add {
+            object,
+            offset,
+            delta,
+        }
+    }
+}
+
+impl Operation for Add {
+    const ID: u32 = 1;
+    const NAME: &'static str = "add";
+    type Output = i64;
+
+    fn locks(&self) -> Vec<SemanticLock> {
+        vec![SemanticLock {
+            object: self.object,
+            mode: SemanticMode::Increment,
+        }]
+    }
+
+    fn run(&self, txn: &mut Transaction<'_>) -> Result<(i64, Option<Inverse>)> {
+        let undo = self.delta.checked_neg().ok_or_else(|| {
+            Error::InvalidArgument(format!("adding {} cannot be undone", self.delta))
+        })?;
+        let mut field = [0u8; 8];
+        txn.read_at(self.object, u64::from(self.offset), &mut field)?;
+        let now = i64::from_le_bytes(field)
+            .checked_add(self.delta)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "adding {} to the field at byte {} of object {} overflows",
+                    self.delta, self.offset, self.object
+                ))
+            })?;
+        txn.write_at(self.object, u64::from(self.offset), &now.to_le_bytes())?;
+        let inverse = Inverse::of(&Add {
+            delta: undo,
+            ..*self
+        })?;
+        Ok((now, Some(inverse)))
+    }
+}
+
+/// Writes `bytes` at byte `offset` of `object` (exclusive lock on it); the inverse writes
+/// back what was there.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteBytes {
+    pub object: RawOid,
+    pub offset: u32,
+    pub bytes: Vec<u8>,
+}
+
+impl Operation for WriteBytes {
+    const ID: u32 = 2;
+    const NAME: &'static str = "write bytes";
+    type Output = ();
+
+    fn locks(&self) -> Vec<SemanticLock> {
+        vec![SemanticLock {
+            object: self.object,
+            mode: SemanticMode::Write,
+        }]
+    }
+
+    fn run(&self, txn: &mut Transaction<'_>) -> Result<((), Option<Inverse>)> {
+        let mut old = vec![0u8; self.bytes.len()];
+        txn.read_at(self.object, u64::from(self.offset), &mut old)?;
+        txn.write_at(self.object, u64::from(self.offset), &self.bytes)?;
+        let inverse = Inverse::of(&WriteBytes {
+            object: self.object,
+            offset: self.offset,
+            bytes: old,
+        })?;
+        Ok(((), Some(inverse)))
+    }
+}
+
+/// A transaction of high-level operations (see the module's comment). Dropping it without
+/// `commit` aborts it, compensating what it did.
+pub struct MultiLevelTransaction<'s> {
+    client: &'s mut ClientSession,
+    operations: Arc<Operations>,
+    parent: TxnId,
+    /// Completed subtransactions and their inverses, oldest first.
+    done: Vec<(TxnId, Inverse)>,
+    finished: bool,
+}
+
+impl<'s> MultiLevelTransaction<'s> {
+    pub(crate) fn begin(
+        client: &'s mut ClientSession,
+        operations: Arc<Operations>,
+    ) -> Result<MultiLevelTransaction<'s>> {
+        if client.is_active() {
+            return Err(Error::InvalidArgument(
+                "a transaction is already active in this session".into(),
+            ));
+        }
+        client.wait_commit()?;
+        let parent = client.server().begin()?;
+        Ok(MultiLevelTransaction {
+            client,
+            operations,
+            parent,
+            done: Vec::new(),
+            finished: false,
+        })
+    }
+
+    /// The transaction's id at level 1.
+    pub fn id(&self) -> TxnId {
+        self.parent
+    }
+
+    /// Takes `op`'s semantic locks, then runs it as a subtransaction, which commits before
+    /// this returns (its page locks end there). An error leaves nothing of `op` behind; the
+    /// transaction stays usable (a retryable one usually wants an abort and a rerun).
+    pub fn apply<O: Operation>(&mut self, op: &O) -> Result<O::Output> {
+        if self.finished {
+            return Err(Error::TransactionInactive {
+                reason: format!("multi-level transaction {} has ended", self.parent),
+            });
+        }
+        let server = self.client.server();
+        lock_all(server.as_ref(), self.parent, &op.locks())?;
+        let sub = self.client.begin_sub(self.parent)?;
+        let mut txn = Transaction::new(&mut *self.client);
+        let (output, inverse) = match op.run(&mut txn) {
+            Ok(ran) => ran,
+            Err(e) => {
+                let _ = txn.abort();
+                return Err(e);
+            }
+        };
+        if let Some(inverse) = &inverse {
+            let noted = if self.operations.contains(inverse.id) {
+                server.note_operation(
+                    sub,
+                    OperationNote::Undo {
+                        inverse: inverse.id,
+                        args: &inverse.args,
+                    },
+                )
+            } else {
+                Err(Error::InvalidArgument(format!(
+                    "operation {} ({}) is undone by operation {}, which is not registered \
+                     with the store (Options::operation)",
+                    O::ID,
+                    O::NAME,
+                    inverse.id
+                )))
+            };
+            if let Err(e) = noted {
+                let _ = txn.abort();
+                return Err(e);
+            }
+        }
+        txn.commit()?;
+        if let Some(inverse) = inverse {
+            self.done.push((sub, inverse));
+        }
+        Ok(output)
+    }
+
+    /// Commits: the transaction's end record is durable when this returns, and its semantic
+    /// locks are released.
+    pub fn commit(mut self) -> Result<Lsn> {
+        self.finished = true;
+        self.client.server().commit(self.parent)
+    }
+
+    /// Aborts: runs the inverse of every completed operation, newest first, each as a
+    /// compensating subtransaction, then ends the transaction.
+    pub fn abort(mut self) -> Result<()> {
+        self.finished = true;
+        self.compensate_all()
+    }
+
+    fn compensate_all(&mut self) -> Result<()> {
+        let server = self.client.server();
+        while let Some((undone, inverse)) = self.done.pop() {
+            compensate(self.client, &self.operations, self.parent, undone, &inverse)
+                .inspect_err(|_| self.done.push((undone, inverse)))?;
+        }
+        server.abort(self.parent)
+    }
+}
+
+impl Drop for MultiLevelTransaction<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            if let Err(e) = self.compensate_all() {
+                tracing::warn!(
+                    txn = self.parent.0,
+                    error = %e,
+                    "a dropped multi-level transaction could not be compensated; the next warm start will"
+                );
+            }
+        }
+    }
+}
+
+fn lock_all(server: &dyn PageServer, txn: TxnId, locks: &[SemanticLock]) -> Result<()> {
+    for lock in locks {
+        server.lock(txn, LockTarget::Object(lock.object), lock.mode.into())?;
+    }
+    Ok(())
+}
+
+/// Runs `inverse` as a subtransaction of `parent` that compensates `undone`; a lost page-lock
+/// conflict is tried again (a compensation must not fail for good while its locks are held).
+pub(crate) fn compensate(
+    client: &mut ClientSession,
+    operations: &Operations,
+    parent: TxnId,
+    undone: TxnId,
+    inverse: &Inverse,
+) -> Result<()> {
+    let registered = operations.get(inverse.id)?;
+    let server = client.server();
+    lock_all(server.as_ref(), parent, &(registered.locks)(&inverse.args)?)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome = (|| {
+            let sub = client.begin_sub(parent)?;
+            let mut txn = Transaction::new(&mut *client);
+            let ran = (registered.run)(&inverse.args, &mut txn)
+                .and_then(|()| server.note_operation(sub, OperationNote::Compensates { undone }));
+            match ran {
+                Ok(()) => txn.commit().map(|_| ()),
+                Err(e) => {
+                    let _ = txn.abort();
+                    Err(e)
+                }
+            }
+        })();
+        match outcome {
+            Err(e) if e.is_retryable() && attempt < COMPENSATION_ATTEMPTS_MAX => {
+                tracing::debug!(attempt, error = %e, "compensation retried");
+                std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Runs the compensations the store's restart left (an embedded store, as it opens): every
+/// inverse must be registered before any runs, so an unknown one leaves the log as it was.
+pub(crate) fn warm_start(
+    server: &Server,
+    operations: &Operations,
+    client: &mut ClientSession,
+) -> Result<()> {
+    let losers = server.warm_start();
+    for loser in &losers {
+        if let Some(c) = loser
+            .compensations
+            .iter()
+            .find(|c| !operations.contains(c.inverse.0))
+        {
+            return Err(Error::UnknownOperation {
+                log: server.log_dir(),
+                lsn: c.undo_lsn.0,
+                txn: loser.txn.0,
+                id: c.inverse.0,
+            });
+        }
+    }
+    for loser in losers {
+        for c in &loser.compensations {
+            let inverse = Inverse {
+                id: c.inverse.0,
+                args: c.args.clone(),
+            };
+            compensate(client, operations, loser.txn, c.sub, &inverse)?;
+        }
+        server.abort(loser.txn)?;
+        tracing::info!(
+            txn = loser.txn.0,
+            compensations = loser.compensations.len(),
+            "warm start compensated a transaction"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,517 @@
+//! Multi-level transactions at the server (Hasse & Weikum section 2): the level-1 (L1) log
+//! beside whatever recovery method keeps the pages (level 0).
+//!
+//! A level-1 transaction (the parent) runs each high-level operation as a subtransaction: an
+//! engine transaction of its own, whose page locks end at its commit (its EOS), so the
+//! engine's recovery method makes each subtransaction atomic at the page level. What undoes
+//! the operation (its inverse, with arguments) is noted before the subtransaction commits and
+//! appended to the log just before its commit record, in the same critical section: the
+//! subtransaction's changes are never durable without it, and a checkpoint never falls
+//! between the two. The parent holds its semantic locks on objects to its end, which is an
+//! L1 end record (forced at commit). Aborting the parent runs compensations first, each a
+//! subtransaction noted as compensating one earlier subtransaction.
+//!
+//! L1 records carry their transaction in the body, not in the log header (see
+//! `lodestore_multilevel::records`), so the recovery methods' restarts never see a parent:
+//! after their restart has brought back every committed subtransaction and rolled back the
+//! incomplete ones, `RestartScan` works out the losers from the L1 records and their
+//! subtransactions' commit records, and leaves their compensations for the store to run.
+
+use crate::lock_table::{mode_id, Owner, Resource};
+use crate::server::{inactive, Server, State, TxnState};
+use lodestore_core::{Error, Lsn, Oid, Result, TxnId};
+use lodestore_multilevel::records::{
+    decode_l1, ActiveEntry, ActiveTransactions, Chain, Compensated, L1Record, OperationId,
+    TransactionEnd, UndoRecord,
+};
+use lodestore_multilevel::warm_start::{Loser, Plan};
+use lodestore_protocol::{LockMode, OperationNote};
+use lodestore_wal::{kinds::MULTI_LEVEL, Record, RecordBody};
+use rustc_hash::FxHashSet;
+use std::collections::BTreeMap;
+
+/// Largest encoded arguments of an inverse operation.
+pub const OPERATION_ARGS_BYTES_MAX: usize = 1 << 20;
+
+/// What the server keeps of a level-1 transaction that began subtransactions.
+#[derive(Debug, Default)]
+pub(crate) struct Parent {
+    /// Its first and last L1 records (`Lsn::ZERO`: none yet).
+    pub first: Lsn,
+    pub last: Lsn,
+    pub active_sub: Option<TxnId>,
+    /// Completed subtransactions with an undo record, not yet compensated, and where their
+    /// undo records are.
+    pub to_compensate: BTreeMap<TxnId, Lsn>,
+}
+
+/// The server's multi-level state (in `State`).
+#[derive(Debug, Default)]
+pub(crate) struct MultiLevelState {
+    pub parents: BTreeMap<TxnId, Parent>,
+    /// Losers the last restart found, for the store to compensate (`Server::warm_start`).
+    pub warm_start: Vec<Loser>,
+}
+
+/// What a subtransaction logs at level 1 when it commits.
+#[derive(Debug)]
+pub(crate) enum PendingNote {
+    Undo { inverse: OperationId, args: Vec<u8> },
+    Compensates { undone: TxnId },
+}
+
+impl Server {
+    /// Starts a subtransaction of `parent` (see the module's comment).
+    pub(crate) fn begin_subtransaction(&self, parent: TxnId) -> Result<TxnId> {
+        if self.recovery_method_kind().is_main_memory() {
+            return Err(Error::Unsupported(format!(
+                "subtransactions with the {} method: its commits go to log streams of their own",
+                self.recovery_method()
+            )));
+        }
+        let mut state = self.usable_state()?;
+        let Some(own) = state.txns.get(&parent) else {
+            return Err(Error::TransactionInactive {
+                reason: format!("parent transaction {parent} is not active"),
+            });
+        };
+        if own.parent.is_some() || own.as_of.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {parent} cannot have subtransactions: it is a subtransaction or reads as of a snapshot"
+            )));
+        }
+        let entry = state.multilevel.parents.entry(parent).or_default();
+        if let Some(sub) = entry.active_sub {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {parent} already runs subtransaction {sub}; they run one at a time"
+            )));
+        }
+        let sub = TxnId(state.next_txn);
+        state.next_txn += 1;
+        state
+            .multilevel
+            .parents
+            .get_mut(&parent)
+            .expect("inserted")
+            .active_sub = Some(sub);
+        state.txns.insert(
+            sub,
+            TxnState {
+                parent: Some(parent),
+                ..TxnState::default()
+            },
+        );
+        Ok(sub)
+    }
+
+    /// Locks object `oid` for level-1 transaction `txn` in `mode` (a semantic lock, held to
+    /// its end). Answers `Lsn::ZERO`: objects have no LSN of their own.
+    pub(crate) fn lock_object(&self, txn: TxnId, oid: Oid, mode: LockMode) -> Result<Lsn> {
+        self.check_data_page(oid.page())?;
+        {
+            let state = self.usable_state()?;
+            let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+            if own.parent.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "subtransaction {txn} locked object {oid}: semantic locks belong to its level-1 transaction"
+                )));
+            }
+            if own.as_of.is_some() {
+                return Err(Error::InvalidArgument(format!(
+                    "transaction {txn} reads as of a snapshot and takes no locks"
+                )));
+            }
+        }
+        self.locks
+            .lock_resource(Owner::top(txn), Resource::Object(oid), mode_id(mode))?;
+        if !self.usable_state()?.txns.contains_key(&txn) {
+            self.locks.release_all(txn);
+            return Err(inactive(txn));
+        }
+        Ok(Lsn::ZERO)
+    }
+
+    /// Notes what `sub` logs at level 1 when it commits.
+    pub(crate) fn note(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
+        let mut state = self.usable_state()?;
+        let own = state
+            .txns
+            .get(&sub)
+            .ok_or_else(|| Error::TransactionInactive {
+                reason: format!("subtransaction {sub} is not active"),
+            })?;
+        let Some(parent) = own.parent else {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {sub} is not a subtransaction: only those note operations"
+            )));
+        };
+        if own.note.is_some() {
+            return Err(Error::InvalidArgument(format!(
+                "subtransaction {sub} already noted its operation"
+            )));
+        }
+        let pending = match note {
+            OperationNote::Undo { inverse, args } => {
+                if inverse == 0 {
+                    return Err(Error::InvalidArgument(
+                        "operation id 0 is never used".into(),
+                    ));
+                }
+                if args.len() > OPERATION_ARGS_BYTES_MAX {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} bytes of operation arguments, more than {OPERATION_ARGS_BYTES_MAX}",
+                        args.len()
+                    )));
+                }
+                PendingNote::Undo {
+                    inverse: OperationId(inverse),
+                    args: args.to_vec(),
+                }
+            }
+            OperationNote::Compensates { undone } => {
+                let waiting = state
+                    .multilevel
+                    .parents
+                    .get(&parent)
+                    .is_some_and(|p| p.to_compensate.contains_key(&undone));
+                if !waiting {
+                    return Err(Error::InvalidArgument(format!(
+                        "subtransaction {undone} of transaction {parent} has nothing left to compensate"
+                    )));
+                }
+                PendingNote::Compensates { undone }
+            }
+        };
+        state.txns.get_mut(&sub).expect("checked").note = Some(pending);
+        Ok(())
+    }
+
+    /// Appends the L1 record `txn` noted, if any (it is about to commit). Returns whether it
+    /// had one.
+    pub(crate) fn append_note(&self, state: &mut State, txn: TxnId) -> Result<bool> {
+        let Some(own) = state.txns.get_mut(&txn) else {
+            return Ok(false);
+        };
+        let (Some(parent), Some(note)) = (own.parent, own.note.take()) else {
+            return Ok(false);
+        };
+        let entry = state.multilevel.parents.entry(parent).or_default();
+        let chain = Chain {
+            txn: parent,
+            prev: entry.last,
+        };
+        let lsn = match &note {
+            PendingNote::Undo { inverse, args } => {
+                let record = UndoRecord {
+                    chain,
+                    sub: txn,
+                    inverse: *inverse,
+                    args,
+                };
+                let lsn = self.log.append(None, Lsn::ZERO, &record)?;
+                entry.to_compensate.insert(txn, lsn);
+                lsn
+            }
+            PendingNote::Compensates { undone } => {
+                let undo_lsn = entry.to_compensate.remove(undone).ok_or_else(|| {
+                    Error::InvalidArgument(format!(
+                        "subtransaction {undone} of transaction {parent} was compensated already"
+                    ))
+                })?;
+                let record = Compensated {
+                    chain,
+                    by: txn,
+                    undone: *undone,
+                    undo_lsn,
+                };
+                self.log.append(None, Lsn::ZERO, &record)?
+            }
+        };
+        if entry.first == Lsn::ZERO {
+            entry.first = lsn;
+        }
+        entry.last = lsn;
+        Ok(true)
+    }
+
+    /// Ends `txn` at level 1 if it has L1 records: appends its end record and returns its
+    /// LSN (a commit waits for it to be durable). Refuses while a subtransaction runs, and an
+    /// abort while subtransactions wait to be compensated.
+    pub(crate) fn end_level_one(
+        &self,
+        state: &mut State,
+        txn: TxnId,
+        committed: bool,
+    ) -> Result<Option<Lsn>> {
+        let Some(parent) = state.multilevel.parents.get(&txn) else {
+            return Ok(None);
+        };
+        if let Some(sub) = parent.active_sub {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {txn} cannot end while its subtransaction {sub} runs"
+            )));
+        }
+        if !committed && !parent.to_compensate.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {txn} has {} completed subtransactions not yet compensated; \
+                 compensations run first, each as a subtransaction",
+                parent.to_compensate.len()
+            )));
+        }
+        if parent.last == Lsn::ZERO {
+            return Ok(None);
+        }
+        let record = TransactionEnd {
+            chain: Chain {
+                txn,
+                prev: parent.last,
+            },
+            committed,
+        };
+        let lsn = self.log.append(None, Lsn::ZERO, &record)?;
+        state.multilevel.parents.remove(&txn);
+        Ok(Some(lsn))
+    }
+
+    /// A transaction ended (`finish`): a subtransaction frees its parent for the next one; a
+    /// parent is forgotten.
+    pub(crate) fn multilevel_finished(state: &mut State, txn: TxnId, own: &TxnState) {
+        match own.parent {
+            Some(parent) => {
+                if let Some(p) = state.multilevel.parents.get_mut(&parent) {
+                    if p.active_sub == Some(txn) {
+                        p.active_sub = None;
+                    }
+                }
+            }
+            None => {
+                state.multilevel.parents.remove(&txn);
+                state.multilevel.warm_start.retain(|l| l.txn != txn);
+            }
+        }
+    }
+
+    /// The L1 record a checkpoint appends after its begin record, and the oldest L1 record
+    /// the log must keep.
+    pub(crate) fn multilevel_checkpoint(
+        state: &State,
+    ) -> (Option<ActiveTransactions>, Option<Lsn>) {
+        let entries: Vec<ActiveEntry> = state
+            .multilevel
+            .parents
+            .iter()
+            .filter(|(_, p)| p.first != Lsn::ZERO)
+            .map(|(&txn, p)| ActiveEntry {
+                txn,
+                first: p.first,
+                last: p.last,
+            })
+            .collect();
+        let oldest = entries.iter().map(|e| e.first).min();
+        let record = (!entries.is_empty()).then_some(ActiveTransactions { entries });
+        (record, oldest)
+    }
+
+    /// The losers the last restart left to compensate, newest compensation first within each.
+    pub fn warm_start(&self) -> Vec<Loser> {
+        self.lock_state().multilevel.warm_start.clone()
+    }
+}
+
+/// The L1 side of a restart: fed every record the driver scans, then finished once the
+/// recovery method has replayed the pages.
+#[derive(Default)]
+pub(crate) struct RestartScan {
+    plan: Plan,
+    /// Subtransactions with an L1 record in the scan: their commit record makes them durable.
+    noted: FxHashSet<TxnId>,
+    /// First and last L1 record of each transaction seen, ended ones removed.
+    chains: BTreeMap<TxnId, (Lsn, Lsn)>,
+    ended: FxHashSet<TxnId>,
+    at_checkpoint: Option<ActiveTransactions>,
+    /// Records scanned so far, flush marks and padding not counted.
+    scanned: u64,
+    largest_id: u64,
+    damage: Option<(Lsn, String)>,
+}
+
+impl RestartScan {
+    pub(crate) fn new() -> RestartScan {
+        RestartScan::default()
+    }
+
+    pub(crate) fn scanned(&mut self, record: &Record) {
+        if !matches!(record.body, RecordBody::FlushMark | RecordBody::Skip) {
+            self.scanned += 1;
+        }
+        match &record.body {
+            RecordBody::Commit => {
+                if let Some(txn) = record.txn {
+                    if self.noted.contains(&txn) {
+                        self.plan.durable(&[txn]);
+                    }
+                }
+            }
+            RecordBody::Family { kind, body, .. } if MULTI_LEVEL.contains(*kind) => {
+                match decode_l1(*kind, body) {
+                    None => {}
+                    Some(Ok(l1)) => self.l1(record.lsn, &l1, false),
+                    Some(Err(reason)) => {
+                        self.damage.get_or_insert((record.lsn, reason));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// One L1 record; `before_checkpoint`: read back along its chain, so its subtransaction
+    /// committed before the checkpoint (its commit record follows it in the same critical
+    /// section, and the checkpoint made both durable).
+    fn l1(&mut self, lsn: Lsn, record: &L1Record<'_>, before_checkpoint: bool) {
+        if let Some(chain) = record.chain() {
+            self.largest_id = self.largest_id.max(chain.txn.0);
+            if !self.ended.contains(&chain.txn) {
+                let entry = self.chains.entry(chain.txn).or_insert((lsn, lsn));
+                entry.0 = entry.0.min(lsn);
+                entry.1 = entry.1.max(lsn);
+            }
+        }
+        match record {
+            L1Record::Undo(undo) => {
+                self.largest_id = self.largest_id.max(undo.sub.0);
+                self.plan.undo(lsn, undo);
+                self.durable_or_noted(undo.sub, before_checkpoint);
+            }
+            L1Record::Compensated(c) => {
+                self.largest_id = self.largest_id.max(c.by.0);
+                self.plan.compensated(c);
+                self.durable_or_noted(c.by, before_checkpoint);
+            }
+            L1Record::End(end) => {
+                self.plan.ended(end.chain.txn);
+                self.ended.insert(end.chain.txn);
+                self.chains.remove(&end.chain.txn);
+            }
+            L1Record::Active(active) => {
+                // Only the list right after the checkpoint the scan starts from: a later
+                // checkpoint's (one the crash kept from the superblock) lists transactions
+                // whose records the scan reads anyway.
+                if self.scanned == 2 && !before_checkpoint {
+                    self.at_checkpoint = Some(active.clone());
+                }
+            }
+        }
+    }
+
+    fn durable_or_noted(&mut self, sub: TxnId, before_checkpoint: bool) {
+        if before_checkpoint {
+            self.plan.durable(&[sub]);
+        } else {
+            self.noted.insert(sub);
+        }
+    }
+
+    /// Reads back the records of the transactions the checkpoint listed, works out the
+    /// losers, ends those with nothing left to compensate, and registers the others as active
+    /// parents for the store's warm start.
+    pub(crate) fn finish(mut self, server: &Server, state: &mut State) -> Result<()> {
+        let log_dir = server.log_dir();
+        let corrupt = |lsn: Lsn, reason: String| Error::CorruptLog {
+            path: log_dir.clone(),
+            offset: lsn.0,
+            reason: format!("multi-level record at LSN {lsn}: {reason}"),
+        };
+        if let Some((lsn, reason)) = self.damage.take() {
+            return Err(corrupt(lsn, reason));
+        }
+        for entry in self
+            .at_checkpoint
+            .take()
+            .map(|a| a.entries)
+            .unwrap_or_default()
+        {
+            self.largest_id = self.largest_id.max(entry.txn.0);
+            let mut next = entry.last;
+            while next != Lsn::ZERO {
+                let record = server.log.read(next)?;
+                let RecordBody::Family { kind, body, .. } = &record.body else {
+                    return Err(corrupt(
+                        next,
+                        "the chain leads to a record of another kind".into(),
+                    ));
+                };
+                let l1 = match decode_l1(*kind, body) {
+                    Some(Ok(l1)) => l1,
+                    Some(Err(reason)) => return Err(corrupt(next, reason)),
+                    None => {
+                        return Err(corrupt(
+                            next,
+                            format!("the chain leads to a record of kind {kind}"),
+                        ))
+                    }
+                };
+                let chain = match l1.chain() {
+                    Some(chain) if chain.txn == entry.txn && chain.prev < next => chain,
+                    _ => {
+                        return Err(corrupt(
+                            next,
+                            format!("not the next record back of transaction {}", entry.txn),
+                        ))
+                    }
+                };
+                if matches!(l1, L1Record::End(_)) {
+                    return Err(corrupt(
+                        next,
+                        format!(
+                            "transaction {} ended before the checkpoint that lists it",
+                            entry.txn
+                        ),
+                    ));
+                }
+                self.l1(next, &l1, true);
+                next = chain.prev;
+            }
+        }
+        let losers = self.plan.losers();
+        state.next_txn = state.next_txn.max(self.largest_id + 1);
+        for loser in &losers {
+            let (first, last) = self.chains.get(&loser.txn).copied().ok_or_else(|| {
+                corrupt(Lsn::ZERO, format!("loser {} without records", loser.txn))
+            })?;
+            state.txns.insert(loser.txn, TxnState::default());
+            state.multilevel.parents.insert(
+                loser.txn,
+                crate::multilevel::Parent {
+                    first,
+                    last,
+                    active_sub: None,
+                    to_compensate: loser
+                        .compensations
+                        .iter()
+                        .map(|c| (c.sub, c.undo_lsn))
+                        .collect(),
+                },
+            );
+        }
+        // Losers with nothing left to run end here.
+        let mut waiting = Vec::new();
+        for loser in losers {
+            if loser.compensations.is_empty() {
+                server.end_level_one(state, loser.txn, false)?;
+                state.txns.remove(&loser.txn);
+            } else {
+                waiting.push(loser);
+            }
+        }
+        if !waiting.is_empty() {
+            tracing::info!(
+                losers = waiting.len(),
+                compensations = waiting.iter().map(|l| l.compensations.len()).sum::<usize>(),
+                "multi-level transactions left to compensate"
+            );
+        }
+        state.multilevel.warm_start = waiting;
+        Ok(())
+    }
+}

@@ -139,6 +139,7 @@ impl Default for Operations {
         };
         ops.insert::<Add>();
         ops.insert::<WriteBytes>();
+        ops.insert::<AddFields>();
         ops
     }
 }
@@ -252,9 +253,18 @@ impl Operation for Add {
         let undo = self.delta.checked_neg().ok_or_else(|| {
             Error::InvalidArgument(format!("adding {} cannot be undone", self.delta))
         })?;
-        let mut field = [0u8; 8];
-        txn.read_at(self.object, u64::from(self.offset), &mut field)?;
-        let now = i64::from_le_bytes(field)
+        // The object is taken for writing at once: a read first would take the page shared,
+        // and two increments of one page would then deadlock on their upgrades.
+        let bytes = txn.bytes_mut(self.object)?;
+        let at = self.offset as usize;
+        let len = bytes.len();
+        let field = bytes.get_mut(at..at + 8).ok_or(Error::OutOfBounds {
+            oid: self.object,
+            offset: u64::from(self.offset),
+            end: u64::from(self.offset) + 8,
+            len: len as u64,
+        })?;
+        let now = i64::from_le_bytes(field[..].try_into().expect("8 bytes"))
             .checked_add(self.delta)
             .ok_or_else(|| {
                 Error::InvalidArgument(format!(
@@ -262,11 +272,51 @@ impl Operation for Add {
                     self.delta, self.offset, self.object
                 ))
             })?;
-        txn.write_at(self.object, u64::from(self.offset), &now.to_le_bytes())?;
+        field.copy_from_slice(&now.to_le_bytes());
         let inverse = Inverse::of(&Add {
             delta: undo,
             ..*self
         })?;
+        Ok((now, Some(inverse)))
+    }
+}
+
+/// Adds to several little-endian `i64` fields, of one object or several, in one
+/// subtransaction: `(object, offset, delta)` triples. Commutes like [`Add`], under an
+/// increment lock on each object; returns the new values in order. A transfer between two
+/// accounts is one of these.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AddFields {
+    pub fields: Vec<(RawOid, u32, i64)>,
+}
+
+impl Operation for AddFields {
+    const ID: u32 = 3;
+    const NAME: &'static str = "add fields";
+    type Output = Vec<i64>;
+
+    fn locks(&self) -> Vec<SemanticLock> {
+        let mut objects: Vec<RawOid> = self.fields.iter().map(|f| f.0).collect();
+        objects.sort_unstable();
+        objects.dedup();
+        objects
+            .into_iter()
+            .map(|object| SemanticLock {
+                object,
+                mode: SemanticMode::Increment,
+            })
+            .collect()
+    }
+
+    fn run(&self, txn: &mut Transaction<'_>) -> Result<(Vec<i64>, Option<Inverse>)> {
+        let mut now = Vec::with_capacity(self.fields.len());
+        let mut undo = Vec::with_capacity(self.fields.len());
+        for &(object, offset, delta) in &self.fields {
+            let (value, _) = Add::field(object, offset, delta).run(txn)?;
+            now.push(value);
+            undo.push((object, offset, -delta));
+        }
+        let inverse = Inverse::of(&AddFields { fields: undo })?;
         Ok((now, Some(inverse)))
     }
 }
@@ -293,9 +343,31 @@ impl Operation for WriteBytes {
     }
 
     fn run(&self, txn: &mut Transaction<'_>) -> Result<((), Option<Inverse>)> {
-        let mut old = vec![0u8; self.bytes.len()];
-        txn.read_at(self.object, u64::from(self.offset), &mut old)?;
-        txn.write_at(self.object, u64::from(self.offset), &self.bytes)?;
+        let at = self.offset as usize;
+        let old = match txn.bytes_mut(self.object) {
+            // A small object: its page taken exclusive at once (see `Add`).
+            Ok(bytes) => {
+                let len = bytes.len();
+                let range = bytes
+                    .get_mut(at..at + self.bytes.len())
+                    .ok_or(Error::OutOfBounds {
+                        oid: self.object,
+                        offset: at as u64,
+                        end: (at + self.bytes.len()) as u64,
+                        len: len as u64,
+                    })?;
+                let old = range.to_vec();
+                range.copy_from_slice(&self.bytes);
+                old
+            }
+            Err(Error::LargeObject { .. }) => {
+                let mut old = vec![0u8; self.bytes.len()];
+                txn.read_at(self.object, at as u64, &mut old)?;
+                txn.write_at(self.object, at as u64, &self.bytes)?;
+                old
+            }
+            Err(e) => return Err(e),
+        };
         let inverse = Inverse::of(&WriteBytes {
             object: self.object,
             offset: self.offset,
@@ -305,21 +377,81 @@ impl Operation for WriteBytes {
     }
 }
 
+/// How a store runs multi-level transactions: the three strategies of Hasse & Weikum
+/// (section 3.1), compared by `lodestore bench` on the same operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Single level: the operations run in one flat transaction holding its page locks to its
+    /// end; no semantic locks; an abort restores the pages. An operation that fails aborts
+    /// the whole transaction.
+    S1,
+    /// Two levels, each subtransaction's commit forced to the log before its page locks go.
+    S2,
+    /// Two levels, subtransactions' commits not forced: page locks go as soon as the commit
+    /// is in the log, and the transaction's forced commit makes its persistence sphere
+    /// durable (here by the log's order: every subtransaction of the sphere committed before).
+    #[default]
+    S2Ps,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::S1, Strategy::S2, Strategy::S2Ps];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::S1 => "s1",
+            Strategy::S2 => "s2",
+            Strategy::S2Ps => "s2ps",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = Error;
+
+    fn from_str(name: &str) -> Result<Strategy> {
+        Strategy::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "unknown multi-level strategy {name:?}: s1, s2 or s2ps"
+                ))
+            })
+    }
+}
+
 /// A transaction of high-level operations (see the module's comment). Dropping it without
 /// `commit` aborts it, compensating what it did.
 pub struct MultiLevelTransaction<'s> {
-    client: &'s mut ClientSession,
+    inner: Inner<'s>,
     operations: Arc<Operations>,
-    parent: TxnId,
-    /// Completed subtransactions and their inverses, oldest first.
-    done: Vec<(TxnId, Inverse)>,
     finished: bool,
+}
+
+enum Inner<'s> {
+    /// Strategy S1: one flat transaction (`None` once it ended).
+    Flat(Option<Transaction<'s>>),
+    Levels {
+        client: &'s mut ClientSession,
+        parent: TxnId,
+        /// Completed subtransactions and their inverses, oldest first.
+        done: Vec<(TxnId, Inverse)>,
+        force_at_eos: bool,
+    },
 }
 
 impl<'s> MultiLevelTransaction<'s> {
     pub(crate) fn begin(
         client: &'s mut ClientSession,
         operations: Arc<Operations>,
+        strategy: Strategy,
     ) -> Result<MultiLevelTransaction<'s>> {
         if client.is_active() {
             return Err(Error::InvalidArgument(
@@ -327,34 +459,64 @@ impl<'s> MultiLevelTransaction<'s> {
             ));
         }
         client.wait_commit()?;
-        let parent = client.server().begin()?;
+        let inner = match strategy {
+            Strategy::S1 => {
+                client.begin()?;
+                Inner::Flat(Some(Transaction::new(client)))
+            }
+            Strategy::S2 | Strategy::S2Ps => {
+                let parent = client.server().begin()?;
+                Inner::Levels {
+                    client,
+                    parent,
+                    done: Vec::new(),
+                    force_at_eos: strategy == Strategy::S2,
+                }
+            }
+        };
         Ok(MultiLevelTransaction {
-            client,
+            inner,
             operations,
-            parent,
-            done: Vec::new(),
             finished: false,
         })
     }
 
-    /// The transaction's id at level 1.
-    pub fn id(&self) -> TxnId {
-        self.parent
-    }
-
-    /// Takes `op`'s semantic locks, then runs it as a subtransaction, which commits before
-    /// this returns (its page locks end there). An error leaves nothing of `op` behind; the
-    /// transaction stays usable (a retryable one usually wants an abort and a rerun).
+    /// Runs `op`. With two levels: takes its semantic locks, then runs it as a subtransaction,
+    /// which commits before this returns (its page locks end there); an error leaves nothing
+    /// of `op` behind and the transaction usable (a retryable one usually wants an abort and
+    /// a rerun). With S1: runs it in the transaction; an error aborts the transaction.
     pub fn apply<O: Operation>(&mut self, op: &O) -> Result<O::Output> {
         if self.finished {
             return Err(Error::TransactionInactive {
-                reason: format!("multi-level transaction {} has ended", self.parent),
+                reason: "the multi-level transaction has ended".into(),
             });
         }
-        let server = self.client.server();
-        lock_all(server.as_ref(), self.parent, &op.locks())?;
-        let sub = self.client.begin_sub(self.parent)?;
-        let mut txn = Transaction::new(&mut *self.client);
+        let (client, parent, done, force_at_eos) = match &mut self.inner {
+            Inner::Flat(txn) => {
+                let live = txn.as_mut().ok_or_else(|| Error::TransactionInactive {
+                    reason: "an operation failed and aborted the transaction".into(),
+                })?;
+                return match op.run(live) {
+                    Ok((output, _)) => Ok(output),
+                    Err(e) => {
+                        if let Some(txn) = txn.take() {
+                            let _ = txn.abort();
+                        }
+                        Err(e)
+                    }
+                };
+            }
+            Inner::Levels {
+                client,
+                parent,
+                done,
+                force_at_eos,
+            } => (client, *parent, done, *force_at_eos),
+        };
+        let server = client.server();
+        lock_all(server.as_ref(), parent, &op.locks())?;
+        let sub = client.begin_sub(parent)?;
+        let mut txn = Transaction::new(client);
         let (output, inverse) = match op.run(&mut txn) {
             Ok(ran) => ran,
             Err(e) => {
@@ -385,34 +547,57 @@ impl<'s> MultiLevelTransaction<'s> {
                 return Err(e);
             }
         }
-        txn.commit()?;
+        if force_at_eos {
+            txn.commit()?;
+        } else {
+            txn.commit_sub_unforced()?;
+        }
         if let Some(inverse) = inverse {
-            self.done.push((sub, inverse));
+            done.push((sub, inverse));
         }
         Ok(output)
     }
 
-    /// Commits: the transaction's end record is durable when this returns, and its semantic
-    /// locks are released.
+    /// Commits: the transaction's end is durable when this returns, and its locks are
+    /// released.
     pub fn commit(mut self) -> Result<Lsn> {
         self.finished = true;
-        self.client.server().commit(self.parent)
+        match &mut self.inner {
+            Inner::Flat(txn) => match txn.take() {
+                Some(txn) => txn.commit(),
+                None => Err(Error::TransactionInactive {
+                    reason: "an operation failed and aborted the transaction".into(),
+                }),
+            },
+            Inner::Levels { client, parent, .. } => client.server().commit(*parent),
+        }
     }
 
-    /// Aborts: runs the inverse of every completed operation, newest first, each as a
-    /// compensating subtransaction, then ends the transaction.
+    /// Aborts: with two levels, runs the inverse of every completed operation, newest first,
+    /// each as a compensating subtransaction, then ends the transaction; with S1, discards
+    /// its changes.
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;
-        self.compensate_all()
+        self.end_by_abort()
     }
 
-    fn compensate_all(&mut self) -> Result<()> {
-        let server = self.client.server();
-        while let Some((undone, inverse)) = self.done.pop() {
-            compensate(self.client, &self.operations, self.parent, undone, &inverse)
-                .inspect_err(|_| self.done.push((undone, inverse)))?;
+    fn end_by_abort(&mut self) -> Result<()> {
+        match &mut self.inner {
+            Inner::Flat(txn) => txn.take().map_or(Ok(()), Transaction::abort),
+            Inner::Levels {
+                client,
+                parent,
+                done,
+                ..
+            } => {
+                let server = client.server();
+                while let Some((undone, inverse)) = done.pop() {
+                    compensate(client, &self.operations, *parent, undone, &inverse)
+                        .inspect_err(|_| done.push((undone, inverse.clone())))?;
+                }
+                server.abort(*parent)
+            }
         }
-        server.abort(self.parent)
     }
 }
 
@@ -420,9 +605,8 @@ impl Drop for MultiLevelTransaction<'_> {
     fn drop(&mut self) {
         if !self.finished {
             self.finished = true;
-            if let Err(e) = self.compensate_all() {
+            if let Err(e) = self.end_by_abort() {
                 tracing::warn!(
-                    txn = self.parent.0,
                     error = %e,
                     "a dropped multi-level transaction could not be compensated; the next warm start will"
                 );

@@ -103,6 +103,7 @@ pub struct Options {
     pub(crate) credentials: lodestore_net::auth::Credentials,
     /// Operations multi-level transactions can run from the log (compensations).
     pub(crate) operations: Arc<crate::multilevel::Operations>,
+    pub(crate) multi_level_strategy: crate::multilevel::Strategy,
 }
 
 impl Default for Options {
@@ -128,6 +129,7 @@ impl Default for Options {
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
             operations: Arc::default(),
+            multi_level_strategy: Default::default(),
         }
     }
 }
@@ -155,6 +157,7 @@ impl std::fmt::Debug for Options {
             )
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .field("operations", &self.operations)
+            .field("multi_level_strategy", &self.multi_level_strategy)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +198,13 @@ impl Options {
     pub fn operation<O: crate::multilevel::Operation>(mut self) -> Result<Options> {
         Arc::make_mut(&mut self.operations).register::<O>()?;
         Ok(self)
+    }
+
+    /// How `Session::begin_multi_level` runs multi-level transactions (default
+    /// [`crate::multilevel::Strategy::S2Ps`]).
+    pub fn multi_level_strategy(mut self, strategy: crate::multilevel::Strategy) -> Options {
+        self.multi_level_strategy = strategy;
+        self
     }
 
     /// Memory of each session's client cache (default 64 MiB).

@@ -3,7 +3,7 @@
 use crate::as_of::{AsOf, AsOfTransaction};
 use crate::counters::{self, CountersByScheme};
 use crate::folder;
-use crate::multilevel::{MultiLevelTransaction, Operations};
+use crate::multilevel::{MultiLevelTransaction, Operations, Strategy};
 use crate::object::{Oid, Persistent};
 use crate::options::Options;
 use crate::transaction::Transaction;
@@ -302,6 +302,7 @@ impl Store {
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
             operations: (!self.is_remote()).then(|| self.options.operations.clone()),
+            strategy: self.options.multi_level_strategy,
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
             snapshot_pages: SnapshotPages::new(pages),
         })
@@ -486,6 +487,7 @@ pub struct Session {
     /// The operations multi-level transactions run (`None`: a remote store, which does not
     /// serve them yet).
     operations: Option<Arc<Operations>>,
+    strategy: Strategy,
     /// Where the session's counters go when it ends (an embedded store's totals).
     counters: Option<Arc<Mutex<CountersByScheme>>>,
     /// Pages of snapshots read, apart from the client cache of current pages.
@@ -512,15 +514,24 @@ impl Session {
     }
 
     /// Starts a multi-level transaction: high-level operations under semantic locks, each a
-    /// subtransaction of its own (see [`crate::multilevel`]). Embedded stores only, for now.
+    /// subtransaction of its own (see [`crate::multilevel`]), run by the store's strategy
+    /// ([`Options::multi_level_strategy`]). Embedded stores only, for now.
     pub fn begin_multi_level(&mut self) -> Result<MultiLevelTransaction<'_>> {
+        self.begin_multi_level_with(self.strategy)
+    }
+
+    /// [`Session::begin_multi_level`] with a strategy of one's own.
+    pub fn begin_multi_level_with(
+        &mut self,
+        strategy: Strategy,
+    ) -> Result<MultiLevelTransaction<'_>> {
         let operations = self.operations.clone().ok_or_else(|| {
             lodestore_core::Error::Unsupported(
                 "multi-level transactions on a remote store: not served over the network yet"
                     .into(),
             )
         })?;
-        MultiLevelTransaction::begin(&mut self.client, operations)
+        MultiLevelTransaction::begin(&mut self.client, operations, strategy)
     }
 
     /// Runs `work` in a transaction and commits it, returning what `work` returned. When the

@@ -338,6 +338,13 @@ impl<'s> Transaction<'s> {
         })
     }
 
+    /// Commits a subtransaction of a multi-level transaction and releases its locks before
+    /// the commit is durable (strategy S2/PS).
+    pub(crate) fn commit_sub_unforced(mut self) -> Result<Lsn> {
+        self.finished = true;
+        self.client().commit_sub_unforced()
+    }
+
     /// Discards the transaction's changes.
     pub fn abort(mut self) -> Result<()> {
         self.finished = true;

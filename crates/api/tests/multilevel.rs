@@ -4,7 +4,7 @@
 //! committed transactions' effects.
 
 use lodestore::multilevel::{
-    Add, Inverse, Operation, SemanticLock, SemanticMode, APPLICATION_OPERATION_ID_MIN,
+    Add, Inverse, Operation, SemanticLock, SemanticMode, Strategy, APPLICATION_OPERATION_ID_MIN,
 };
 use lodestore::{Error, Options, Persistent, RawOid, RecoveryMethodKind, Store, Transaction};
 use lodestore_storage::{Fault, SimFileSystem};
@@ -98,6 +98,65 @@ fn increments_of_one_object_run_at_once_and_an_abort_keeps_the_others() {
 }
 
 #[test]
+fn strategy_s1_runs_the_operations_in_one_flat_transaction() {
+    let fs = Arc::new(SimFileSystem::new());
+    let options = options(&fs, RecoveryMethodKind::Esm).multi_level_strategy(Strategy::S1);
+    let store = Store::create(Path::new("/ml"), options).unwrap();
+    let oids = open_accounts(&store);
+    let (mut s1, mut s2) = (store.session().unwrap(), store.session().unwrap());
+    let mut t1 = s1.begin_multi_level().unwrap();
+    t1.apply(&Add::field(oids[0], 0, 5)).unwrap();
+    // Page locks to the end: a second transaction's increment of the same account waits,
+    // and times out.
+    let mut t2 = s2.begin_multi_level().unwrap();
+    let err = t2.apply(&Add::field(oids[0], 0, 7)).unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    // The failed operation aborted t2 whole.
+    assert!(matches!(
+        t2.apply(&Add::field(oids[1], 0, 1)),
+        Err(Error::TransactionInactive { .. })
+    ));
+    drop(t2);
+    t1.apply(&Add::field(oids[1], 0, -5)).unwrap();
+    t1.abort().unwrap();
+    assert_eq!(balances(&store, &oids), vec![OPENING; ACCOUNTS]);
+    let mut t3 = s1.begin_multi_level().unwrap();
+    t3.apply(&Add::field(oids[2], 0, 9)).unwrap();
+    t3.commit().unwrap();
+    let server_stats = store.server_stats();
+    assert_eq!(server_stats.subtransactions, 0, "S1 runs no subtransaction");
+    assert_eq!(balances(&store, &oids)[2], OPENING + 9);
+}
+
+#[test]
+fn persistence_spheres_are_counted_at_each_end() {
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let before = store.server_stats();
+    let (mut s1, mut s2) = (store.session().unwrap(), store.session().unwrap());
+    // Accounts lie one to a page (p0, p1, p2). t1 changes p0, then p1, in two
+    // subtransactions; t2 then changes p1 and p2 in one, which shares p1 with t1's second:
+    // their spheres merge. t2's end takes that sphere (p1, p2); t1's end finds only its
+    // first subtransaction's (p0) left.
+    let mut t1 = s1.begin_multi_level().unwrap();
+    t1.apply(&Add::field(oids[0], 0, 1)).unwrap();
+    t1.apply(&Add::field(oids[1], 0, 1)).unwrap();
+    let mut t2 = s2.begin_multi_level().unwrap();
+    t2.apply(&lodestore::multilevel::AddFields {
+        fields: vec![(oids[1], 0, 1), (oids[2], 0, 1)],
+    })
+    .unwrap();
+    t2.commit().unwrap();
+    t1.commit().unwrap();
+    let after = store.server_stats();
+    assert_eq!(after.subtransactions - before.subtransactions, 3);
+    assert_eq!(after.spheres - before.spheres, 2);
+    assert_eq!(after.sphere_pages - before.sphere_pages, 3);
+    assert_eq!(after.sphere_pages_max, 2);
+}
+
+#[test]
 fn a_read_waits_for_increments_and_conflicts_end_as_retryable_errors() {
     let fs = Arc::new(SimFileSystem::new());
     let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
@@ -187,7 +246,8 @@ fn operations_are_registered_by_id_and_an_unknown_one_stops_the_warm_start() {
     let store = Store::create(Path::new("/ml"), registered.clone()).unwrap();
     let oids = open_accounts(&store);
     let mut session = store.session().unwrap();
-    let mut txn = session.begin_multi_level().unwrap();
+    // S2: the subtransaction's end is forced, so the crash below keeps it.
+    let mut txn = session.begin_multi_level_with(Strategy::S2).unwrap();
     txn.apply(&Negate { account: oids[3] }).unwrap();
     // Crash with the transaction unfinished: its negation is durable (the subtransaction
     // committed), its end is not.
@@ -230,13 +290,14 @@ enum Step {
 /// Answers each step with the transaction's changes so far, or the error.
 fn worker(
     store: Arc<Store>,
+    strategy: Strategy,
     oids: Vec<RawOid>,
     steps: std::sync::mpsc::Receiver<Step>,
     answers: std::sync::mpsc::Sender<lodestore::Result<Vec<i64>>>,
 ) {
     let mut session = store.session().unwrap();
     'transactions: loop {
-        let mut txn = match session.begin_multi_level() {
+        let mut txn = match session.begin_multi_level_with(strategy) {
             Ok(txn) => txn,
             Err(e) => {
                 let _ = answers.send(Err(e));
@@ -249,14 +310,24 @@ fn worker(
                 return;
             };
             let answer = match step {
-                Step::Transfer { from, to, amount } => txn
-                    .apply(&Add::field(oids[from], 0, -amount))
-                    .map(|_| delta[from] -= amount)
-                    .and_then(|()| txn.apply(&Add::field(oids[to], 0, amount)))
-                    .map(|_| {
-                        delta[to] += amount;
-                        delta.clone()
-                    }),
+                Step::Transfer { from, to, amount } => {
+                    let done = txn
+                        .apply(&Add::field(oids[from], 0, -amount))
+                        .map(|_| delta[from] -= amount)
+                        .and_then(|()| txn.apply(&Add::field(oids[to], 0, amount)))
+                        .map(|_| delta[to] += amount);
+                    match done {
+                        Ok(()) => Ok(delta.clone()),
+                        // A lock conflict with another worker's transaction (S1 holds page
+                        // locks to the end): this one aborts, and the slot begins anew.
+                        Err(e) if e.is_retryable() => {
+                            let aborted = txn.abort().map(|()| vec![0; ACCOUNTS]);
+                            let _ = answers.send(aborted);
+                            continue 'transactions;
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
                 Step::Commit => {
                     let done = txn.commit().map(|_| delta.clone());
                     let _ = answers.send(done);
@@ -280,6 +351,7 @@ fn worker(
 /// Returns whether the run reached the crash point.
 fn crash_run(
     method: RecoveryMethodKind,
+    strategy: Strategy,
     seed: u64,
     crash_at: u64,
     crash_in_warm_start: bool,
@@ -296,7 +368,7 @@ fn crash_run(
         let (step_tx, step_rx) = std::sync::mpsc::channel();
         let (answer_tx, answer_rx) = std::sync::mpsc::channel();
         let (store, oids) = (store.clone(), oids.clone());
-        let thread = std::thread::spawn(move || worker(store, oids, step_rx, answer_tx));
+        let thread = std::thread::spawn(move || worker(store, strategy, oids, step_rx, answer_tx));
         workers.push((step_tx, answer_rx, thread));
     }
     // Each worker's transaction's changes so far.
@@ -355,13 +427,14 @@ fn crash_run(
         fs.recover(Fault::DropUnsynced, seed);
     }
     fs.disarm();
-    let store = Store::open(Path::new("/ml"), options(&fs, method))
-        .unwrap_or_else(|e| panic!("{method} seed {seed} crash at {crash_at}: reopen: {e}"));
+    let store = Store::open(Path::new("/ml"), options(&fs, method)).unwrap_or_else(|e| {
+        panic!("{method} {strategy} seed {seed} crash at {crash_at}: reopen: {e}")
+    });
     let found = balances(&store, &oids);
     assert_eq!(
         found.iter().sum::<i64>(),
         OPENING * ACCOUNTS as i64,
-        "{method} seed {seed} crash at {crash_at}: money appeared or vanished: {found:?}"
+        "{method} {strategy} seed {seed} crash at {crash_at}: money appeared or vanished: {found:?}"
     );
     // A commit the crash cut short is in doubt: its transfers count entirely or not at all.
     let with_doubtful = in_doubt.map(|delta| {
@@ -373,7 +446,7 @@ fn crash_run(
     });
     assert!(
         found == expected || Some(&found) == with_doubtful.as_ref(),
-        "{method} seed {seed} crash at {crash_at} (warm start crashed: {crash_in_warm_start}): \
+        "{method} {strategy} seed {seed} crash at {crash_at} (warm start crashed: {crash_in_warm_start}): \
          balances {found:?}, committed {expected:?}, with the one in doubt {with_doubtful:?}"
     );
     reached
@@ -381,12 +454,17 @@ fn crash_run(
 
 #[test]
 fn crashes_anywhere_and_during_the_warm_start_leave_exactly_the_committed_transfers() {
-    for method in [RecoveryMethodKind::Esm, RecoveryMethodKind::Wpl] {
+    let cases = [
+        (RecoveryMethodKind::Esm, Strategy::S2Ps),
+        (RecoveryMethodKind::Esm, Strategy::S2),
+        (RecoveryMethodKind::Wpl, Strategy::S2Ps),
+    ];
+    for (method, strategy) in cases {
         let mut runs = 0;
         for seed in 0..3u64 {
             let mut crash_at = 1;
             loop {
-                let reached = crash_run(method, seed, crash_at, seed % 2 == 1);
+                let reached = crash_run(method, strategy, seed, crash_at, seed % 2 == 1);
                 runs += 1;
                 if !reached {
                     break;
@@ -394,7 +472,7 @@ fn crashes_anywhere_and_during_the_warm_start_leave_exactly_the_committed_transf
                 crash_at += 1;
             }
         }
-        // Each seed's workload passes about 150 crash points before it runs to its end.
-        assert!(runs > 300, "{method}: {runs} runs");
+        // Each seed's workload passes dozens of crash points before it runs to its end.
+        assert!(runs > 80, "{method} {strategy}: {runs} runs");
     }
 }

@@ -52,6 +52,11 @@ pub fn seconds_or_zero(text: &str) -> Result<f64, String> {
     seconds(text)
 }
 
+/// A multi-level strategy: s1, s2 or s2ps.
+pub fn strategy(text: &str) -> Result<lodestore::multilevel::Strategy, String> {
+    text.parse().map_err(|e: lodestore::Error| e.to_string())
+}
+
 pub fn threads(text: &str) -> Result<u32, String> {
     integer_in(text, 1..=THREADS_MAX).map(|n| n as u32)
 }

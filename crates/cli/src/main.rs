@@ -2,6 +2,7 @@
 
 mod args;
 mod bench;
+mod bench_bank;
 mod bench_detect;
 mod bench_diff;
 mod bench_difflog;
@@ -208,6 +209,17 @@ pub(crate) enum Command {
         /// File the acknowledged transfers are appended to.
         #[arg(long)]
         acks: PathBuf,
+        /// Run each transfer as a multi-level transaction: one operation of commuting
+        /// increments (both accounts' balances and counts) in a subtransaction, under
+        /// increment locks on the two accounts held to the end, so transfers touching one
+        /// account run at once (Hasse & Weikum). Without it, a transfer is one flat
+        /// transaction holding its page locks to its end.
+        #[arg(long)]
+        semantic: bool,
+        /// With --semantic: s2ps (subtransaction ends not forced, the default), s2 (each
+        /// forced) or s1 (one flat transaction running the same operations).
+        #[arg(long, default_value = "s2ps", requires = "semantic", value_parser = args::strategy)]
+        strategy: lodestore::multilevel::Strategy,
         #[command(flatten)]
         security: security::ClientSecurityArgs,
     },
@@ -379,6 +391,30 @@ enum BenchCommand {
     /// disks of a given bandwidth, and one setting can be swept, with plots like the paper's
     /// figures.
     Difflog(bench_difflog::DifflogArgs),
+    /// Bank transfers (`stress`'s) on one store as flat transactions holding page locks to
+    /// their end, and as multi-level transactions under each strategy of Hasse & Weikum: S1
+    /// (one flat transaction of operations), S2 (subtransactions, each end forced), S2/PS
+    /// (ends not forced); modes in turn, rotating. Prints commits/s and the ratio to flat,
+    /// lock waits and log flushes per commit, subtransactions, persistence sphere sizes.
+    Bank {
+        /// Folder for the benchmark store.
+        path: PathBuf,
+        /// Accounts (all on one or a few pages: the contention is the point).
+        #[arg(long, default_value_t = 50, value_parser = args::accounts)]
+        accounts: u64,
+        /// Threads, each a session of its own.
+        #[arg(long, default_value_t = 8, value_parser = args::threads)]
+        threads: u32,
+        /// Seconds per mode and run.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        /// Runs; the table shows medians.
+        #[arg(long, default_value_t = 3, value_parser = args::runs)]
+        runs: usize,
+        /// Write every measurement to this CSV file.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every
     /// account again and again inside one `Store::read_latest` (no locks), and next to the
@@ -528,15 +564,20 @@ fn main() -> ExitCode {
             threads,
             seconds,
             acks,
+            semantic,
+            strategy,
             security,
         } => stress::run(
             path.as_deref(),
             connect.as_deref(),
             &security,
-            accounts,
-            threads,
-            seconds,
-            &acks,
+            stress::Workload {
+                accounts,
+                threads,
+                seconds,
+                acks: &acks,
+                semantic: semantic.then_some(strategy),
+            },
         ),
         Command::Serve(args) => serve::run(&args),
         Command::Certs { dir, names } => security::certs(&dir, &names),
@@ -576,6 +617,21 @@ fn main() -> ExitCode {
                 seconds,
                 runs,
             }) => bench_readers::readers(&path, seconds, runs),
+            Some(BenchCommand::Bank {
+                path,
+                accounts,
+                threads,
+                seconds,
+                runs,
+                csv,
+            }) => bench_bank::bank(bench_bank::BankArgs {
+                path: &path,
+                accounts,
+                threads,
+                seconds,
+                runs,
+                csv: csv.as_deref(),
+            }),
             Some(BenchCommand::Kv {
                 path,
                 keys,

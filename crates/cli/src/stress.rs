@@ -7,6 +7,7 @@
 //! Every account starts with balance 1000, so the total is 1000 N forever.
 
 use bytemuck::{Pod, Zeroable};
+use lodestore::multilevel::{AddFields, Strategy};
 use lodestore::{Error, Oid, Options, Persistent, RawOid, Result, Store};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -35,15 +36,30 @@ impl Persistent for Account {
     const TYPE_ID: u32 = 1001;
 }
 
+/// What a stress run does.
+pub struct Workload<'a> {
+    pub accounts: u64,
+    pub threads: u32,
+    pub seconds: f64,
+    /// Where acknowledged transfers are appended.
+    pub acks: &'a Path,
+    /// Transfers as multi-level transactions run by this strategy; `None`: flat ones.
+    pub semantic: Option<Strategy>,
+}
+
 pub fn run(
     path: Option<&Path>,
     connect: Option<&str>,
     security: &crate::security::ClientSecurityArgs,
-    accounts: u64,
-    threads: u32,
-    seconds: f64,
-    acks: &Path,
+    workload: Workload<'_>,
 ) -> Result<ExitCode> {
+    let Workload {
+        accounts,
+        threads,
+        seconds,
+        acks,
+        semantic,
+    } = workload;
     if accounts < 2 || threads == 0 || seconds.is_nan() || seconds < 0.0 {
         return Err(Error::InvalidArgument(
             "stress needs at least 2 accounts, 1 thread and a non-negative duration".into(),
@@ -75,13 +91,42 @@ pub fn run(
         .open(acks)
         .map_err(|e| Error::io(acks, "open", e))?;
     let acks = Mutex::new(acks);
+    let counts = transfers(&store, &oids, threads, seconds, semantic, Some(&acks))?;
+    let how = match semantic {
+        Some(strategy) => format!("multi-level transactions, {strategy}"),
+        None => "flat transactions, page locks".to_string(),
+    };
+    println!(
+        "{} transfers committed by {threads} threads in {seconds} s ({how}; {} retried after deadlocks or timeouts)",
+        counts.committed, counts.retried
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a run of transfers did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Transfers {
+    pub committed: u64,
+    /// Attempts that lost a lock conflict and ran again.
+    pub retried: u64,
+}
+
+/// Transfers between random pairs of `oids` from `threads` sessions for `seconds`, each
+/// appended to `acks` (when given) once its commit returned.
+pub fn transfers(
+    store: &Store,
+    oids: &[Oid<Account>],
+    threads: u32,
+    seconds: f64,
+    semantic: Option<Strategy>,
+    acks: Option<&Mutex<std::fs::File>>,
+) -> Result<Transfers> {
     let committed = AtomicU64::new(0);
     let retried = AtomicU64::new(0);
     let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let (store, oids, acks) = (&store, &oids, &acks);
                 let (committed, retried) = (&committed, &retried);
                 scope.spawn(move || -> Result<()> {
                     let mut rng =
@@ -96,12 +141,25 @@ pub fn run(
                         let amount = rng.random_range(1..=100);
                         let mut attempts = 0;
                         loop {
-                            match transfer(&mut session, oids[from], oids[to], amount) {
+                            let done = match semantic {
+                                Some(strategy) => transfer_semantic(
+                                    &mut session,
+                                    strategy,
+                                    oids[from],
+                                    oids[to],
+                                    amount,
+                                ),
+                                None => transfer(&mut session, oids[from], oids[to], amount),
+                            };
+                            match done {
                                 Ok(lsn) => {
-                                    let line = format!("{lsn} {from} {to}\n");
-                                    let mut file = acks.lock().unwrap_or_else(|e| e.into_inner());
-                                    file.write_all(line.as_bytes())
-                                        .map_err(|e| Error::io("acks file", "write", e))?;
+                                    if let Some(acks) = acks {
+                                        let line = format!("{lsn} {from} {to}\n");
+                                        let mut file =
+                                            acks.lock().unwrap_or_else(|e| e.into_inner());
+                                        file.write_all(line.as_bytes())
+                                            .map_err(|e| Error::io("acks file", "write", e))?;
+                                    }
                                     committed.fetch_add(1, Ordering::Relaxed);
                                     break;
                                 }
@@ -122,12 +180,10 @@ pub fn run(
             .map(|w| w.join().expect("stress thread panicked"))
             .collect::<Result<Vec<()>>>()
     })?;
-    println!(
-        "{} transfers committed by {threads} threads in {seconds} s ({} retried after deadlocks or timeouts)",
-        committed.load(Ordering::Relaxed),
-        retried.load(Ordering::Relaxed)
-    );
-    Ok(ExitCode::SUCCESS)
+    Ok(Transfers {
+        committed: committed.load(Ordering::Relaxed),
+        retried: retried.load(Ordering::Relaxed),
+    })
 }
 
 /// One transfer in its own transaction; the commit LSN numbers it.
@@ -147,8 +203,34 @@ fn transfer(
     Ok(txn.commit()?.0)
 }
 
+/// One transfer as a multi-level transaction: one operation of commuting increments of the
+/// two accounts' balances and counts, a subtransaction under increment locks on both.
+fn transfer_semantic(
+    session: &mut lodestore::Session,
+    strategy: Strategy,
+    from: Oid<Account>,
+    to: Oid<Account>,
+    amount: i64,
+) -> Result<u64> {
+    let mut txn = session.begin_multi_level_with(strategy)?;
+    let (from, to) = (from.raw(), to.raw());
+    txn.apply(&AddFields {
+        fields: vec![
+            (from, BALANCE_OFFSET, -amount),
+            (from, TRANSFERS_OFFSET, 1),
+            (to, BALANCE_OFFSET, amount),
+            (to, TRANSFERS_OFFSET, 1),
+        ],
+    })?;
+    Ok(txn.commit()?.0)
+}
+
+/// Where an account's fields are.
+const BALANCE_OFFSET: u32 = std::mem::offset_of!(Account, balance) as u32;
+const TRANSFERS_OFFSET: u32 = std::mem::offset_of!(Account, transfers) as u32;
+
 /// The accounts of the bank in `store`, created with `accounts` accounts if there is none.
-fn open_bank(store: &Store, accounts: u64) -> Result<Vec<Oid<Account>>> {
+pub fn open_bank(store: &Store, accounts: u64) -> Result<Vec<Oid<Account>>> {
     let mut session = store.session()?;
     let mut txn = session.begin()?;
     if let Some(bank) = txn.root(BANK_ROOT)? {

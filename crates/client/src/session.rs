@@ -317,6 +317,23 @@ impl ClientSession {
         }
     }
 
+    /// Commits a subtransaction and releases its locks without waiting for the commit to be
+    /// durable (strategy S2/PS of multi-level transactions: the parent's forced commit makes
+    /// it durable, and everything before it in the log). Returns the commit's LSN.
+    pub fn commit_sub_unforced(&mut self) -> Result<Lsn> {
+        let lsn = self.commit_deferred()?;
+        if let Some(pending) = self.pending.take() {
+            if let Err(e) = self.server.release_after_append(pending.id, pending.commit) {
+                for page in pending.written {
+                    self.cache.drop_page(page);
+                }
+                return Err(e);
+            }
+            self.stats.commits += 1;
+        }
+        Ok(lsn)
+    }
+
     /// Is a deferred commit waiting for [`Self::wait_commit`]?
     pub fn has_pending_commit(&self) -> bool {
         self.pending.is_some()

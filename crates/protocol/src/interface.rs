@@ -247,6 +247,14 @@ pub trait PageServer: Send + Sync {
     /// `OperationNote::Compensates`.
     fn abort(&self, txn: TxnId) -> Result<()>;
 
+    /// Releases the locks of subtransaction `sub`, whose commit `ship_and_commit_deferred`
+    /// appended, without waiting for the commit to be durable: a later forced commit makes it
+    /// durable with everything before it in the log (the persistence sphere of strategy S2/PS,
+    /// Hasse & Weikum section 2). A server that cannot do that waits.
+    fn release_after_append(&self, sub: TxnId, commit: AppendedCommit) -> Result<()> {
+        self.wait_durable(sub, commit)
+    }
+
     /// Notes what subtransaction `sub` logs at level 1 when it commits (see
     /// [`OperationNote`]). A server that runs flat transactions only refuses.
     fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {

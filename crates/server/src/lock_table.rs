@@ -24,7 +24,7 @@ use lodestore_core::{Error, Oid, PageId, Result, TxnId};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// What a lock is on.
@@ -225,11 +225,14 @@ struct Table {
 }
 
 /// A transaction waiting for a lock, and when it first waited for it.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct Waiter {
     resource: Resource,
     mode: ModeId,
     ticket: u64,
+    /// Signalled when the request may be granted now: each waiter has its own, so that a
+    /// release wakes only the waiters it lets in, not every thread that waits for any lock.
+    wake: Arc<Condvar>,
 }
 
 /// The ticket of a request that has not waited yet: behind every waiter.
@@ -238,7 +241,6 @@ const NOT_WAITING: u64 = u64::MAX;
 pub struct LockManager {
     modes: ModeTable,
     table: Mutex<Table>,
-    changed: Condvar,
     timeout: Duration,
 }
 
@@ -401,13 +403,13 @@ impl Table {
     }
 
     /// Removes the locks of `txn` whose owner `remove` selects, and forgets resources it no
-    /// longer holds at any level.
-    fn drop_locks(&mut self, txn: TxnId, mut remove: impl FnMut(Owner) -> bool) {
+    /// longer holds at any level. Returns the resources it held.
+    fn drop_locks(&mut self, txn: TxnId, mut remove: impl FnMut(Owner) -> bool) -> Vec<Resource> {
         let Some(resources) = self.held.remove(&txn) else {
-            return;
+            return Vec::new();
         };
         let mut still = Vec::new();
-        for resource in resources {
+        for &resource in &resources {
             // One lookup per resource, the entry removed through it when left empty.
             if let Entry::Occupied(mut holders) = self.holders.entry(resource) {
                 holders
@@ -424,6 +426,41 @@ impl Table {
         if !still.is_empty() {
             self.held.insert(txn, still);
         }
+        resources
+    }
+
+    /// The waiters on `resources` whose requests could be granted now (nobody holds or
+    /// waits ahead for a conflicting mode), to be woken once the table is unlocked.
+    fn grantable(&self, modes: &ModeTable, resources: &[Resource]) -> Vec<Arc<Condvar>> {
+        if self.waiting.is_empty() {
+            return Vec::new();
+        }
+        self.waiting
+            .iter()
+            .filter(|(txn, w)| {
+                resources.contains(&w.resource) && {
+                    let holders = self.holders.get(&w.resource).map_or(&[][..], |h| &h[..]);
+                    blockers(
+                        modes,
+                        holders,
+                        &self.waiting,
+                        **txn,
+                        w.resource,
+                        w.mode,
+                        w.ticket,
+                    )
+                    .is_empty()
+                }
+            })
+            .map(|(_, w)| w.wake.clone())
+            .collect()
+    }
+}
+
+/// Wakes the waiters `Table::grantable` found (after the table is unlocked).
+fn wake(waiters: Vec<Arc<Condvar>>) {
+    for waiter in waiters {
+        waiter.notify_one();
     }
 }
 
@@ -449,7 +486,6 @@ impl LockManager {
                 next_ticket: 0,
                 stats: LockStats::default(),
             }),
-            changed: Condvar::new(),
             timeout,
         })
     }
@@ -493,12 +529,15 @@ impl LockManager {
             let blockers = match table.try_grant(&self.modes, owner, resource, mode, ticket) {
                 Ok(granted) => {
                     let was_waiting = table.waiting.remove(&txn).is_some();
+                    // Requests behind this one that it held up may go now (the compatible
+                    // ones).
+                    let next = if was_waiting {
+                        table.grantable(&self.modes, &[resource])
+                    } else {
+                        Vec::new()
+                    };
                     drop(table);
-                    if was_waiting {
-                        // Requests behind this one that it held up may go now (the
-                        // compatible ones).
-                        self.changed.notify_all();
-                    }
+                    wake(next);
                     return Ok(granted);
                 }
                 Err(blockers) => blockers,
@@ -528,12 +567,13 @@ impl LockManager {
                         resource,
                         mode,
                         ticket,
+                        wake: Arc::default(),
                     },
                 );
             }
             table.stats.waits += 1;
-            table = self
-                .changed
+            let signal = table.waiting[&txn].wake.clone();
+            table = signal
                 .wait_timeout(table, self.timeout - waited)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -542,11 +582,12 @@ impl LockManager {
 
     /// `txn` leaves the queue without its lock: those behind it may go.
     fn stop_waiting(&self, mut table: MutexGuard<'_, Table>, txn: TxnId) {
-        let was_waiting = table.waiting.remove(&txn).is_some();
+        let next = match table.waiting.remove(&txn) {
+            Some(left) => table.grantable(&self.modes, &[left.resource]),
+            None => Vec::new(),
+        };
         drop(table);
-        if was_waiting {
-            self.changed.notify_all();
-        }
+        wake(next);
     }
 
     /// Grants `mode` on `page` if nobody conflicts (holders or earlier waiters); never waits.
@@ -595,24 +636,21 @@ impl LockManager {
     /// Releases every lock of `txn`, at every level, and wakes the waiters.
     pub fn release_all(&self, txn: TxnId) {
         let mut table = self.lock();
-        table.waiting.remove(&txn);
-        let anyone_waiting = !table.waiting.is_empty();
-        table.drop_locks(txn, |_| true);
+        let left = table.waiting.remove(&txn);
+        let mut released = table.drop_locks(txn, |_| true);
+        released.extend(left.map(|w| w.resource));
+        let next = table.grantable(&self.modes, &released);
         drop(table);
-        if anyone_waiting {
-            self.changed.notify_all();
-        }
+        wake(next);
     }
 
     /// Releases the locks `txn` holds at `level` (a subtransaction's, at its end).
     pub fn release_level(&self, txn: TxnId, level: u8) {
         let mut table = self.lock();
-        let anyone_waiting = !table.waiting.is_empty();
-        table.drop_locks(txn, |owner| owner.level == level);
+        let released = table.drop_locks(txn, |owner| owner.level == level);
+        let next = table.grantable(&self.modes, &released);
         drop(table);
-        if anyone_waiting {
-            self.changed.notify_all();
-        }
+        wake(next);
     }
 
     /// Passes the locks `txn` holds at `level` (> 0) to its parent level, each joined with

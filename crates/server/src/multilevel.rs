@@ -24,6 +24,7 @@ use lodestore_multilevel::records::{
     decode_l1, ActiveEntry, ActiveTransactions, Chain, Compensated, L1Record, OperationId,
     TransactionEnd, UndoRecord,
 };
+use lodestore_multilevel::sphere::Spheres;
 use lodestore_multilevel::warm_start::{Loser, Plan};
 use lodestore_protocol::{LockMode, OperationNote};
 use lodestore_wal::{kinds::MULTI_LEVEL, Record, RecordBody};
@@ -49,6 +50,9 @@ pub(crate) struct Parent {
 #[derive(Debug, Default)]
 pub(crate) struct MultiLevelState {
     pub parents: BTreeMap<TxnId, Parent>,
+    /// The persistence spheres of the subtransactions since the last checkpoint: their size
+    /// at each transaction's end is what strategy S2/PS makes durable there.
+    pub spheres: Spheres,
     /// Losers the last restart found, for the store to compensate (`Server::warm_start`).
     pub warm_start: Vec<Loser>,
 }
@@ -129,6 +133,14 @@ impl Server {
             return Err(inactive(txn));
         }
         Ok(Lsn::ZERO)
+    }
+
+    /// A page lock `txn` was granted: a subtransaction's read joins the sphere of the page's
+    /// writers.
+    pub(crate) fn sub_locked_page(state: &mut State, txn: TxnId, page: lodestore_core::PageId) {
+        if let Some(parent) = state.txns.get(&txn).and_then(|t| t.parent) {
+            state.multilevel.spheres.read(txn, parent, page);
+        }
     }
 
     /// Notes what `sub` logs at level 1 when it commits.
@@ -270,7 +282,52 @@ impl Server {
         };
         let lsn = self.log.append(None, Lsn::ZERO, &record)?;
         state.multilevel.parents.remove(&txn);
+        Server::sphere_ended(state, txn);
         Ok(Some(lsn))
+    }
+
+    /// Level-1 transaction `txn` ended: its persistence sphere is what a commit makes durable
+    /// (counted; the log's order already holds it: every subtransaction in it committed
+    /// before this end record).
+    fn sphere_ended(state: &mut State, txn: TxnId) {
+        let sphere = state.multilevel.spheres.take_for_transaction(txn);
+        let pages = sphere.pages.len() as u64;
+        let stats = &mut state.stats;
+        stats.spheres += 1;
+        stats.sphere_pages += pages;
+        stats.sphere_pages_max = stats.sphere_pages_max.max(pages);
+    }
+
+    /// Subtransactions whose commit was appended and whose locks wait for
+    /// `release_after_append` or `wait_durable` (at most one per session).
+    pub(crate) fn subs_appended(&self) -> std::sync::MutexGuard<'_, FxHashSet<TxnId>> {
+        self.subs_appended.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A subtransaction ended, committed: its changed pages join the spheres.
+    pub(crate) fn sub_committed(state: &mut State, sub: TxnId, parent: TxnId) {
+        let touched: Vec<_> = state
+            .txns
+            .get(&sub)
+            .map(|t| t.touched.iter().copied().collect())
+            .unwrap_or_default();
+        state
+            .multilevel
+            .spheres
+            .end_of_subtransaction(sub, parent, &touched);
+        state.stats.subtransactions += 1;
+    }
+
+    /// Releases a committed subtransaction's locks before its commit is durable (strategy
+    /// S2/PS).
+    pub(crate) fn release_sub(&self, sub: TxnId) -> Result<()> {
+        if !self.subs_appended().remove(&sub) {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {sub} is not a subtransaction whose commit was appended"
+            )));
+        }
+        self.locks.release_all(sub);
+        Ok(())
     }
 
     /// A transaction ended (`finish`): a subtransaction frees its parent for the next one; a
@@ -285,7 +342,11 @@ impl Server {
                 }
             }
             None => {
-                state.multilevel.parents.remove(&txn);
+                if state.multilevel.parents.remove(&txn).is_some() {
+                    // A level-1 transaction with no L1 record (its operations undo nothing):
+                    // its sphere still ends with it.
+                    Server::sphere_ended(state, txn);
+                }
                 state.multilevel.warm_start.retain(|l| l.txn != txn);
             }
         }
@@ -294,8 +355,10 @@ impl Server {
     /// The L1 record a checkpoint appends after its begin record, and the oldest L1 record
     /// the log must keep.
     pub(crate) fn multilevel_checkpoint(
-        state: &State,
+        state: &mut State,
     ) -> (Option<ActiveTransactions>, Option<Lsn>) {
+        // Everything so far is durable once the checkpoint ends: no sphere is left open.
+        state.multilevel.spheres.take_all();
         let entries: Vec<ActiveEntry> = state
             .multilevel
             .parents

@@ -134,6 +134,9 @@ pub struct Server {
     restart: RestartReport,
     /// `close` ran: dropping the server does nothing more.
     closed: std::sync::atomic::AtomicBool,
+    /// Subtransactions whose commit was appended, their locks still held (multi-level
+    /// transactions; `Server::subs_appended`).
+    pub(crate) subs_appended: Mutex<rustc_hash::FxHashSet<TxnId>>,
 }
 
 /// Everything the server changes under its one mutex.
@@ -351,6 +354,7 @@ impl Server {
             options,
             restart: RestartReport::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            subs_appended: Mutex::default(),
         })
     }
 
@@ -882,7 +886,7 @@ impl Server {
                 last_lsn: t.last_lsn,
             })
             .collect();
-        let (level_one, oldest_level_one) = Server::multilevel_checkpoint(state);
+        let (level_one, oldest_level_one) = Server::multilevel_checkpoint(&mut *state);
         let oldest_needed = active
             .iter()
             .map(|a| a.first_lsn)
@@ -1301,6 +1305,7 @@ impl PageServer for Server {
             self.locks.release_all(txn);
             return Err(inactive(txn));
         }
+        Server::sub_locked_page(&mut state, txn, page);
         if held == LockMode::Exclusive {
             self.cache_page_in_change(&mut state, page)?;
         } else {
@@ -1537,6 +1542,10 @@ impl PageServer for Server {
                 },
             };
             self.method.committed(&mut state, txn, commit.lsn);
+            if let Some(parent) = state.txns.get(&txn).and_then(|t| t.parent) {
+                Server::sub_committed(&mut state, txn, parent);
+                self.subs_appended().insert(txn);
+            }
             self.finish(&mut state, txn, true)?;
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
@@ -1560,6 +1569,7 @@ impl PageServer for Server {
         };
         match flushed {
             Ok(()) => {
+                self.subs_appended().remove(&txn);
                 self.locks.release_all(txn);
                 Ok(())
             }
@@ -1593,6 +1603,13 @@ impl PageServer for Server {
 
     fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
         self.note(sub, note)
+    }
+
+    fn release_after_append(&self, sub: TxnId, commit: AppendedCommit) -> Result<()> {
+        if commit.durable {
+            return Ok(());
+        }
+        self.release_sub(sub)
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {

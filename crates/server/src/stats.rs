@@ -26,4 +26,15 @@ pub struct ServerStats {
     pub pages_reread_from_log: u64,
     /// Whole-page logging: committed pages written from the log to their home location.
     pub pages_installed: u64,
+    /// Multi-level transactions: subtransactions committed (their EOS).
+    #[serde(default)]
+    pub subtransactions: u64,
+    /// Multi-level transactions that ended, and the pages of their persistence spheres
+    /// (Hasse & Weikum section 2) in all and at most.
+    #[serde(default)]
+    pub spheres: u64,
+    #[serde(default)]
+    pub sphere_pages: u64,
+    #[serde(default)]
+    pub sphere_pages_max: u64,
 }

@@ -1,0 +1,166 @@
+//! `lodestore bench bank`: `stress`'s bank transfers on one store, as flat transactions
+//! (page locks held to the end, the page-locking baseline) and as multi-level transactions
+//! under each strategy of Hasse & Weikum (S1, S2, S2/PS), in turn and in a rotating order
+//! within each run, so every ratio compares modes measured in the same run. Prints commits
+//! per second and as a ratio to the flat transactions, lock waits and log flushes per commit,
+//! subtransactions and persistence sphere sizes (medians of the runs); writes a CSV of every
+//! measurement when asked.
+
+use crate::bench::{median, remove_store};
+use crate::stress::{open_bank, transfers};
+use comfy_table::Table;
+use lodestore::multilevel::Strategy;
+use lodestore::{Error, Options, Result, Store};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// The modes compared: flat transactions, then the multi-level strategies.
+const MODES: [Option<Strategy>; 4] = [
+    None,
+    Some(Strategy::S1),
+    Some(Strategy::S2),
+    Some(Strategy::S2Ps),
+];
+
+fn mode_name(mode: Option<Strategy>) -> String {
+    match mode {
+        None => "flat (page locks)".to_string(),
+        Some(strategy) => format!("multi-level {strategy}"),
+    }
+}
+
+/// One mode's measurement in one run.
+#[derive(Clone, Copy, Debug, Default)]
+struct Measured {
+    commits_per_s: f64,
+    retries: u64,
+    lock_waits_per_commit: f64,
+    flushes_per_commit: f64,
+    subtransactions_per_commit: f64,
+    sphere_pages_mean: f64,
+}
+
+pub struct BankArgs<'a> {
+    pub path: &'a Path,
+    pub accounts: u64,
+    pub threads: u32,
+    pub seconds: f64,
+    pub runs: usize,
+    pub csv: Option<&'a Path>,
+}
+
+pub fn bank(args: BankArgs<'_>) -> Result<ExitCode> {
+    let BankArgs {
+        path,
+        accounts,
+        threads,
+        seconds,
+        runs,
+        csv,
+    } = args;
+    if seconds.is_nan() || seconds <= 0.0 || accounts < 2 || threads == 0 || runs == 0 {
+        return Err(Error::InvalidArgument(
+            "bench bank: --seconds must be positive, --accounts at least 2, --threads and \
+             --runs at least 1"
+                .into(),
+        ));
+    }
+    std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create folder", e))?;
+    let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); MODES.len()];
+    let mut rows = Vec::new();
+    for run in 0..runs {
+        // One store per run, every mode on it; the order rotates from run to run.
+        let dir = path.join("bench-bank");
+        remove_store(&dir)?;
+        let store = Store::create(&dir, Options::new())?;
+        let oids = open_bank(&store, accounts)?;
+        for turn in 0..MODES.len() {
+            let m = (turn + run) % MODES.len();
+            let mode = MODES[m];
+            let (locks, log, server) =
+                (store.lock_stats(), store.log_stats(), store.server_stats());
+            let done = transfers(&store, &oids, threads, seconds, mode, None)?;
+            let (locks2, log2, server2) =
+                (store.lock_stats(), store.log_stats(), store.server_stats());
+            let commits = done.committed.max(1) as f64;
+            let spheres = server2.spheres - server.spheres;
+            let one = Measured {
+                commits_per_s: done.committed as f64 / seconds,
+                retries: done.retried,
+                lock_waits_per_commit: (locks2.waits - locks.waits) as f64 / commits,
+                flushes_per_commit: (log2.flushes - log.flushes) as f64 / commits,
+                subtransactions_per_commit: (server2.subtransactions - server.subtransactions)
+                    as f64
+                    / commits,
+                sphere_pages_mean: if spheres == 0 {
+                    0.0
+                } else {
+                    (server2.sphere_pages - server.sphere_pages) as f64 / spheres as f64
+                },
+            };
+            eprintln!(
+                "run {}: {:<20} {:>9.0} commits/s, {} retried",
+                run + 1,
+                mode_name(mode),
+                one.commits_per_s,
+                one.retries
+            );
+            rows.push((run + 1, mode, one));
+            measured[m].push(one);
+        }
+        drop(store);
+        remove_store(&dir)?;
+    }
+    let flat = median(measured[0].iter().map(|m| m.commits_per_s).collect());
+    println!(
+        "bank transfers between {accounts} accounts, {threads} threads, {seconds} s per mode on \
+         one store; medians of {runs} runs"
+    );
+    let mut table = Table::new();
+    table.set_header([
+        "mode",
+        "commits/s",
+        "x flat",
+        "retries",
+        "lock waits / commit",
+        "log flushes / commit",
+        "subtransactions / commit",
+        "sphere pages (mean)",
+    ]);
+    for (m, mode) in MODES.iter().enumerate() {
+        let of = |f: fn(&Measured) -> f64| median(measured[m].iter().map(f).collect());
+        let rate = of(|x| x.commits_per_s);
+        table.add_row([
+            mode_name(*mode),
+            format!("{rate:.0}"),
+            format!("{:.2}", rate / flat),
+            format!("{:.0}", of(|x| x.retries as f64)),
+            format!("{:.2}", of(|x| x.lock_waits_per_commit)),
+            format!("{:.2}", of(|x| x.flushes_per_commit)),
+            format!("{:.2}", of(|x| x.subtransactions_per_commit)),
+            format!("{:.1}", of(|x| x.sphere_pages_mean)),
+        ]);
+    }
+    println!("{table}");
+    if let Some(csv) = csv {
+        let mut text = String::from(
+            "run,mode,commits_per_s,retries,lock_waits_per_commit,flushes_per_commit,\
+             subtransactions_per_commit,sphere_pages_mean\n",
+        );
+        for (run, mode, m) in rows {
+            text.push_str(&format!(
+                "{run},{},{:.1},{},{:.4},{:.4},{:.4},{:.2}\n",
+                mode.map_or("flat", Strategy::name),
+                m.commits_per_s,
+                m.retries,
+                m.lock_waits_per_commit,
+                m.flushes_per_commit,
+                m.subtransactions_per_commit,
+                m.sphere_pages_mean
+            ));
+        }
+        std::fs::write(csv, text).map_err(|e| Error::io(csv, "write", e))?;
+        println!("wrote {}", csv.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -297,6 +297,11 @@ fn worker(
 ) {
     let mut session = store.session().unwrap();
     'transactions: loop {
+        // A transaction begins at its first step: every call to the store happens inside a
+        // step, so the interleaving (and every I/O) is the seed's alone.
+        let Ok(mut step) = steps.recv() else {
+            return;
+        };
         let mut txn = match session.begin_multi_level_with(strategy) {
             Ok(txn) => txn,
             Err(e) => {
@@ -306,9 +311,6 @@ fn worker(
         };
         let mut delta = vec![0i64; ACCOUNTS];
         loop {
-            let Ok(step) = steps.recv() else {
-                return;
-            };
             let answer = match step {
                 Step::Transfer { from, to, amount } => {
                     let done = txn
@@ -340,6 +342,10 @@ fn worker(
                 }
             };
             let _ = answers.send(answer);
+            step = match steps.recv() {
+                Ok(step) => step,
+                Err(_) => return,
+            };
         }
     }
 }

@@ -65,6 +65,12 @@ pub struct TortureArgs {
     /// points before).
     #[arg(long, default_value_t = 0)]
     from: u64,
+    /// Run multi-level transactions by this strategy (s1, s2 or s2ps; Hasse & Weikum): bank
+    /// transfers of --sessions sessions interleaved step by step, some aborted and
+    /// compensated, crashes during recovery and the warm start included; after each crash the
+    /// balances must be exactly the acknowledged commits'. Media faults are not injected.
+    #[arg(long, value_parser = crate::args::strategy, conflicts_with_all = ["snapshots", "collections"])]
+    multi_level: Option<lodestore::multilevel::Strategy>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -117,11 +123,15 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         .expect("valid template")
         .progress_chars("=> "),
     );
-    let report = lodestore_torture::run(&options, |done| {
-        if done % 100 == 0 {
+    let progress = |done: u64| {
+        if done.is_multiple_of(100) {
             bar.set_position(done);
         }
-    });
+    };
+    let report = match args.multi_level {
+        Some(strategy) => lodestore_torture::multilevel::run(&options, strategy, progress),
+        None => lodestore_torture::run(&options, progress),
+    };
     bar.finish_and_clear();
     if json {
         println!(

@@ -82,6 +82,11 @@ impl Plan {
         self.durable.extend(subs);
     }
 
+    /// Did an L0 write (or a commit) make `sub` durable?
+    pub fn is_durable(&self, sub: TxnId) -> bool {
+        self.durable.contains(&sub)
+    }
+
     /// `txn` ended: committed (its commit record or an EOT flag), or aborted with every
     /// compensation done.
     pub fn ended(&mut self, txn: TxnId) {

@@ -388,8 +388,9 @@ pub(crate) struct RestartScan {
     plan: Plan,
     /// Subtransactions with an L1 record in the scan: their commit record makes them durable.
     noted: FxHashSet<TxnId>,
-    /// First and last L1 record of each transaction seen, ended ones removed.
-    chains: BTreeMap<TxnId, (Lsn, Lsn)>,
+    /// The L1 records of each transaction not ended, with the subtransaction each depends on
+    /// (whose commit makes it count).
+    records: BTreeMap<TxnId, Vec<(Lsn, TxnId)>>,
     ended: FxHashSet<TxnId>,
     at_checkpoint: Option<ActiveTransactions>,
     /// Records scanned so far, flush marks and padding not counted.
@@ -434,10 +435,13 @@ impl RestartScan {
     fn l1(&mut self, lsn: Lsn, record: &L1Record<'_>, before_checkpoint: bool) {
         if let Some(chain) = record.chain() {
             self.largest_id = self.largest_id.max(chain.txn.0);
-            if !self.ended.contains(&chain.txn) {
-                let entry = self.chains.entry(chain.txn).or_insert((lsn, lsn));
-                entry.0 = entry.0.min(lsn);
-                entry.1 = entry.1.max(lsn);
+            let depends_on = match record {
+                L1Record::Undo(undo) => Some(undo.sub),
+                L1Record::Compensated(c) => Some(c.by),
+                _ => None,
+            };
+            if let (Some(sub), false) = (depends_on, self.ended.contains(&chain.txn)) {
+                self.records.entry(chain.txn).or_default().push((lsn, sub));
             }
         }
         match record {
@@ -454,7 +458,7 @@ impl RestartScan {
             L1Record::End(end) => {
                 self.plan.ended(end.chain.txn);
                 self.ended.insert(end.chain.txn);
-                self.chains.remove(&end.chain.txn);
+                self.records.remove(&end.chain.txn);
             }
             L1Record::Active(active) => {
                 // Only the list right after the checkpoint the scan starts from: a later
@@ -539,9 +543,20 @@ impl RestartScan {
         let losers = self.plan.losers();
         state.next_txn = state.next_txn.max(self.largest_id + 1);
         for loser in &losers {
-            let (first, last) = self.chains.get(&loser.txn).copied().ok_or_else(|| {
-                corrupt(Lsn::ZERO, format!("loser {} without records", loser.txn))
-            })?;
+            // The loser's chain goes on from its newest record that counts: one whose
+            // subtransaction's commit the crash took stays out of it (that subtransaction was
+            // rolled back at level 0), or a later warm start, reading the chain back from
+            // before a checkpoint, would take it as committed.
+            let counted: Vec<Lsn> = self
+                .records
+                .get(&loser.txn)
+                .into_iter()
+                .flatten()
+                .filter(|(_, sub)| self.plan.is_durable(*sub))
+                .map(|(lsn, _)| *lsn)
+                .collect();
+            let first = counted.iter().copied().min().unwrap_or(Lsn::ZERO);
+            let last = counted.iter().copied().max().unwrap_or(Lsn::ZERO);
             state.txns.insert(loser.txn, TxnState::default());
             state.multilevel.parents.insert(
                 loser.txn,
@@ -562,6 +577,7 @@ impl RestartScan {
         for loser in losers {
             if loser.compensations.is_empty() {
                 server.end_level_one(state, loser.txn, false)?;
+                state.multilevel.parents.remove(&loser.txn);
                 state.txns.remove(&loser.txn);
             } else {
                 waiting.push(loser);

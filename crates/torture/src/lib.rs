@@ -18,6 +18,7 @@
 
 mod collection;
 mod interleaved;
+pub mod multilevel;
 mod oracle;
 mod workload;
 

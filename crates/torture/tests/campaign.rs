@@ -309,3 +309,40 @@ fn crash_campaign_collections_four_sessions() {
         "{report:?}"
     );
 }
+
+/// Multi-level transactions under each strategy: three sessions' transfers interleaved, some
+/// aborted and compensated, crashes in recovery and in the warm start included; the balances
+/// after every crash are exactly the acknowledged commits'. Longer: `lodestore torture
+/// --multi-level s2ps --sessions 4 --crashes 100000`.
+#[test]
+fn crash_campaign_multi_level_strategies() {
+    use lodestore::multilevel::Strategy;
+    for (method, strategy) in [
+        (RecoveryMethodKind::Esm, Strategy::S2Ps),
+        (RecoveryMethodKind::Esm, Strategy::S2),
+        (RecoveryMethodKind::Esm, Strategy::S1),
+        (RecoveryMethodKind::Wpl, Strategy::S2Ps),
+    ] {
+        let options = CampaignOptions {
+            method,
+            sessions: 3,
+            crashes: 1500,
+            seed: 11,
+            media_faults: false,
+            ..CampaignOptions::default()
+        };
+        let report = lodestore_torture::multilevel::run(&options, strategy, |_| {});
+        for violation in &report.violations {
+            eprintln!(
+                "violation at crash {} ({}): {}\n  reproduce: {}",
+                violation.crash, violation.fault, violation.message, violation.reproduce
+            );
+        }
+        assert!(report.passed(), "{method} {strategy}: violations");
+        assert_eq!(report.crashes, options.crashes);
+        assert!(report.commits_acknowledged > options.crashes, "{report:?}");
+        assert!(report.aborts > 0, "{report:?}");
+        assert!(report.crashes_during_recovery > 0, "{report:?}");
+        assert!(report.commits_in_flight > 0, "{report:?}");
+    }
+}

@@ -48,7 +48,7 @@ struct Subject {
 }
 
 /// Runs a campaign of `strategy`'s multi-level transactions; the rest as `options` say
-/// (method, seed, crash points, sessions, page size; media faults are not injected).
+/// (method, seed, crash points, `every`, sessions, page size; media faults are not injected).
 pub fn run(
     options: &CampaignOptions,
     strategy: Strategy,
@@ -168,7 +168,9 @@ fn iteration(
         return Ok(());
     }
     let store = Arc::new(store);
-    subject.fs.arm(rng.random_range(1..=400));
+    subject
+        .fs
+        .arm(options.every.unwrap_or_else(|| rng.random_range(1..=400)));
     let workers: Vec<_> = (0..options.sessions)
         .map(|_| {
             let (steps, step_rx) = channel();
@@ -360,13 +362,14 @@ fn violation(
         fault: fault.map_or("none", |f| f.name()).to_string(),
         message,
         reproduce: format!(
-            "lodestore torture --multi-level {} --method {} --scheme {} --sessions {} --seed {} --crashes {}",
+            "lodestore torture --multi-level {} --method {} --scheme {} --sessions {} --seed {} --crashes {}{}",
             strategy.name(),
             options.method.name(),
             options.scheme.name(),
             options.sessions,
             options.seed,
-            crash + 1
+            crash + 1,
+            options.every.map_or(String::new(), |n| format!(" --every {n}"))
         ),
     }
 }

@@ -346,3 +346,31 @@ fn crash_campaign_multi_level_strategies() {
         assert!(report.commits_in_flight > 0, "{report:?}");
     }
 }
+
+/// Multi-level transactions crashed at every one of the first 150 I/Os of a workload, three
+/// times on each store, esm and wpl.
+#[test]
+fn crash_campaign_multi_level_at_every_io() {
+    use lodestore::multilevel::Strategy;
+    for method in [RecoveryMethodKind::Esm, RecoveryMethodKind::Wpl] {
+        for every in 1..=150 {
+            let options = CampaignOptions {
+                method,
+                sessions: 3,
+                crashes: 3,
+                every: Some(every),
+                seed: every,
+                media_faults: false,
+                ..CampaignOptions::default()
+            };
+            let report = lodestore_torture::multilevel::run(&options, Strategy::S2Ps, |_| {});
+            for violation in &report.violations {
+                eprintln!(
+                    "violation at crash {} ({}): {}\n  reproduce: {}",
+                    violation.crash, violation.fault, violation.message, violation.reproduce
+                );
+            }
+            assert!(report.passed(), "{method} at I/O {every}: violations");
+        }
+    }
+}

@@ -270,3 +270,35 @@ fn operations_are_registered_by_id_and_an_unknown_one_stops_the_warm_start() {
     let store = Store::open(Path::new("/ml"), registered).unwrap();
     assert_eq!(balances(&store, &oids), vec![OPENING; ACCOUNTS]);
 }
+
+/// At the page server: a level-1 transaction's pages are changed by its subtransactions only,
+/// so one that changed pages itself cannot begin one, and one with subtransactions cannot
+/// ship pages or free them itself (its changes would end with an L1 end record, which no
+/// page-level restart reads as a commit).
+#[test]
+fn a_level_one_transaction_changes_pages_only_through_its_subtransactions() {
+    use lodestore_server::{PageServer, Server, ServerOptions, TxnKind};
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::create(
+        Arc::new(lodestore_storage::RealFileSystem),
+        &dir.path().join("s"),
+        4096,
+        ServerOptions::default(),
+    )
+    .unwrap();
+    // Changed pages first: no subtransaction.
+    let flat = server.begin().unwrap();
+    let page = server.allocate_pages(flat, 1).unwrap()[0].first;
+    let err = server
+        .begin_transaction(TxnKind::Sub { parent: flat })
+        .unwrap_err();
+    assert!(err.to_string().contains("changed pages itself"), "{err}");
+    server.abort(flat).unwrap();
+    // A parent: no pages of its own.
+    let parent = server.begin().unwrap();
+    let sub = server.begin_transaction(TxnKind::Sub { parent }).unwrap();
+    server.commit(sub).unwrap();
+    let err = server.free_pages(parent, &[page]).unwrap_err();
+    assert!(err.to_string().contains("changed by them"), "{err}");
+    server.commit(parent).unwrap();
+}

@@ -84,6 +84,16 @@ impl Server {
                 "transaction {parent} cannot have subtransactions: it is a subtransaction or reads as of a snapshot"
             )));
         }
+        if self.method.has_changes(&state, parent)
+            || !own.allocated.is_empty()
+            || !own.freed.is_empty()
+        {
+            // Its own changes would end with its level-1 end record, which no page-level
+            // restart reads as a commit.
+            return Err(Error::InvalidArgument(format!(
+                "transaction {parent} changed pages itself: a level-1 transaction's pages are changed by its subtransactions"
+            )));
+        }
         let entry = state.multilevel.parents.entry(parent).or_default();
         if let Some(sub) = entry.active_sub {
             return Err(Error::InvalidArgument(format!(
@@ -141,6 +151,17 @@ impl Server {
         if let Some(parent) = state.txns.get(&txn).and_then(|t| t.parent) {
             state.multilevel.spheres.read(txn, parent, page);
         }
+    }
+
+    /// Refuses changes shipped by a level-1 transaction: its pages are changed by its
+    /// subtransactions only (see `begin_subtransaction`).
+    pub(crate) fn refuse_parent_changes(state: &State, txn: TxnId) -> Result<()> {
+        if state.multilevel.parents.contains_key(&txn) {
+            return Err(Error::InvalidArgument(format!(
+                "transaction {txn} has subtransactions: its pages are changed by them"
+            )));
+        }
+        Ok(())
     }
 
     /// Notes what `sub` logs at level 1 when it commits.

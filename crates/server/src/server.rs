@@ -1185,6 +1185,7 @@ impl Server {
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
         }
+        Server::refuse_parent_changes(&state, txn)?;
         for same_page in records.chunk_by(|a, b| a.page == b.page) {
             let page = same_page[0].page;
             self.before_first_change(&mut state, txn, page)?;
@@ -1202,6 +1203,7 @@ impl Server {
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
         }
+        Server::refuse_parent_changes(&state, txn)?;
         // Each run of one page's records is resolved against the server's copy as the runs
         // before it left it, then logged and applied, so a later run of the same page sees
         // them.
@@ -1444,6 +1446,7 @@ impl PageServer for Server {
             self.locks.acquire(txn, page, LockMode::Exclusive)?;
         }
         let mut state = self.usable_state()?;
+        Server::refuse_parent_changes(&state, txn)?;
         let own = state.txns.get_mut(&txn).ok_or_else(|| inactive(txn))?;
         own.freed.extend_from_slice(pages);
         Ok(())
@@ -1480,10 +1483,8 @@ impl PageServer for Server {
         self.check_shipped(txn, pages)?;
         let (lsns, commit) = {
             let mut state = self.usable_state()?;
-            if !pages.is_empty() && state.multilevel.parents.contains_key(&txn) {
-                return Err(Error::InvalidArgument(format!(
-                    "transaction {txn} has subtransactions: its pages are shipped by them"
-                )));
+            if !pages.is_empty() {
+                Server::refuse_parent_changes(&state, txn)?;
             }
             if let Some(end) = self.end_level_one(&mut state, txn, true)? {
                 // A level-1 commit: its end record, durable before its locks go.
@@ -1726,6 +1727,9 @@ impl Server {
     ) -> Result<Vec<Lsn>> {
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
+        }
+        if !pages.is_empty() {
+            Server::refuse_parent_changes(state, txn)?;
         }
         let mut lsns = Vec::with_capacity(pages.len());
         for shipped in pages {

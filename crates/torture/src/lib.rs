@@ -292,8 +292,7 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
     };
     subject.fresh_from = options.first_crash;
     for crash in options.first_crash..options.crashes {
-        let mut rng =
-            StdRng::seed_from_u64(options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crash);
+        let mut rng = crash_rng(options.seed, crash);
         if let Err(message) = iteration(options, crash, &mut subject, &mut rng, &mut report) {
             report.violations.push(violation(
                 options,
@@ -309,6 +308,12 @@ pub fn run(options: &CampaignOptions, mut progress: impl FnMut(u64)) -> Campaign
     }
     report.elapsed_ms = started.elapsed().as_millis() as u64;
     report
+}
+
+/// The random choices of crash point `crash` of a campaign seeded `seed`: a function of both
+/// alone, so any point replays by itself.
+pub(crate) fn crash_rng(seed: u64, crash: u64) -> StdRng {
+    StdRng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crash)
 }
 
 fn violation(

@@ -7,12 +7,12 @@
 //! others), with the commit the crash cut counted whole or not at all, and the total
 //! conserved; a store closed cleanly then passes `check`.
 
-use crate::{store_options, CampaignOptions, CampaignReport, Violation};
+use crate::{crash_rng, store_options, CampaignOptions, CampaignReport, Violation};
 use lodestore::multilevel::{AddFields, MultiLevelTransaction, Strategy};
 use lodestore::{RawOid, Store};
 use lodestore_storage::{Fault, SimFileSystem};
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -72,8 +72,7 @@ pub fn run(
         }
     };
     for crash in options.first_crash..options.crashes {
-        let mut rng =
-            StdRng::seed_from_u64(options.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ crash);
+        let mut rng = crash_rng(options.seed, crash);
         if let Err(message) = iteration(options, strategy, &mut subject, &mut rng, &mut report) {
             report
                 .violations

@@ -64,7 +64,7 @@ pub use lodestore_snapshots::{Archive, LocalArchive, PageCopy, SnapshotStats, Sn
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{
     DiskModel, EmulatedDisks, FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem,
-    RealFileSystem, Storage,
+    RealFileSystem, Storage, DATA_FILE_NAME,
 };
 pub use object::{Oid, Persistent};
 pub use offline::{

@@ -53,8 +53,25 @@ use std::sync::Arc;
 /// Operation ids below this are Lodestore's own; an application's start here.
 pub const APPLICATION_OPERATION_ID_MIN: u32 = 1000;
 
-/// How often a compensation is tried again when it loses a lock conflict at the page level.
-const COMPENSATION_ATTEMPTS_MAX: u32 = 20;
+/// How often a compensation is tried again when it loses a lock conflict at the page level:
+/// often, since a transaction whose compensation gives up keeps its semantic locks until the
+/// next warm start (with the pauses below, about 2 s of trying).
+const COMPENSATION_ATTEMPTS_MAX: u32 = 1000;
+/// How often an operation's subtransaction is tried again when it loses a lock conflict at
+/// the page level, before the error reaches the application.
+const SUBTRANSACTION_ATTEMPTS_MAX: u32 = 8;
+
+/// A pause before trying a subtransaction again, growing with the attempts and spread at
+/// random so that the transactions a deadlock involved do not meet again at once.
+fn retry_pause(attempt: u32) -> std::time::Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let most = 200 * u64::from(attempt.min(10));
+    // Each `RandomState` is seeded afresh: a random number without a generator to keep.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    std::time::Duration::from_micros(most / 2 + random % (most / 2 + 1))
+}
 
 /// The semantic lock modes of an operation on an object (the level-1 compatibility matrix):
 /// reads share, increments share with increments, anything else excludes.
@@ -126,7 +143,8 @@ struct Registered {
 }
 
 /// The operations a store can run from their encoded form: as compensations, at abort and in
-/// the warm start. Lodestore's own ([`Add`], [`WriteBytes`]) are always there.
+/// the warm start. Lodestore's own ([`Add`], [`AddFields`], [`WriteBytes`], [`Change`]) are
+/// always there.
 #[derive(Clone)]
 pub struct Operations {
     by_id: BTreeMap<u32, Registered>,
@@ -140,6 +158,7 @@ impl Default for Operations {
         ops.insert::<Add>();
         ops.insert::<WriteBytes>();
         ops.insert::<AddFields>();
+        ops.insert::<Change>();
         ops
     }
 }
@@ -343,37 +362,124 @@ impl Operation for WriteBytes {
     }
 
     fn run(&self, txn: &mut Transaction<'_>) -> Result<((), Option<Inverse>)> {
-        let at = self.offset as usize;
-        let old = match txn.bytes_mut(self.object) {
-            // A small object: its page taken exclusive at once (see `Add`).
-            Ok(bytes) => {
-                let len = bytes.len();
-                let range = bytes
-                    .get_mut(at..at + self.bytes.len())
-                    .ok_or(Error::OutOfBounds {
-                        oid: self.object,
-                        offset: at as u64,
-                        end: (at + self.bytes.len()) as u64,
-                        len: len as u64,
-                    })?;
-                let old = range.to_vec();
-                range.copy_from_slice(&self.bytes);
-                old
-            }
-            Err(Error::LargeObject { .. }) => {
-                let mut old = vec![0u8; self.bytes.len()];
-                txn.read_at(self.object, at as u64, &mut old)?;
-                txn.write_at(self.object, at as u64, &self.bytes)?;
-                old
-            }
-            Err(e) => return Err(e),
-        };
+        let old = overwrite(txn, self.object, self.offset, &self.bytes)?;
         let inverse = Inverse::of(&WriteBytes {
             object: self.object,
             offset: self.offset,
             bytes: old,
         })?;
         Ok(((), Some(inverse)))
+    }
+}
+
+/// Writes `bytes` at byte `offset` of `object`; what was there.
+fn overwrite(
+    txn: &mut Transaction<'_>,
+    object: RawOid,
+    offset: u32,
+    bytes: &[u8],
+) -> Result<Vec<u8>> {
+    let at = offset as usize;
+    match txn.bytes_mut(object) {
+        // A small object: its page taken exclusive at once (see `Add`).
+        Ok(now) => {
+            let len = now.len();
+            let range = now
+                .get_mut(at..at + bytes.len())
+                .ok_or(Error::OutOfBounds {
+                    oid: object,
+                    offset: at as u64,
+                    end: (at + bytes.len()) as u64,
+                    len: len as u64,
+                })?;
+            let old = range.to_vec();
+            range.copy_from_slice(bytes);
+            Ok(old)
+        }
+        Err(Error::LargeObject { .. }) => {
+            let mut old = vec![0u8; bytes.len()];
+            txn.read_at(object, at as u64, &mut old)?;
+            txn.write_at(object, at as u64, bytes)?;
+            Ok(old)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// One step of a [`Change`]: read a subobject, or overwrite bytes of one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChangeStep {
+    Read(RawOid),
+    Write {
+        object: RawOid,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Hasse & Weikum's operation on a complex object (section 3.1): visits subobjects in order,
+/// reading some and overwriting bytes of others, under a shared lock on each subobject read
+/// and an exclusive one on each written. Returns a checksum (FNV-1a) of the bytes read; the
+/// inverse writes back what the writes replaced, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    pub steps: Vec<ChangeStep>,
+}
+
+impl Operation for Change {
+    const ID: u32 = 4;
+    const NAME: &'static str = "change";
+    type Output = u64;
+
+    fn locks(&self) -> Vec<SemanticLock> {
+        let mut modes: BTreeMap<RawOid, SemanticMode> = BTreeMap::new();
+        for step in &self.steps {
+            match step {
+                ChangeStep::Read(object) => {
+                    modes.entry(*object).or_insert(SemanticMode::Read);
+                }
+                ChangeStep::Write { object, .. } => {
+                    modes.insert(*object, SemanticMode::Write);
+                }
+            }
+        }
+        modes
+            .into_iter()
+            .map(|(object, mode)| SemanticLock { object, mode })
+            .collect()
+    }
+
+    fn run(&self, txn: &mut Transaction<'_>) -> Result<(u64, Option<Inverse>)> {
+        const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+        const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+        let mut sum = FNV_OFFSET;
+        let mut undo = Vec::new();
+        for step in &self.steps {
+            match step {
+                ChangeStep::Read(object) => {
+                    for &b in txn.bytes(*object)? {
+                        sum = (sum ^ u64::from(b)).wrapping_mul(FNV_PRIME);
+                    }
+                }
+                ChangeStep::Write {
+                    object,
+                    offset,
+                    bytes,
+                } => {
+                    let old = overwrite(txn, *object, *offset, bytes)?;
+                    undo.push(ChangeStep::Write {
+                        object: *object,
+                        offset: *offset,
+                        bytes: old,
+                    });
+                }
+            }
+        }
+        if undo.is_empty() {
+            return Ok((sum, None));
+        }
+        undo.reverse();
+        Ok((sum, Some(Inverse::of(&Change { steps: undo })?)))
     }
 }
 
@@ -515,13 +621,23 @@ impl<'s> MultiLevelTransaction<'s> {
         };
         let server = client.server();
         lock_all(server.as_ref(), parent, &op.locks())?;
-        let sub = client.begin_sub(parent)?;
-        let mut txn = Transaction::new(client);
-        let (output, inverse) = match op.run(&mut txn) {
-            Ok(ran) => ran,
-            Err(e) => {
-                let _ = txn.abort();
-                return Err(e);
+        // A deadlock or lock timeout among subtransactions' page locks costs only the
+        // subtransaction: it left nothing behind, and the semantic locks stay held.
+        let mut attempt = 0;
+        let (sub, txn, output, inverse) = loop {
+            attempt += 1;
+            let sub = client.begin_sub(parent)?;
+            let mut txn = Transaction::new(client);
+            match op.run(&mut txn) {
+                Ok((output, inverse)) => break (sub, txn, output, inverse),
+                Err(e) => {
+                    let _ = txn.abort();
+                    if !e.is_retryable() || attempt >= SUBTRANSACTION_ATTEMPTS_MAX {
+                        return Err(e);
+                    }
+                    tracing::debug!(attempt, error = %e, "subtransaction retried");
+                    std::thread::sleep(retry_pause(attempt));
+                }
             }
         };
         if let Some(inverse) = &inverse {
@@ -588,11 +704,12 @@ impl<'s> MultiLevelTransaction<'s> {
                 client,
                 parent,
                 done,
-                ..
+                force_at_eos,
             } => {
                 let server = client.server();
                 while let Some((undone, inverse)) = done.pop() {
-                    compensate(client, &self.operations, *parent, undone, &inverse)
+                    let force = *force_at_eos;
+                    compensate(client, &self.operations, *parent, undone, &inverse, force)
                         .inspect_err(|_| done.push((undone, inverse.clone())))?;
                 }
                 server.abort(*parent)
@@ -624,12 +741,15 @@ fn lock_all(server: &dyn PageServer, txn: TxnId, locks: &[SemanticLock]) -> Resu
 
 /// Runs `inverse` as a subtransaction of `parent` that compensates `undone`; a lost page-lock
 /// conflict is tried again (a compensation must not fail for good while its locks are held).
+/// Its commit is forced with `force`, else only appended (S2/PS): a compensation a crash
+/// loses leaves its undo record uncompensated, and the warm start runs it again.
 pub(crate) fn compensate(
     client: &mut ClientSession,
     operations: &Operations,
     parent: TxnId,
     undone: TxnId,
     inverse: &Inverse,
+    force: bool,
 ) -> Result<()> {
     let registered = operations.get(inverse.id)?;
     let server = client.server();
@@ -643,7 +763,8 @@ pub(crate) fn compensate(
             let ran = (registered.run)(&inverse.args, &mut txn)
                 .and_then(|()| server.note_operation(sub, OperationNote::Compensates { undone }));
             match ran {
-                Ok(()) => txn.commit().map(|_| ()),
+                Ok(()) if force => txn.commit().map(|_| ()),
+                Ok(()) => txn.commit_sub_unforced().map(|_| ()),
                 Err(e) => {
                     let _ = txn.abort();
                     Err(e)
@@ -653,11 +774,44 @@ pub(crate) fn compensate(
         match outcome {
             Err(e) if e.is_retryable() && attempt < COMPENSATION_ATTEMPTS_MAX => {
                 tracing::debug!(attempt, error = %e, "compensation retried");
-                std::thread::sleep(std::time::Duration::from_millis(u64::from(attempt)));
+                std::thread::sleep(retry_pause(attempt));
             }
             other => return other,
         }
     }
+}
+
+/// Compensates level-1 transaction `txn`, whose network client left (`pending`: its
+/// compensations, newest first), and aborts it.
+pub(crate) fn compensate_abandoned(
+    server: &Server,
+    operations: &Operations,
+    client: &mut ClientSession,
+    txn: TxnId,
+    pending: &[lodestore_server::Compensation],
+) -> Result<()> {
+    if let Some(c) = pending.iter().find(|c| !operations.contains(c.inverse.0)) {
+        return Err(Error::UnknownOperation {
+            log: server.log_dir(),
+            lsn: c.undo_lsn.0,
+            txn: txn.0,
+            id: c.inverse.0,
+        });
+    }
+    for c in pending {
+        let inverse = Inverse {
+            id: c.inverse.0,
+            args: c.args.clone(),
+        };
+        compensate(client, operations, txn, c.sub, &inverse, true)?;
+    }
+    server.abort(txn)?;
+    tracing::info!(
+        txn = txn.0,
+        compensations = pending.len(),
+        "compensated the transaction of a client that left"
+    );
+    Ok(())
 }
 
 /// Runs the compensations the store's restart left (an embedded store, as it opens): every
@@ -688,7 +842,7 @@ pub(crate) fn warm_start(
                 id: c.inverse.0,
                 args: c.args.clone(),
             };
-            compensate(client, operations, loser.txn, c.sub, &inverse)?;
+            compensate(client, operations, loser.txn, c.sub, &inverse, true)?;
         }
         server.abort(loser.txn)?;
         tracing::info!(

@@ -174,6 +174,41 @@ impl Store {
             let mut session = store.session()?;
             crate::multilevel::warm_start(&server, &store.options.operations, &mut session.client)?;
         }
+        // Multi-level transactions whose network client left: compensated here, by a session
+        // of the store's own (the server holds it weakly: it must not keep itself alive).
+        let weak = Arc::downgrade(&server);
+        let operations = store.options.operations.clone();
+        let mut scheme = store.options.scheme;
+        if !store
+            .recovery_method()
+            .parse::<RecoveryMethodKind>()?
+            .wants_logged_pages()
+        {
+            scheme.ships_logged_pages = false;
+        }
+        let (pages, recovery_buffer) = (
+            pool_pages(
+                "client cache",
+                store.options.client_cache_bytes,
+                store.page_size(),
+            )?,
+            store.options.recovery_buffer_bytes,
+        );
+        server.set_compensator(Arc::new(move |txn, pending| {
+            let server =
+                weak.upgrade()
+                    .ok_or_else(|| lodestore_core::Error::TransactionInactive {
+                        reason: "the store closed".into(),
+                    })?;
+            let mut client = ClientSession::new(server.clone(), pages, scheme, recovery_buffer)?;
+            crate::multilevel::compensate_abandoned(
+                &server,
+                &operations,
+                &mut client,
+                txn,
+                &pending,
+            )
+        }));
         Ok(store)
     }
 
@@ -301,7 +336,7 @@ impl Store {
         };
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
-            operations: (!self.is_remote()).then(|| self.options.operations.clone()),
+            operations: self.options.operations.clone(),
             strategy: self.options.multi_level_strategy,
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
             snapshot_pages: SnapshotPages::new(pages),
@@ -343,6 +378,15 @@ impl Store {
         }
     }
 
+    /// The largest persistence sphere (pages) since the store opened or the last call, which
+    /// starts the next period; a remote store's server keeps its own, so this is `None` there.
+    pub fn take_sphere_pages_max(&self) -> Option<u64> {
+        match &self.backend {
+            Backend::Embedded(server) => Some(server.take_sphere_pages_max()),
+            Backend::Remote { .. } => None,
+        }
+    }
+
     /// Takes a checkpoint now: every dirty page is written and the log before it can be reused
     /// (a main-memory store writes every changed page to its next backup image).
     pub fn checkpoint(&self) -> Result<()> {
@@ -352,7 +396,7 @@ impl Store {
         }
     }
 
-    /// Lock waits, deadlocks and timeouts since the store was opened.
+    /// Lock requests, waits, wait time, deadlocks and timeouts since the store was opened.
     pub fn lock_stats(&self) -> lodestore_server::LockStats {
         match &self.backend {
             Backend::Embedded(server) => server.lock_stats(),
@@ -484,9 +528,8 @@ impl Store {
 /// One client of a store: a client cache and one transaction at a time.
 pub struct Session {
     client: ClientSession,
-    /// The operations multi-level transactions run (`None`: a remote store, which does not
-    /// serve them yet).
-    operations: Option<Arc<Operations>>,
+    /// The operations multi-level transactions run: their inverses, at an abort.
+    operations: Arc<Operations>,
     strategy: Strategy,
     /// Where the session's counters go when it ends (an embedded store's totals).
     counters: Option<Arc<Mutex<CountersByScheme>>>,
@@ -525,13 +568,7 @@ impl Session {
         &mut self,
         strategy: Strategy,
     ) -> Result<MultiLevelTransaction<'_>> {
-        let operations = self.operations.clone().ok_or_else(|| {
-            lodestore_core::Error::Unsupported(
-                "multi-level transactions on a remote store: not served over the network yet"
-                    .into(),
-            )
-        })?;
-        MultiLevelTransaction::begin(&mut self.client, operations, strategy)
+        MultiLevelTransaction::begin(&mut self.client, self.operations.clone(), strategy)
     }
 
     /// Runs `work` in a transaction and commits it, returning what `work` returned. When the

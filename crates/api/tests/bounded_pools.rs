@@ -94,3 +94,84 @@ fn store_four_times_larger_than_both_pools() {
     let report = lodestore::check(&RealFileSystem, &path).unwrap();
     assert!(report.is_sound(), "{:?}", report.problems);
 }
+
+/// Sessions that miss the server pool read the data file without the server's lock, side by
+/// side. Transfers between counters spread over many more pages than the pool holds, from
+/// several threads under each recovery method, with every page read again and again: a
+/// reader that installed a stale copy (one the page's writer had changed meanwhile) would make
+/// the total drift. Each thread also checks the total inside its own transactions now and
+/// then.
+#[test]
+fn concurrent_misses_read_side_by_side_and_install_no_stale_page() {
+    use lodestore::RecoveryMethodKind;
+    use rand::Rng;
+    const COUNTERS: usize = 400;
+    const START: i64 = 1_000;
+    for method in [RecoveryMethodKind::Esm, RecoveryMethodKind::Wpl] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(dir.path().join("s"), options().recovery_method(method)).unwrap();
+        // One counter of 300 bytes: about 13 to a page, 30 pages against a pool of 8.
+        let oids: Vec<RawOid> = store
+            .session()
+            .unwrap()
+            .transact(|txn| {
+                (0..COUNTERS)
+                    .map(|_| {
+                        let oid = txn.alloc_zeroed(5, 300)?;
+                        txn.write_at(oid, 0, &START.to_le_bytes())?;
+                        Ok(oid)
+                    })
+                    .collect()
+            })
+            .unwrap();
+        let read = |txn: &mut lodestore::Transaction<'_>, oid: RawOid| -> lodestore::Result<i64> {
+            let mut b = [0u8; 8];
+            txn.read_at(oid, 0, &mut b)?;
+            Ok(i64::from_le_bytes(b))
+        };
+        std::thread::scope(|scope| {
+            for t in 0..4u64 {
+                let (store, oids) = (&store, &oids);
+                scope.spawn(move || {
+                    let mut rng = StdRng::seed_from_u64(t);
+                    let mut session = store.session().unwrap();
+                    let mut done = 0;
+                    while done < 150 {
+                        let outcome = session.transact(|txn| {
+                            if rng.random_range(0..10) == 0 {
+                                let mut total = 0;
+                                for &oid in oids {
+                                    total += read(txn, oid)?;
+                                }
+                                assert_eq!(total, START * COUNTERS as i64);
+                                return Ok(());
+                            }
+                            let (a, b) =
+                                (rng.random_range(0..COUNTERS), rng.random_range(0..COUNTERS));
+                            let (x, y) = (read(txn, oids[a])?, read(txn, oids[b])?);
+                            if a != b {
+                                txn.write_at(oids[a], 0, &(x - 3).to_le_bytes())?;
+                                txn.write_at(oids[b], 0, &(y + 3).to_le_bytes())?;
+                            }
+                            Ok(())
+                        });
+                        match outcome {
+                            Ok(()) => done += 1,
+                            Err(e) if e.is_retryable() => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                });
+            }
+        });
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        let total: i64 = oids.iter().map(|&oid| read(&mut txn, oid).unwrap()).sum();
+        assert_eq!(total, START * COUNTERS as i64, "{method:?}");
+        txn.commit().unwrap();
+        assert!(
+            store.server_stats().pool_evictions > 0,
+            "the pool never evicted"
+        );
+    }
+}

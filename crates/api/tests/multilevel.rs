@@ -152,6 +152,9 @@ fn persistence_spheres_are_counted_at_each_end() {
     assert_eq!(after.spheres - before.spheres, 2);
     assert_eq!(after.sphere_pages - before.sphere_pages, 3);
     assert_eq!(after.sphere_pages_max, 2);
+    // Taking the maximum starts a new period.
+    assert_eq!(store.take_sphere_pages_max(), Some(2));
+    assert_eq!(store.take_sphere_pages_max(), Some(0));
 }
 
 #[test]
@@ -301,4 +304,64 @@ fn a_level_one_transaction_changes_pages_only_through_its_subtransactions() {
     let err = server.free_pages(parent, &[page]).unwrap_err();
     assert!(err.to_string().contains("changed by them"), "{err}");
     server.commit(parent).unwrap();
+}
+
+/// The complex-object operation: reads share a subobject, a write excludes others from it
+/// until the end of the transaction, and an abort writes back exactly what the writes
+/// replaced, newest first (a subobject written twice gets its first value back).
+#[test]
+fn a_change_reads_and_writes_subobjects_and_its_compensation_restores_them() {
+    use lodestore::multilevel::{Change, ChangeStep};
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let write = |object: RawOid, value: i64| ChangeStep::Write {
+        object,
+        offset: 0,
+        bytes: value.to_le_bytes().to_vec(),
+    };
+    let change = Change {
+        steps: vec![
+            ChangeStep::Read(oids[0]),
+            write(oids[1], 7),
+            write(oids[1], 8),
+            ChangeStep::Read(oids[1]),
+        ],
+    };
+    assert_eq!(
+        change.locks(),
+        vec![
+            SemanticLock {
+                object: oids[0],
+                mode: SemanticMode::Read
+            },
+            SemanticLock {
+                object: oids[1],
+                mode: SemanticMode::Write
+            },
+        ]
+    );
+    let (mut s1, mut s2) = (store.session().unwrap(), store.session().unwrap());
+    let mut t1 = s1.begin_multi_level().unwrap();
+    let read_only = t1.apply(&change).unwrap();
+    // A second transaction may read object 0 at once, but not object 1 (t1 wrote it): the
+    // semantic lock outlives the subtransaction's page locks.
+    let mut t2 = s2.begin_multi_level().unwrap();
+    let sum = t2
+        .apply(&Change {
+            steps: vec![ChangeStep::Read(oids[0])],
+        })
+        .unwrap();
+    assert_ne!(sum, read_only, "the two changes read different bytes");
+    let Err(e) = t2.apply(&Change {
+        steps: vec![ChangeStep::Read(oids[1])],
+    }) else {
+        panic!("read a subobject another transaction had written")
+    };
+    assert!(e.is_retryable(), "{e}");
+    t2.abort().unwrap();
+    // The subtransaction committed its write (a flat reader takes no semantic locks).
+    assert_eq!(balances(&store, &oids)[..2], [OPENING, 8]);
+    t1.abort().unwrap();
+    assert_eq!(balances(&store, &oids), vec![OPENING; ACCOUNTS]);
 }

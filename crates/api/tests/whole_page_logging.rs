@@ -221,3 +221,55 @@ fn changing_recovery_method_keeps_every_commit() {
         assert!(all_home(&path, x), "{method}");
     }
 }
+
+/// A subtransaction's commit under S2/PS is appended, not forced. A page it changed that
+/// leaves the pool before the commit is durable is dropped, not written home (that would
+/// force the log first): reads get it back from the log, the home keeps the committed
+/// version until the installer, and the transaction's forced end makes it durable.
+#[test]
+fn a_page_whose_commit_is_not_durable_leaves_the_pool_without_a_write() {
+    use lodestore::multilevel::{Strategy, WriteBytes};
+    let path = Path::new("/wpl-evict-unwritten");
+    let (store, parts) = create_parts(path, wpl_options());
+    // Closing writes every committed page home.
+    drop(store);
+    assert_eq!(x_at_home(path).len(), PARTS as usize);
+    let store = Store::open(path, wpl_options()).unwrap();
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin_multi_level_with(Strategy::S2Ps).unwrap();
+    txn.apply(&WriteBytes {
+        object: parts[0].raw(),
+        offset: 8,
+        bytes: 77i64.to_le_bytes().to_vec(),
+    })
+    .unwrap();
+    let (flushes, before) = (store.log_stats().flushes, store.server_stats());
+    // Every other page passes through the six-page pool.
+    let xs = read_all(&store, &parts);
+    assert_eq!(
+        xs[0], 77,
+        "the subtransaction's page comes back from the log"
+    );
+    let after = store.server_stats();
+    assert!(after.pool_evictions > before.pool_evictions);
+    assert_eq!(
+        after.pages_evicted_unwritten - before.pages_evicted_unwritten,
+        1,
+        "{after:?}"
+    );
+    assert_eq!(
+        store.log_stats().flushes,
+        flushes,
+        "an eviction forced the log"
+    );
+    assert_eq!(
+        x_at_home(path)[&0],
+        0,
+        "the home got a page before its commit was durable"
+    );
+    txn.commit().unwrap();
+    drop(session);
+    drop(store);
+    let store = Store::open(path, wpl_options()).unwrap();
+    assert_eq!(read_all(&store, &parts)[0], 77);
+}

@@ -137,6 +137,7 @@ impl DifflogArgs {
             disk: self.disk_mb_s.map(|mb_s| DiskModel {
                 bytes_per_s: (mb_s * 1e6) as u64,
                 sync_latency: Duration::from_secs_f64(self.sync_ms / 1e3),
+                read_latency: Duration::ZERO,
             }),
         }
     }

@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod bench_bank;
+mod bench_complex;
 mod bench_detect;
 mod bench_diff;
 mod bench_difflog;
@@ -391,6 +392,15 @@ enum BenchCommand {
     /// disks of a given bandwidth, and one setting can be swept, with plots like the paper's
     /// figures.
     Difflog(bench_difflog::DifflogArgs),
+    /// Hasse & Weikum's complex-object benchmark (section 3): complex objects of subobjects
+    /// clustered on their own pages, transactions of c operations each visiting own (o) and
+    /// foreign (f) subobjects and updating some, under S1 (page locks to the end), S2 and
+    /// S2/PS (subtransactions, semantic locks on subobjects) at each degree of
+    /// multiprogramming, with a buffer pool smaller than the database and data-file reads of
+    /// an emulated latency. Prints throughput, response time, conflict rate, lock wait,
+    /// level-0 log writes, pages per write and persistence sphere sizes, with S2/PS against S1
+    /// at its peak; CSV and the paper's figures 7 and 9 on request.
+    Complex(bench_complex::ComplexArgs),
     /// Bank transfers (`stress`'s) on one store as flat transactions holding page locks to
     /// their end, and as multi-level transactions under each strategy of Hasse & Weikum: S1
     /// (one flat transaction of operations), S2 (subtransactions, each end forced), S2/PS
@@ -655,6 +665,7 @@ fn main() -> ExitCode {
                 requests,
             }) => bench_net::net(&path, runs, requests),
             Some(BenchCommand::Difflog(args)) => bench_difflog::difflog(&args),
+            Some(BenchCommand::Complex(args)) => bench_complex::complex(&args),
         },
         Command::Torture(args) => torture::run(&args),
         Command::Campaign(args) => campaign::run(&args),

@@ -358,14 +358,23 @@ fn bench_difflog_sweeps_streams_on_emulated_disks_and_draws_the_figures() {
     assert!(stdout.contains("Against streams"), "{stdout}");
     assert!(stdout.contains("emulated disk of 20.0 MB/s"), "{stdout}");
     assert!(stdout.contains("emulated disks busy"), "{stdout}");
-    for stem in [
-        "difflog-restart",
-        "difflog-throughput-by-streams",
-        "difflog-log-processing-by-streams",
-        "difflog-log-volume-by-streams",
-    ] {
+    assert_drawn(
+        &plots,
+        [
+            "difflog-restart",
+            "difflog-throughput-by-streams",
+            "difflog-log-processing-by-streams",
+            "difflog-log-volume-by-streams",
+        ]
+        .map(String::from),
+    );
+}
+
+/// Each figure `stem` was drawn into `dir`, as SVG and as PNG, neither empty.
+fn assert_drawn(dir: &std::path::Path, stems: impl IntoIterator<Item = String>) {
+    for stem in stems {
         for ext in ["svg", "png"] {
-            let file = plots.join(format!("{stem}.{ext}"));
+            let file = dir.join(format!("{stem}.{ext}"));
             assert!(
                 std::fs::metadata(&file).is_ok_and(|m| m.len() > 0),
                 "{} missing",
@@ -373,4 +382,110 @@ fn bench_difflog_sweeps_streams_on_emulated_disks_and_draws_the_figures() {
             );
         }
     }
+}
+
+/// The complex-object benchmark on a small database: every strategy at every DMP for both
+/// cases, with S2's forced end of each subtransaction showing in its level-0 log writes and
+/// S2/PS's persistence spheres counted, the paper's figures drawn, and a CSV row per point.
+#[test]
+fn bench_complex_runs_every_strategy_and_draws_figures_7_and_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let (plots, csv) = (dir.path().join("plots"), dir.path().join("complex.csv"));
+    let out = lodestore()
+        .args(["bench", "complex"])
+        .arg(dir.path().join("stores"))
+        .args([
+            "--complex-objects",
+            "20",
+            "--subobjects",
+            "200",
+            "--foreign-refs",
+            "20",
+        ])
+        .args([
+            "--c",
+            "4",
+            "--dmp",
+            "1,3",
+            "--seconds",
+            "0.5",
+            "--runs",
+            "1",
+        ])
+        .args(["--read-latency-ms", "0.2", "--pool-bytes", "262144"])
+        .arg("--csv")
+        .arg(&csv)
+        .arg("--plots")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = succeeded(&out);
+    assert!(stdout.contains("S2/PS peaks at DMP"), "{stdout}");
+    assert!(stdout.contains("f = 10"), "{stdout}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * 3,
+        "two cases, two DMPs, three strategies"
+    );
+    let value = |row: &Vec<&str>, name: &str| row[column(name)].parse::<f64>().unwrap();
+    for row in &rows {
+        assert!(value(row, "committed") > 0.0, "{row:?}");
+        let spheres = value(row, "sphere_pages_mean");
+        match row[column("strategy")] {
+            "s1" => assert_eq!(spheres, 0.0, "S1 has no spheres: {row:?}"),
+            _ => assert!(spheres > 0.0, "{row:?}"),
+        }
+    }
+    // At DMP 1, S2 forces the log at each updating subtransaction's end, S2/PS about once a
+    // transaction.
+    let at_dmp_1 = |strategy: &str| {
+        rows.iter()
+            .find(|r| r[column("dmp")] == "1" && r[column("strategy")] == strategy)
+            .map(|r| value(r, "l0_writes_per_txn"))
+            .unwrap()
+    };
+    assert!(at_dmp_1("s2") > 2.0 * at_dmp_1("s2ps"), "{text}");
+    let figures = [
+        "throughput",
+        "response-time",
+        "lock-wait",
+        "l0-log-io-rate",
+        "sphere-size",
+    ];
+    assert_drawn(
+        &plots,
+        [0, 10]
+            .iter()
+            .flat_map(|f| figures.map(|stem| format!("complex-f{f}-{stem}"))),
+    );
+}
+
+#[test]
+fn bench_complex_refuses_more_foreign_visits_than_visits() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lodestore()
+        .args(["bench", "complex"])
+        .arg(dir.path().join("stores"))
+        .args(["--foreign", "11", "--visits", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--foreign 11") && stderr.contains("--visits 10"),
+        "{stderr}"
+    );
+    let out = lodestore()
+        .args(["bench", "complex"])
+        .arg(dir.path().join("stores"))
+        .args(["--dmp", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--dmp"));
 }

@@ -4,8 +4,8 @@
 
 use lodestore_core::{Error, PageId, TxnId};
 use lodestore_server::versions::Snapshot;
+use lodestore_server::{LockMode, LockTarget, OperationNote, SnapshotNews, TxnKind};
 use lodestore_server::{LockStats, RestartReport, ServerStats};
-use lodestore_server::{LockTarget, SnapshotNews, TxnKind};
 use lodestore_wal::LogStats;
 use serde::{Deserialize, Serialize};
 
@@ -24,7 +24,7 @@ pub enum Request {
     Lock {
         txn: u64,
         target: WireLockTarget,
-        exclusive: bool,
+        mode: WireLockMode,
     },
     FetchPage {
         txn: u64,
@@ -98,6 +98,11 @@ pub enum Request {
     ReleaseReservation {
         reservation: u64,
     },
+    /// What a subtransaction logs at level 1 when it commits (`PageServer::note_operation`).
+    NoteOperation {
+        txn: u64,
+        note: WireOperationNote,
+    },
 }
 
 impl Request {
@@ -108,6 +113,7 @@ impl Request {
             Request::Prove { .. } => "prove",
             Request::Begin { .. } => "begin",
             Request::Lock { .. } => "lock",
+            Request::NoteOperation { .. } => "note-operation",
             Request::FetchPage { .. } => "fetch-page",
             Request::FindSpace { .. } => "find-space",
             Request::AllocatePages { .. } => "allocate-pages",
@@ -134,7 +140,8 @@ impl Request {
     /// Would this request change the store (refused to a read-only client)?
     pub fn writes(&self) -> bool {
         match self {
-            Request::Lock { exclusive, .. } => *exclusive,
+            Request::Lock { mode, .. } => *mode != WireLockMode::Shared,
+            Request::NoteOperation { .. } => true,
             Request::ShipAndCommit { pages, .. } => !pages.is_empty(),
             Request::FindSpace { .. }
             | Request::AllocatePages { .. }
@@ -185,6 +192,75 @@ impl From<WireTxnKind> for TxnKind {
             WireTxnKind::ReadOnlyAsOf { snapshot } => TxnKind::ReadOnlyAsOf { snapshot },
             WireTxnKind::Sub { parent } => TxnKind::Sub {
                 parent: TxnId(parent),
+            },
+        }
+    }
+}
+
+/// A lock's mode (`LockMode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireLockMode {
+    Shared,
+    Exclusive,
+    Increment,
+}
+
+impl From<LockMode> for WireLockMode {
+    fn from(mode: LockMode) -> Self {
+        match mode {
+            LockMode::Shared => WireLockMode::Shared,
+            LockMode::Exclusive => WireLockMode::Exclusive,
+            LockMode::Increment => WireLockMode::Increment,
+        }
+    }
+}
+
+impl From<WireLockMode> for LockMode {
+    fn from(mode: WireLockMode) -> Self {
+        match mode {
+            WireLockMode::Shared => LockMode::Shared,
+            WireLockMode::Exclusive => LockMode::Exclusive,
+            WireLockMode::Increment => LockMode::Increment,
+        }
+    }
+}
+
+/// A level-1 note (`OperationNote`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WireOperationNote {
+    Undo {
+        inverse: u32,
+        #[serde(with = "serde_bytes")]
+        args: Vec<u8>,
+    },
+    Compensates {
+        undone: u64,
+    },
+}
+
+impl From<OperationNote<'_>> for WireOperationNote {
+    fn from(note: OperationNote<'_>) -> Self {
+        match note {
+            OperationNote::Undo { inverse, args } => WireOperationNote::Undo {
+                inverse,
+                args: args.to_vec(),
+            },
+            OperationNote::Compensates { undone } => {
+                WireOperationNote::Compensates { undone: undone.0 }
+            }
+        }
+    }
+}
+
+impl WireOperationNote {
+    pub fn as_note(&self) -> OperationNote<'_> {
+        match self {
+            WireOperationNote::Undo { inverse, args } => OperationNote::Undo {
+                inverse: *inverse,
+                args,
+            },
+            WireOperationNote::Compensates { undone } => OperationNote::Compensates {
+                undone: TxnId(*undone),
             },
         }
     }

@@ -11,9 +11,9 @@ use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::versions::Snapshot;
 use lodestore_server::{
-    validate_client_page, Accepted, LockMode, LockStats, LockTarget, Lookup, PageServer,
-    RestartReport, ServerStats, ShippedPage, ShippedRecords, SnapshotHistory, SnapshotNews,
-    TxnKind,
+    validate_client_page, Accepted, LockMode, LockStats, LockTarget, Lookup, OperationNote,
+    PageServer, RestartReport, ServerStats, ShippedPage, ShippedRecords, SnapshotHistory,
+    SnapshotNews, TxnKind,
 };
 use lodestore_storage::large::Extent;
 use lodestore_storage::page;
@@ -575,18 +575,21 @@ impl PageServer for RemotePageServer {
         }
     }
 
-    fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
-        if mode == LockMode::Increment {
-            // The wire's lock request carries shared or exclusive only.
-            return Err(Error::Unsupported(
-                "increment locks over the network: this protocol version locks shared or exclusive"
-                    .into(),
-            ));
+    fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
+        match self.call(&Request::NoteOperation {
+            txn: sub.0,
+            note: note.into(),
+        })? {
+            Response::Done => Ok(()),
+            other => Err(self.unexpected("note-operation", &other)),
         }
+    }
+
+    fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
         let request = Request::Lock {
             txn: txn.0,
             target: target.into(),
-            exclusive: mode == LockMode::Exclusive,
+            mode: mode.into(),
         };
         match self.call(&request)? {
             Response::Lsn(lsn) => Ok(Lsn(lsn)),

@@ -178,8 +178,12 @@ impl Connection {
     /// Serves until the connection ends; returns why it ended.
     fn run(mut self, stream: TcpStream) -> String {
         let reason = self.exchange(stream);
-        for txn in self.txns.drain() {
-            if let Err(e) = self.server.abort(TxnId(txn)) {
+        // Subtransactions and flat transactions first: a level-1 transaction cannot end while
+        // a subtransaction of it runs, and then its completed ones are compensated.
+        let mut txns: Vec<u64> = self.txns.drain().collect();
+        txns.sort_unstable_by_key(|&txn| self.server.is_level_one(TxnId(txn)));
+        for txn in txns {
+            if let Err(e) = self.server.abandon(TxnId(txn)) {
                 tracing::warn!(peer = %self.peer, txn, error = %e, "abort after disconnect failed");
             } else {
                 tracing::info!(peer = %self.peer, txn, "rolled back the transaction of a closed connection");
@@ -445,21 +449,17 @@ impl Connection {
                 };
                 Response::Began { txn: txn.0, news }
             }
-            Request::Lock {
-                txn,
-                target,
-                exclusive,
-            } => {
-                let mode = if exclusive {
-                    LockMode::Exclusive
-                } else {
-                    LockMode::Shared
-                };
+            Request::Lock { txn, target, mode } => {
+                let mode = LockMode::from(mode);
                 let target = match target {
                     WireLockTarget::Page(page) => LockTarget::Page(self.page(page)?),
                     WireLockTarget::Object(oid) => LockTarget::Object(Oid(oid)),
                 };
                 Response::Lsn(server.lock(self.own(txn)?, target, mode)?.0)
+            }
+            Request::NoteOperation { txn, note } => {
+                server.note_operation(self.own(txn)?, note.as_note())?;
+                Response::Done
             }
             Request::FetchPage { txn, page } => {
                 let mut buf = vec![0u8; server.page_size()];

@@ -8,7 +8,9 @@ mod common;
 
 use common::{assert_closed, raw, start_server_with};
 use lodestore_net::frame::{header, read_frame, write_frame};
-use lodestore_net::message::{decode, encode, Request, Response, WireLockTarget, WireTxnKind};
+use lodestore_net::message::{
+    decode, encode, Request, Response, WireLockMode, WireLockTarget, WireTxnKind,
+};
 use lodestore_net::{RemotePageServer, ServeLimits};
 use lodestore_server::{LockMode, PageServer};
 use std::io::Write;
@@ -118,7 +120,7 @@ fn an_idle_connection_is_closed_and_a_silent_transaction_rolled_back() {
         &encode(&Request::Lock {
             txn,
             target: WireLockTarget::Page(page),
-            exclusive: true,
+            mode: WireLockMode::Exclusive,
         }),
     )
     .unwrap();
@@ -154,7 +156,7 @@ fn a_client_that_stops_reading_is_closed_and_its_locks_released() {
         &encode(&Request::Lock {
             txn,
             target: WireLockTarget::Page(page),
-            exclusive: true,
+            mode: WireLockMode::Exclusive,
         }),
     )
     .unwrap();

@@ -5,8 +5,8 @@
 use lodestore_core::{Error, PageId, TxnId, TypeId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
 use lodestore_net::message::{
-    decode, encode, Request, Response, WireError, WireLockTarget, WireObjectUpdates, WirePage,
-    WireRecords, WireTxnKind, WireUpdates,
+    decode, encode, Request, Response, WireError, WireLockMode, WireLockTarget, WireObjectUpdates,
+    WireOperationNote, WirePage, WireRecords, WireTxnKind, WireUpdates,
 };
 use lodestore_net::RemotePageServer;
 use lodestore_server::{LockMode, PageServer};
@@ -126,7 +126,10 @@ proptest! {
     #[test]
     fn requests_round_trip(txn in any::<u64>(), page in any::<u32>(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         let requests = [
-            Request::Lock { txn, target: WireLockTarget::Page(page), exclusive: true },
+            Request::Lock { txn, target: WireLockTarget::Page(page), mode: WireLockMode::Exclusive },
+            Request::Lock { txn, target: WireLockTarget::Object(txn), mode: WireLockMode::Increment },
+            Request::NoteOperation { txn, note: WireOperationNote::Undo { inverse: page, args: bytes.clone() } },
+            Request::NoteOperation { txn, note: WireOperationNote::Compensates { undone: txn } },
             Request::FindSpace { txn, bytes: bytes.len() as u64, skip: vec![page] },
             Request::ShipRecords { txn, records: WireRecords::Pages(WireUpdates { records: vec![(page, 3, bytes.len() as u32)], bytes: [bytes.clone(), bytes.clone()].concat() }) },
             Request::Begin { kind: WireTxnKind::Sub { parent: txn } },

@@ -247,9 +247,26 @@ pub struct LockManager {
 /// Counters of the lock manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockStats {
+    /// Times a request went to sleep (one request may sleep more than once).
     pub waits: u64,
     pub deadlocks: u64,
     pub timeouts: u64,
+    /// Requests made, and those of them that had to wait at all (their ratio is the conflict
+    /// rate Hasse & Weikum report).
+    #[serde(default)]
+    pub requests: u64,
+    #[serde(default)]
+    pub requests_blocked: u64,
+    /// Time requests spent waiting, granted or not, in microseconds.
+    #[serde(default)]
+    pub wait_micros: u64,
+}
+
+impl LockStats {
+    /// A request that waited since `started` has stopped waiting.
+    fn note_wait(&mut self, started: Instant) {
+        self.wait_micros += started.elapsed().as_micros() as u64;
+    }
 }
 
 /// Who `txn` must wait for to get `mode` on `resource`, whose holders are `holders`, having
@@ -524,11 +541,15 @@ impl LockManager {
         // Read the clock only once the request has to wait: most are granted at once.
         let mut started: Option<Instant> = None;
         let mut table = self.lock();
+        table.stats.requests += 1;
         loop {
             let ticket = table.ticket(txn);
             let blockers = match table.try_grant(&self.modes, owner, resource, mode, ticket) {
                 Ok(granted) => {
                     let was_waiting = table.waiting.remove(&txn).is_some();
+                    if let Some(started) = started {
+                        table.stats.note_wait(started);
+                    }
                     // Requests behind this one that it held up may go now (the compatible
                     // ones).
                     let next = if was_waiting {
@@ -544,6 +565,9 @@ impl LockManager {
             };
             if table.closes_cycle(&self.modes, txn, &blockers) {
                 table.stats.deadlocks += 1;
+                if let Some(started) = started {
+                    table.stats.note_wait(started);
+                }
                 self.stop_waiting(table, txn);
                 return Err(Error::Deadlock {
                     page: resource.page(),
@@ -552,6 +576,7 @@ impl LockManager {
             let waited = started.get_or_insert_with(Instant::now).elapsed();
             if waited >= self.timeout {
                 table.stats.timeouts += 1;
+                table.stats.note_wait(started.unwrap_or_else(Instant::now));
                 self.stop_waiting(table, txn);
                 return Err(Error::LockTimeout {
                     page: resource.page(),
@@ -559,6 +584,7 @@ impl LockManager {
                 });
             }
             if ticket == NOT_WAITING {
+                table.stats.requests_blocked += 1;
                 let ticket = table.next_ticket;
                 table.next_ticket += 1;
                 table.waiting.insert(
@@ -777,9 +803,14 @@ mod tests {
         };
         until_waiting(&locks, 1);
         assert!(!locks.holds(b, p, LockMode::Exclusive));
+        std::thread::sleep(Duration::from_millis(5));
         locks.release_all(a);
         assert!(waiter.join().unwrap() >= 1);
         assert!(locks.holds(b, p, LockMode::Exclusive));
+        // Three requests, one of which waited, for at least the time `a` held on.
+        let stats = locks.stats();
+        assert_eq!((stats.requests, stats.requests_blocked), (3, 1));
+        assert!(stats.wait_micros >= 5_000, "{stats:?}");
         locks.release_all(b);
         assert_eq!(locks.locked_pages(), 0);
     }
@@ -801,6 +832,9 @@ mod tests {
         assert_eq!(locks.stats().deadlocks, 1);
         locks.release_all(b);
         first.join().unwrap().unwrap();
+        // The victim was refused without waiting; the first request waited.
+        let stats = locks.stats();
+        assert_eq!((stats.requests, stats.requests_blocked), (4, 1));
     }
 
     /// A conversion waiting for readers to leave is not starved by readers that keep coming:

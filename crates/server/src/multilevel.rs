@@ -25,11 +25,16 @@ use lodestore_multilevel::records::{
     TransactionEnd, UndoRecord,
 };
 use lodestore_multilevel::sphere::Spheres;
-use lodestore_multilevel::warm_start::{Loser, Plan};
-use lodestore_protocol::{LockMode, OperationNote};
+use lodestore_multilevel::warm_start::{Compensation, Loser, Plan};
+use lodestore_protocol::{LockMode, OperationNote, PageServer};
 use lodestore_wal::{kinds::MULTI_LEVEL, Record, RecordBody};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Compensates level-1 transaction `txn` (the compensations, newest first) and aborts it:
+/// what a store installs (`Server::set_compensator`) for transactions whose client left.
+pub type Compensator = Arc<dyn Fn(TxnId, Vec<Compensation>) -> Result<()> + Send + Sync>;
 
 /// Largest encoded arguments of an inverse operation.
 pub const OPERATION_ARGS_BYTES_MAX: usize = 1 << 20;
@@ -399,6 +404,78 @@ impl Server {
     /// The losers the last restart left to compensate, newest compensation first within each.
     pub fn warm_start(&self) -> Vec<Loser> {
         self.lock_state().multilevel.warm_start.clone()
+    }
+
+    /// Does `txn` have level-1 records (a transaction of subtransactions)?
+    pub fn is_level_one(&self, txn: TxnId) -> bool {
+        self.lock_state().multilevel.parents.contains_key(&txn)
+    }
+
+    /// Installs what compensates a level-1 transaction whose client left (see
+    /// [`Server::abandon`]).
+    pub fn set_compensator(&self, compensator: Compensator) {
+        *self.compensator.lock().unwrap_or_else(|e| e.into_inner()) = Some(compensator);
+    }
+
+    /// Ends `txn`, whose client is gone: aborts it, after compensating its completed
+    /// subtransactions when it has any (through the installed compensator; without one it
+    /// stays, holding its semantic locks, for the next warm start).
+    pub fn abandon(&self, txn: TxnId) -> Result<()> {
+        let pending = self.pending_compensations(txn)?;
+        if pending.is_empty() {
+            return self.abort(txn);
+        }
+        let compensator = self
+            .compensator
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        match compensator {
+            Some(compensate) => compensate(txn, pending),
+            None => Err(Error::Unsupported(format!(
+                "transaction {txn} has {} completed subtransactions to compensate and this                  server has no compensator: they wait for the next warm start",
+                pending.len()
+            ))),
+        }
+    }
+
+    /// The compensations level-1 transaction `txn` still needs, newest first: the undo
+    /// records of its completed subtransactions not compensated yet, read back from the log.
+    pub fn pending_compensations(&self, txn: TxnId) -> Result<Vec<Compensation>> {
+        let mut undo: Vec<(TxnId, Lsn)> = match self.lock_state().multilevel.parents.get(&txn) {
+            Some(parent) => parent.to_compensate.iter().map(|(s, l)| (*s, *l)).collect(),
+            None => return Ok(Vec::new()),
+        };
+        undo.sort_unstable_by_key(|&(_, lsn)| std::cmp::Reverse(lsn));
+        let corrupt = |lsn: Lsn, reason: String| Error::CorruptLog {
+            path: self.log_dir(),
+            offset: lsn.0,
+            reason: format!("undo record of transaction {txn} at LSN {lsn}: {reason}"),
+        };
+        undo.into_iter()
+            .map(|(sub, lsn)| {
+                let record = self.log.read(lsn)?;
+                let RecordBody::Family { kind, body, .. } = &record.body else {
+                    return Err(corrupt(lsn, "not a multi-level record".into()));
+                };
+                match decode_l1(*kind, body) {
+                    Some(Ok(L1Record::Undo(u))) if u.sub == sub && u.chain.txn == txn => {
+                        Ok(Compensation {
+                            parent: txn,
+                            sub,
+                            undo_lsn: lsn,
+                            inverse: u.inverse,
+                            args: u.args.to_vec(),
+                        })
+                    }
+                    Some(Err(reason)) => Err(corrupt(lsn, reason)),
+                    _ => Err(corrupt(
+                        lsn,
+                        format!("not the undo record of subtransaction {sub}"),
+                    )),
+                }
+            })
+            .collect()
     }
 }
 

@@ -137,6 +137,9 @@ pub struct Server {
     /// Subtransactions whose commit was appended, their locks still held (multi-level
     /// transactions; `Server::subs_appended`).
     pub(crate) subs_appended: Mutex<rustc_hash::FxHashSet<TxnId>>,
+    /// Runs the compensations of a level-1 transaction whose client left
+    /// (`Server::abandon`); the store that runs this server installs it.
+    pub(crate) compensator: Mutex<Option<crate::multilevel::Compensator>>,
 }
 
 /// Everything the server changes under its one mutex.
@@ -355,6 +358,7 @@ impl Server {
             restart: RestartReport::default(),
             closed: std::sync::atomic::AtomicBool::new(false),
             subs_appended: Mutex::default(),
+            compensator: Mutex::default(),
         })
     }
 
@@ -572,6 +576,12 @@ impl Server {
         self.locks.stats()
     }
 
+    /// The largest persistence sphere since the server started or the last call, which starts
+    /// the next period (a benchmark's runs each want their own maximum).
+    pub fn take_sphere_pages_max(&self) -> u64 {
+        std::mem::take(&mut self.lock_state().stats.sphere_pages_max)
+    }
+
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
@@ -633,6 +643,50 @@ impl Server {
     /// header are checked here.
     pub(crate) fn cache_page_in_change(&self, state: &mut State, page: PageId) -> Result<()> {
         self.cache_page_checked(state, page, false)
+    }
+
+    /// Caches `page` for a transaction that holds a lock on it (exclusive: `own`). A read of
+    /// the data file happens without the server's lock, so that the misses of different
+    /// sessions wait for the disk side by side: the page cannot change meanwhile, since
+    /// changing it takes an exclusive lock, which conflicts with the one held, and whatever
+    /// writes a page home or logs a copy of it does so under the server's lock with the page
+    /// in the pool or its copy in the log. Returns the server's state again, and whether the
+    /// page was read here into `buf` (a page long whenever the pool and log lack it).
+    fn cache_locked_page<'s>(
+        &'s self,
+        mut state: MutexGuard<'s, State>,
+        page: PageId,
+        own: bool,
+        buf: &mut [u8],
+    ) -> Result<(MutexGuard<'s, State>, bool)> {
+        if self.must_read_from_disk(&state, page) {
+            assert_eq!(buf.len(), self.volume.page_size(), "a page to read into");
+            drop(state);
+            let read = if own {
+                self.volume.read_page_sealed(page, buf)
+            } else {
+                self.volume.read_page(page, buf)
+            };
+            state = self.usable_state()?;
+            read?;
+            // Another session's read of the same page may have got in first.
+            if self.must_read_from_disk(&state, page) {
+                self.install(&mut state, page, buf)?;
+                state.stats.pages_read += 1;
+                return Ok((state, true));
+            }
+        }
+        if own {
+            self.cache_page_in_change(&mut state, page)?;
+        } else {
+            self.cache_page(&mut state, page)?;
+        }
+        Ok((state, false))
+    }
+
+    /// Would caching `page` read the data file (neither the pool nor the log holds a copy)?
+    fn must_read_from_disk(&self, state: &State, page: PageId) -> bool {
+        !state.pool.contains(page) && self.method.newer_copy_in_log(state, page).is_none()
     }
 
     fn cache_page_checked(&self, state: &mut State, page: PageId, whole: bool) -> Result<()> {
@@ -713,8 +767,17 @@ impl Server {
         if let Some(victim) = victim {
             state.stats.pool_evictions += 1;
             if victim.dirty {
-                let mut bytes = state.pool.frame_bytes(frame).to_vec();
-                self.write_back(state, victim.page, &mut bytes)?;
+                let lsn = page::lsn(state.pool.frame_bytes(frame));
+                let durable = self.log.durable_lsn();
+                if self
+                    .method
+                    .may_evict_unwritten(state, victim.page, lsn, durable)
+                {
+                    state.stats.pages_evicted_unwritten += 1;
+                } else {
+                    let mut bytes = state.pool.frame_bytes(frame).to_vec();
+                    self.write_back(state, victim.page, &mut bytes)?;
+                }
             }
         }
         Ok(frame)
@@ -835,9 +898,19 @@ impl Server {
     /// under methods that keep none.
     pub fn install_committed(&self, max_pages: usize) -> Result<usize> {
         let mut state = self.usable_state()?;
-        let copies = self.method.installable(&state);
+        // Only copies whose commit is durable already: the installer never forces the log
+        // (with commits appended unforced, as S2/PS's subtransactions are, it would force
+        // it again and again, where a commit's own force is due anyway).
+        let durable = self.log.durable_lsn();
+        let copies: Vec<(PageId, Lsn)> = self
+            .method
+            .installable(&state)
+            .into_iter()
+            .filter(|&(page, lsn)| self.method.durable_before_home(&state, page, lsn) < durable)
+            .take(max_pages)
+            .collect();
         let mut installed = 0;
-        for (page, lsn) in copies.into_iter().take(max_pages) {
+        for (page, lsn) in copies {
             self.install_copy(&mut state, page, lsn)?;
             installed += 1;
         }
@@ -1308,11 +1381,14 @@ impl PageServer for Server {
             return Err(inactive(txn));
         }
         Server::sub_locked_page(&mut state, txn, page);
-        if held == LockMode::Exclusive {
-            self.cache_page_in_change(&mut state, page)?;
+        // A page to read into only when the read happens (the state is held until then).
+        let mut scratch = if self.must_read_from_disk(&state, page) {
+            vec![0u8; self.volume.page_size()]
         } else {
-            self.cache_page(&mut state, page)?;
-        }
+            Vec::new()
+        };
+        let own = held == LockMode::Exclusive;
+        let (mut state, _) = self.cache_locked_page(state, page, own, &mut scratch)?;
         Ok(state.pool.page_lsn(page).expect("page just cached"))
     }
 
@@ -1327,13 +1403,11 @@ impl PageServer for Server {
             )));
         };
         let own = held == LockMode::Exclusive;
-        let mut state = self.usable_state()?;
-        if own {
-            self.cache_page_in_change(&mut state, page)?;
-        } else {
-            self.cache_page(&mut state, page)?;
+        let (mut state, read_here) =
+            self.cache_locked_page(self.usable_state()?, page, own, buf)?;
+        if !read_here {
+            buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
         }
-        buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
         state.stats.pages_fetched_by_clients += 1;
         Ok(())
     }

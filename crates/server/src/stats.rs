@@ -26,6 +26,10 @@ pub struct ServerStats {
     pub pages_reread_from_log: u64,
     /// Whole-page logging: committed pages written from the log to their home location.
     pub pages_installed: u64,
+    /// Whole-page logging: dirty pages evicted without a write home, their commit not yet
+    /// durable (the installer takes them home later from the log).
+    #[serde(default)]
+    pub pages_evicted_unwritten: u64,
     /// Multi-level transactions: subtransactions committed (their EOS).
     #[serde(default)]
     pub subtransactions: u64,
@@ -35,6 +39,7 @@ pub struct ServerStats {
     pub spheres: u64,
     #[serde(default)]
     pub sphere_pages: u64,
+    /// The largest since the server started or the last `Server::take_sphere_pages_max`.
     #[serde(default)]
     pub sphere_pages_max: u64,
 }

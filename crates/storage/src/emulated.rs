@@ -31,6 +31,11 @@ pub struct DiskModel {
     pub bytes_per_s: u64,
     /// Time a sync takes once the writes before it are transferred.
     pub sync_latency: Duration,
+    /// Time each read waits beyond its transfer, beside the other reads rather than queued
+    /// behind them: the seek and rotation of a disk in an array that serves many reads at
+    /// once (Hasse & Weikum's data disks), or an SSD's access time. Zero: reads cost only
+    /// their transfer.
+    pub read_latency: Duration,
 }
 
 impl DiskModel {
@@ -144,7 +149,8 @@ impl Storage for EmulatedFile {
         self.device
             .bytes_read
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
-        wait_until(self.device.queue(self.model.transfer(buf.len())));
+        let transferred = self.device.queue(self.model.transfer(buf.len()));
+        wait_until(transferred.max(Instant::now() + self.model.read_latency));
         Ok(())
     }
 
@@ -246,6 +252,7 @@ mod tests {
             DiskModel {
                 bytes_per_s,
                 sync_latency: Duration::from_millis(latency_ms),
+                read_latency: Duration::ZERO,
             },
             2,
             Box::new(|p: &Path| {
@@ -321,6 +328,48 @@ mod tests {
     }
 
     #[test]
+    fn reads_wait_their_latency_side_by_side() {
+        let fs = EmulatedDisks::new(
+            Arc::new(MemoryFileSystem::new()),
+            DiskModel {
+                bytes_per_s: 1_000_000_000,
+                sync_latency: Duration::ZERO,
+                read_latency: Duration::from_millis(40),
+            },
+            1,
+            Box::new(|_: &Path| Some(0)),
+        )
+        .unwrap();
+        let f = fs.open(Path::new("/data"), OpenMode::CreateNew).unwrap();
+        f.write_at(0, &[3u8; 4096]).unwrap();
+        let started = Instant::now();
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    let mut page = [0u8; 4096];
+                    f.read_at(0, &mut page).unwrap();
+                    (Instant::now(), page[4095])
+                })
+            })
+            .collect();
+        let done: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        for (at, byte) in &done {
+            assert_eq!(*byte, 3);
+            assert!(*at >= started + Duration::from_millis(40));
+        }
+        // Not queued: four reads end within one latency of each other, not 40 ms apart.
+        let first = done.iter().map(|d| d.0).min().unwrap();
+        let last = done.iter().map(|d| d.0).max().unwrap();
+        assert!(
+            last < first + Duration::from_millis(40) * 3,
+            "{:?}",
+            last - first
+        );
+        assert_eq!(fs.stats()[0].bytes_read, 4 * 4096);
+    }
+
+    #[test]
     fn a_file_placed_past_the_devices_is_refused() {
         let fs = disks(1_000, 0);
         let Err(e) = fs.open(Path::new("/dev7"), OpenMode::CreateNew) else {
@@ -331,7 +380,8 @@ mod tests {
             Arc::new(MemoryFileSystem::new()),
             DiskModel {
                 bytes_per_s: 0,
-                sync_latency: Duration::ZERO
+                sync_latency: Duration::ZERO,
+                read_latency: Duration::ZERO,
             },
             1,
             Box::new(|_: &Path| None)

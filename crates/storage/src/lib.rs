@@ -30,4 +30,4 @@ pub use memory::MemoryFileSystem;
 pub use overlay::OverlayFileSystem;
 pub use page::PageKind;
 pub use sim::{Fault, SimFileSystem};
-pub use volume::Volume;
+pub use volume::{Volume, DATA_FILE_NAME};

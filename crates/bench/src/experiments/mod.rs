@@ -1,5 +1,6 @@
 //! The experiments of the seed papers, each a function from a configuration to run records.
 
+pub mod complex;
 pub mod difflog;
 pub mod gate;
 pub mod oo1;

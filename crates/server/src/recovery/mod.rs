@@ -390,6 +390,13 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         lsn
     }
 
+    /// May dirty `page`, as of `lsn`, leave the pool without going home, the log being durable
+    /// before `durable`? Only when a copy the method keeps serves every later read and the
+    /// later write home, and writing it now would wait for the log.
+    fn may_evict_unwritten(&self, _state: &State, _page: PageId, _lsn: Lsn, _durable: Lsn) -> bool {
+        false
+    }
+
     /// `page`, as of `lsn`, was written home.
     fn written_home(&self, _state: &mut State, _page: PageId, _lsn: Lsn) {}
 

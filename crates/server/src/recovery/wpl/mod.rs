@@ -78,6 +78,16 @@ impl RecoveryMethod for Wpl {
         commit.map_or(lsn, |c| c.max(lsn))
     }
 
+    /// A committed copy whose commit record is not yet durable (a subtransaction's, under
+    /// S2/PS) goes home later from the log, by the installer: writing it at eviction would
+    /// force the log first.
+    fn may_evict_unwritten(&self, state: &State, page: PageId, lsn: Lsn, durable: Lsn) -> bool {
+        table(state)
+            .committed_at(page, lsn)
+            .and_then(|copy| copy.commit_lsn)
+            .is_some_and(|commit| commit >= durable)
+    }
+
     fn written_home(&self, state: &mut State, page: PageId, lsn: Lsn) {
         table_mut(state).written_home(page, lsn);
     }

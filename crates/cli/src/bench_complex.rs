@@ -163,6 +163,10 @@ pub fn complex(args: &ComplexArgs) -> Result<ExitCode> {
             "bench complex: at least one --foreign case and one --dmp".into(),
         ));
     }
+    // Before the (long) load: every case must fit the database.
+    for workload in &workloads {
+        workload.check(&args.shape())?;
+    }
     std::fs::create_dir_all(&args.path).map_err(|e| Error::io(&args.path, "create folder", e))?;
     let machine = args.machine();
     let steps = workloads.len() * args.runs * args.dmp.len() * STRATEGIES.len();

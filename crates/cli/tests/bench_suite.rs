@@ -480,6 +480,20 @@ fn bench_complex_refuses_more_foreign_visits_than_visits() {
         stderr.contains("--foreign 11") && stderr.contains("--visits 10"),
         "{stderr}"
     );
+    // More foreign visits than a header has references: refused before the database is built.
+    let out = lodestore()
+        .args(["bench", "complex"])
+        .arg(dir.path().join("stores"))
+        .args(["--foreign-refs", "5", "--foreign", "10"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("f = 10 of 5 foreign references"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("stores").join("complex-objects").exists());
     let out = lodestore()
         .args(["bench", "complex"])
         .arg(dir.path().join("stores"))

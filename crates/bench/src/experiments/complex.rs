@@ -148,7 +148,9 @@ impl Shape {
 }
 
 impl Workload {
-    fn check(&self, shape: &Shape) -> Result<()> {
+    /// Refuses a workload `shape`'s database cannot run (before anything is built).
+    pub fn check(&self, shape: &Shape) -> Result<()> {
+        shape.check()?;
         if self.c == 0 || self.c > shape.complex_objects {
             return Err(Error::InvalidArgument(format!(
                 "complex-object benchmark: c = {} operations on distinct complex objects, of {}",

@@ -11,7 +11,7 @@ use crate::stress::{open_bank, transfers};
 use comfy_table::Table;
 use lodestore::multilevel::Strategy;
 use lodestore::{Error, Options, Result, Store};
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The modes compared: flat transactions, then the multi-level strategies.
@@ -40,24 +40,30 @@ struct Measured {
     sphere_pages_mean: f64,
 }
 
-pub struct BankArgs<'a> {
-    pub path: &'a Path,
+#[derive(clap::Args, Debug, Clone)]
+pub struct BankArgs {
+    /// Folder for the benchmark store.
+    pub path: PathBuf,
+    /// Accounts (all on one or a few pages: the contention is the point).
+    #[arg(long, default_value_t = 50, value_parser = crate::args::accounts)]
     pub accounts: u64,
+    /// Threads, each a session of its own.
+    #[arg(long, default_value_t = 8, value_parser = crate::args::threads)]
     pub threads: u32,
+    /// Seconds per mode and run.
+    #[arg(long, default_value_t = 3.0)]
     pub seconds: f64,
+    /// Runs; the table shows medians.
+    #[arg(long, default_value_t = 3, value_parser = crate::args::runs)]
     pub runs: usize,
-    pub csv: Option<&'a Path>,
+    /// Write every measurement to this CSV file.
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
 }
 
-pub fn bank(args: BankArgs<'_>) -> Result<ExitCode> {
-    let BankArgs {
-        path,
-        accounts,
-        threads,
-        seconds,
-        runs,
-        csv,
-    } = args;
+pub fn bank(args: &BankArgs) -> Result<ExitCode> {
+    let (path, csv) = (args.path.as_path(), args.csv.as_deref());
+    let (accounts, threads, seconds, runs) = (args.accounts, args.threads, args.seconds, args.runs);
     if seconds.is_nan() || seconds <= 0.0 || accounts < 2 || threads == 0 || runs == 0 {
         return Err(Error::InvalidArgument(
             "bench bank: --seconds must be positive, --accounts at least 2, --threads and \

@@ -406,25 +406,7 @@ enum BenchCommand {
     /// (one flat transaction of operations), S2 (subtransactions, each end forced), S2/PS
     /// (ends not forced); modes in turn, rotating. Prints commits/s and the ratio to flat,
     /// lock waits and log flushes per commit, subtransactions, persistence sphere sizes.
-    Bank {
-        /// Folder for the benchmark store.
-        path: PathBuf,
-        /// Accounts (all on one or a few pages: the contention is the point).
-        #[arg(long, default_value_t = 50, value_parser = args::accounts)]
-        accounts: u64,
-        /// Threads, each a session of its own.
-        #[arg(long, default_value_t = 8, value_parser = args::threads)]
-        threads: u32,
-        /// Seconds per mode and run.
-        #[arg(long, default_value_t = 3.0)]
-        seconds: f64,
-        /// Runs; the table shows medians.
-        #[arg(long, default_value_t = 3, value_parser = args::runs)]
-        runs: usize,
-        /// Write every measurement to this CSV file.
-        #[arg(long)]
-        csv: Option<PathBuf>,
-    },
+    Bank(bench_bank::BankArgs),
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every
     /// account again and again inside one `Store::read_latest` (no locks), and next to the
@@ -627,21 +609,7 @@ fn main() -> ExitCode {
                 seconds,
                 runs,
             }) => bench_readers::readers(&path, seconds, runs),
-            Some(BenchCommand::Bank {
-                path,
-                accounts,
-                threads,
-                seconds,
-                runs,
-                csv,
-            }) => bench_bank::bank(bench_bank::BankArgs {
-                path: &path,
-                accounts,
-                threads,
-                seconds,
-                runs,
-                csv: csv.as_deref(),
-            }),
+            Some(BenchCommand::Bank(args)) => bench_bank::bank(&args),
             Some(BenchCommand::Kv {
                 path,
                 keys,

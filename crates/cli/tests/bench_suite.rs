@@ -503,3 +503,55 @@ fn bench_complex_refuses_more_foreign_visits_than_visits() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--dmp"));
 }
+
+/// Bank transfers as flat transactions and under each multi-level strategy on one store: a
+/// row per mode, S2 forcing each subtransaction's end shows in its log flushes, and a CSV row
+/// per mode and run.
+#[test]
+fn bench_bank_compares_flat_transactions_with_each_strategy() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("bank.csv");
+    let out = lodestore()
+        .args(["bench", "bank"])
+        .arg(dir.path().join("stores"))
+        .args([
+            "--accounts",
+            "20",
+            "--threads",
+            "2",
+            "--seconds",
+            "0.3",
+            "--runs",
+            "1",
+        ])
+        .arg("--csv")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    let stdout = succeeded(&out);
+    for mode in [
+        "flat (page locks)",
+        "multi-level s1",
+        "multi-level s2",
+        "multi-level s2ps",
+    ] {
+        assert!(stdout.contains(mode), "{stdout}");
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{text}");
+    let flushes = |mode: &str| -> f64 {
+        let row = rows.iter().find(|r| r[1] == mode).unwrap();
+        assert!(
+            row[2].parse::<f64>().unwrap() > 0.0,
+            "{mode} committed nothing: {text}"
+        );
+        row[5].parse().unwrap()
+    };
+    // S2 forces the subtransaction's end and the transaction's: more than one flush a commit.
+    assert!(flushes("s2") > flushes("flat") + 0.5, "{text}");
+}

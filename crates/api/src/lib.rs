@@ -58,6 +58,7 @@ pub use lodestore_net::tls::certs::{self as tls_certs, CertificateSet};
 pub use lodestore_net::{limits, ServeLimits, TlsClient, TlsServer};
 pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
+pub use lodestore_server::log_inspect::LogSummary;
 pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use lodestore_snapshots::{Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots};
@@ -68,8 +69,8 @@ pub use lodestore_storage::{
 };
 pub use object::{Oid, Persistent};
 pub use offline::{
-    check, info, objects, readable_objects, recover_in_memory, roots, salvage, session_counters,
-    snapshot_summary, RecoveredView, Salvaged,
+    check, info, log_summary, objects, readable_objects, recover_in_memory, roots, salvage,
+    session_counters, snapshot_summary, RecoveredView, Salvaged,
 };
 pub use options::{
     default_server_pool_bytes, memory_bytes_max, paired_method, Options,

@@ -483,55 +483,7 @@ impl Operation for Change {
     }
 }
 
-/// How a store runs multi-level transactions: the three strategies of Hasse & Weikum
-/// (section 3.1), compared by `lodestore bench` on the same operations.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum Strategy {
-    /// Single level: the operations run in one flat transaction holding its page locks to its
-    /// end; no semantic locks; an abort restores the pages. An operation that fails aborts
-    /// the whole transaction.
-    S1,
-    /// Two levels, each subtransaction's commit forced to the log before its page locks go.
-    S2,
-    /// Two levels, subtransactions' commits not forced: page locks go as soon as the commit
-    /// is in the log, and the transaction's forced commit makes its persistence sphere
-    /// durable (here by the log's order: every subtransaction of the sphere committed before).
-    #[default]
-    S2Ps,
-}
-
-impl Strategy {
-    pub const ALL: [Strategy; 3] = [Strategy::S1, Strategy::S2, Strategy::S2Ps];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Strategy::S1 => "s1",
-            Strategy::S2 => "s2",
-            Strategy::S2Ps => "s2ps",
-        }
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Strategy {
-    type Err = Error;
-
-    fn from_str(name: &str) -> Result<Strategy> {
-        Strategy::ALL
-            .into_iter()
-            .find(|s| s.name() == name)
-            .ok_or_else(|| {
-                Error::InvalidArgument(format!(
-                    "unknown multi-level strategy {name:?}: s1, s2 or s2ps"
-                ))
-            })
-    }
-}
+pub use lodestore_multilevel::strategy::Strategy;
 
 /// A transaction of high-level operations (see the module's comment). Dropping it without
 /// `commit` aborts it, compensating what it did.

@@ -102,6 +102,21 @@ pub fn info(file_system: &dyn FileSystem, path: &Path) -> Result<StoreInfo> {
     Ok(info)
 }
 
+/// The server's log of the store in `path` from its last checkpoint, both levels of
+/// multi-level transactions counted apart; `None` for a main-memory method (its streams are in
+/// [`info`]). Give it the store's own files to see the log as the last run left it.
+pub fn log_summary(
+    file_system: &dyn FileSystem,
+    path: &Path,
+) -> Result<Option<lodestore_server::log_inspect::LogSummary>> {
+    let volume = Volume::open(file_system, path, None, OpenMode::ReadOnly)?;
+    let sb = volume.superblock();
+    if lodestore_server::RecoveryMethodKind::from_code(sb.recovery_method).is_main_memory() {
+        return Ok(None);
+    }
+    lodestore_server::log_inspect::log_summary(file_system, path, &volume).map(Some)
+}
+
 /// The snapshots of the store in `path` and the figures of their archive and snapshot log,
 /// when it keeps snapshots. Opens the snapshot files over `file_system` (give it a
 /// [`RecoveredView`]'s to leave them untouched).

@@ -103,7 +103,7 @@ pub struct Options {
     pub(crate) credentials: lodestore_net::auth::Credentials,
     /// Operations multi-level transactions can run from the log (compensations).
     pub(crate) operations: Arc<crate::multilevel::Operations>,
-    pub(crate) multi_level_strategy: crate::multilevel::Strategy,
+    pub(crate) multi_level_strategy: Option<crate::multilevel::Strategy>,
 }
 
 impl Default for Options {
@@ -129,7 +129,7 @@ impl Default for Options {
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
             operations: Arc::default(),
-            multi_level_strategy: Default::default(),
+            multi_level_strategy: None,
         }
     }
 }
@@ -200,10 +200,11 @@ impl Options {
         Ok(self)
     }
 
-    /// How `Session::begin_multi_level` runs multi-level transactions (default
-    /// [`crate::multilevel::Strategy::S2Ps`]).
+    /// How `Session::begin_multi_level` runs multi-level transactions. Recorded in the
+    /// store, like the recovery method: a store opened later without this option runs the
+    /// strategy it was last given ([`crate::multilevel::Strategy::S2Ps`] if it never was).
     pub fn multi_level_strategy(mut self, strategy: crate::multilevel::Strategy) -> Options {
-        self.multi_level_strategy = strategy;
+        self.multi_level_strategy = Some(strategy);
         self
     }
 
@@ -446,6 +447,7 @@ impl Options {
             commit_siblings: self.commit_siblings,
             log_streams: self.log_streams,
             restart_level: self.restart_level,
+            multi_level_strategy: self.multi_level_strategy.map(|s| s.code()),
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

@@ -288,6 +288,20 @@ impl Store {
         matches!(self.backend, Backend::Remote { .. })
     }
 
+    /// How this store's sessions run multi-level transactions: [`Options::multi_level_strategy`]
+    /// if given, else the strategy the store recorded (a remote store's is not sent: S2/PS).
+    pub fn multi_level_strategy(&self) -> Strategy {
+        self.options
+            .multi_level_strategy
+            .unwrap_or_else(|| match &self.backend {
+                Backend::Embedded(server) => {
+                    Strategy::from_code(server.volume().superblock().multi_level_strategy)
+                        .unwrap_or_default()
+                }
+                Backend::Remote { .. } => Strategy::default(),
+            })
+    }
+
     /// Name of the server's recovery method: esm, redo or wpl.
     pub fn recovery_method(&self) -> &str {
         match &self.backend {
@@ -337,7 +351,7 @@ impl Store {
         Ok(Session {
             client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
             operations: self.options.operations.clone(),
-            strategy: self.options.multi_level_strategy,
+            strategy: self.multi_level_strategy(),
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
             snapshot_pages: SnapshotPages::new(pages),
         })

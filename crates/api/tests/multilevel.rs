@@ -365,3 +365,77 @@ fn a_change_reads_and_writes_subobjects_and_its_compensation_restores_them() {
     t1.abort().unwrap();
     assert_eq!(balances(&store, &oids), vec![OPENING; ACCOUNTS]);
 }
+
+/// The strategy given at creation is recorded in the store: a later open without one runs
+/// it, an open with another records that one, and `info` names it.
+#[test]
+fn the_store_records_its_strategy() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/ml");
+    let store = Store::create(
+        path,
+        options(&fs, RecoveryMethodKind::Esm).multi_level_strategy(Strategy::S1),
+    )
+    .unwrap();
+    assert_eq!(store.multi_level_strategy(), Strategy::S1);
+    drop(store);
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    assert_eq!(store.multi_level_strategy(), Strategy::S1);
+    drop(store);
+    let info = lodestore::info(fs.as_ref(), path).unwrap();
+    assert_eq!(info.multi_level_strategy, "s1");
+    let store = Store::open(
+        path,
+        options(&fs, RecoveryMethodKind::Esm).multi_level_strategy(Strategy::S2),
+    )
+    .unwrap();
+    drop(store);
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    assert_eq!(store.multi_level_strategy(), Strategy::S2);
+    drop(store);
+
+    // A store never given one runs the default, and says so.
+    let other = Path::new("/plain");
+    drop(Store::create(other, options(&fs, RecoveryMethodKind::Esm)).unwrap());
+    let store = Store::open(other, options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    assert_eq!(store.multi_level_strategy(), Strategy::S2Ps);
+    drop(store);
+    let info = lodestore::info(fs.as_ref(), other).unwrap();
+    assert_eq!(info.multi_level_strategy, "default s2ps");
+}
+
+/// A crash with a multi-level transaction unfinished: the log summary `info` shows counts its
+/// undo records and lists it for the warm start; `check` finds nothing wrong.
+#[test]
+fn the_log_summary_lists_an_unfinished_level_one_transaction() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/ml");
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let mut session = store.session().unwrap();
+    let mut done = session.begin_multi_level_with(Strategy::S2).unwrap();
+    done.apply(&Add::field(oids[0], 0, 1)).unwrap();
+    done.commit().unwrap();
+    let mut open = session.begin_multi_level_with(Strategy::S2).unwrap();
+    open.apply(&Add::field(oids[1], 0, 2)).unwrap();
+    open.apply(&Add::field(oids[2], 0, 3)).unwrap();
+    fs.crash_now();
+    std::mem::forget(open);
+    drop(session);
+    drop(store);
+    fs.recover(Fault::DropUnsynced, 1);
+    let summary = lodestore::log_summary(fs.as_ref(), path).unwrap().unwrap();
+    assert_eq!(summary.undo_records, 3, "{summary:?}");
+    assert_eq!(summary.ends_committed, 1, "{summary:?}");
+    assert_eq!(summary.unfinished, 1, "{summary:?}");
+    assert!(summary.problems.is_empty(), "{:?}", summary.problems);
+    assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
+    // The warm start compensates it, after which the log has nothing unfinished.
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let mut want = vec![OPENING; ACCOUNTS];
+    want[0] += 1;
+    assert_eq!(balances(&store, &oids), want);
+    drop(store);
+    let summary = lodestore::log_summary(fs.as_ref(), path).unwrap().unwrap();
+    assert_eq!(summary.unfinished, 0, "{summary:?}");
+}

@@ -1,5 +1,6 @@
 //! `init`, `info`, `check` and `dump`.
 
+use lodestore::multilevel::Strategy;
 use lodestore::{Options, RealFileSystem, RecoveredView, Result, Store, StoredObject};
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -12,14 +13,18 @@ pub fn init(
     log_segment_bytes: u64,
     snapshots: bool,
     method: lodestore::RecoveryMethodKind,
+    strategy: Option<Strategy>,
     log_streams: usize,
 ) -> Result<ExitCode> {
-    let options = Options::new()
+    let mut options = Options::new()
         .page_size(page_size)
         .log_segment_bytes(log_segment_bytes)
         .snapshots(snapshots)
         .recovery_method(method)
         .log_streams(log_streams);
+    if let Some(strategy) = strategy {
+        options = options.multi_level_strategy(strategy);
+    }
     let store = Store::create(path, options)?;
     let streams = if method.is_main_memory() {
         format!(", {log_streams} log stream(s)")
@@ -27,12 +32,41 @@ pub fn init(
         String::new()
     };
     println!(
-        "created store {} with {}-byte pages, recovery method {}{streams}",
+        "created store {} with {}-byte pages, recovery method {}{streams}, multi-level strategy {}",
         store.path().display(),
         store.page_size(),
-        store.recovery_method()
+        store.recovery_method(),
+        store.multi_level_strategy()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `init --method`: a recovery method, or a multi-level strategy standing for whole-page
+/// logging with that strategy (refused beside a different `--strategy`).
+pub fn init_method(
+    method: &str,
+    strategy: Option<Strategy>,
+) -> Result<(lodestore::RecoveryMethodKind, Option<Strategy>)> {
+    match method.parse::<Strategy>() {
+        Ok(named) => match strategy {
+            Some(other) if other != named => Err(lodestore::Error::InvalidArgument(format!(
+                "--method {named} and --strategy {other} name two strategies"
+            ))),
+            _ => Ok((lodestore::RecoveryMethodKind::Wpl, Some(named))),
+        },
+        Err(_) => method
+            .parse::<lodestore::RecoveryMethodKind>()
+            .map_err(|_| {
+                lodestore::Error::InvalidArgument(format!(
+                    "unknown --method {method:?}: a recovery method ({}) or a multi-level \
+                     strategy (s1, s2, s2ps)",
+                    lodestore::RecoveryMethodKind::ALL
+                        .map(|m| m.name())
+                        .join(", ")
+                ))
+            })
+            .map(|m| (m, strategy)),
+    }
 }
 
 /// `lodestore recover`: opens the store for writing once, which recovers it from its log if it
@@ -108,7 +142,9 @@ fn with_salvage_hint(error: lodestore::Error, path: &Path) -> lodestore::Error {
 
 pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     let view = recovered_view(path)?;
-    let info = lodestore::info(view.file_system(), path)?;
+    let mut info = lodestore::info(view.file_system(), path)?;
+    // The log as the last run left it (the view's was rewritten by recovery's checkpoint).
+    info.log = lodestore::log_summary(&RealFileSystem, path)?;
     // Counters are a report: a damaged file is named, and the rest is still shown.
     let counters = lodestore::session_counters(&RealFileSystem, path);
     let snapshots = lodestore::snapshot_summary(view.shared_file_system(), path)?;
@@ -138,6 +174,7 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
     println!("format version {}", info.format_version);
     println!("page size      {} bytes", info.page_size);
     println!("recovery       {}", info.recovery_method);
+    println!("multi-level    strategy {}", info.multi_level_strategy);
     println!("pages          {}", info.pages);
     for (kind, count) in &info.pages_by_kind {
         println!("  {kind:<12} {count}");
@@ -174,6 +211,9 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
             );
         }
     }
+    if let Some(log) = &info.log {
+        print_log(log);
+    }
     if let Some((list, stats)) = &snapshots {
         println!(
             "snapshots      {} (ids {}); archive {} bytes, snapshot log {} bytes",
@@ -192,6 +232,47 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
         Err(e) => eprintln!("session counters: {e}"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The server's log from its last checkpoint, level 0 and level 1 apart.
+fn print_log(log: &lodestore::LogSummary) {
+    let torn = if log.torn_bytes > 0 {
+        format!(" ({} bytes of a torn last write after it)", log.torn_bytes)
+    } else {
+        String::new()
+    };
+    println!(
+        "log            from the checkpoint at {} to {}{torn}",
+        log.checkpoint_lsn, log.end_lsn
+    );
+    println!(
+        "  level 0      {} records of the recovery method ({} commits), {} after-image records",
+        log.level0_records, log.commits, log.after_image_records
+    );
+    println!(
+        "  level 1      {} undo, {} compensation, {} committed and {} aborted ends, {} active lists",
+        log.undo_records,
+        log.compensation_records,
+        log.ends_committed,
+        log.ends_aborted,
+        log.active_lists
+    );
+    if log.unfinished > 0 {
+        let ids: Vec<String> = log.unfinished_ids.iter().map(u64::to_string).collect();
+        let more = if log.unfinished as usize > ids.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        println!(
+            "  unfinished   {} level-1 transactions for the warm start to compensate: {}{more}",
+            log.unfinished,
+            ids.join(", ")
+        );
+    }
+    for problem in &log.problems {
+        println!("  problem      {problem}");
+    }
 }
 
 /// The session counters kept with the store, a column per scheme.

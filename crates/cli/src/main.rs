@@ -65,9 +65,17 @@ pub(crate) enum Command {
         /// Recovery method: esm (ARIES-style records, the default), redo (clients ship log
         /// records only), wpl (whole-page logging), or a main-memory method of differential
         /// logging that keeps every page in the server pool: dl1p, dl2p (XOR records,
-        /// one-pass or two-pass restart) or pl2p (its physical-logging baseline).
+        /// one-pass or two-pass restart) or pl2p (its physical-logging baseline). Or a
+        /// multi-level strategy of Hasse & Weikum, s1, s2 or s2ps: the store then logs level 0
+        /// by whole-page logging (page after-images, the closest method to the paper's) and
+        /// records the strategy, as --strategy does.
         #[arg(long, default_value = "esm")]
         method: String,
+        /// Multi-level strategy the store's sessions use unless they choose: s1 (one flat
+        /// transaction of operations), s2 (each subtransaction's end forced) or s2ps (only
+        /// the transaction's end forced; the default). `info` shows it.
+        #[arg(long)]
+        strategy: Option<lodestore::multilevel::Strategy>,
         /// Log streams of a dl1p, dl2p or pl2p store (1 to 64): each transaction logs to the
         /// idlest, each stream with its own files and group commit. Fixed for the store's life.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=64))]
@@ -217,10 +225,11 @@ pub(crate) enum Command {
         /// transaction holding its page locks to its end.
         #[arg(long)]
         semantic: bool,
-        /// With --semantic: s2ps (subtransaction ends not forced, the default), s2 (each
-        /// forced) or s1 (one flat transaction running the same operations).
-        #[arg(long, default_value = "s2ps", requires = "semantic", value_parser = args::strategy)]
-        strategy: lodestore::multilevel::Strategy,
+        /// With --semantic: s2ps (subtransaction ends not forced), s2 (each forced) or s1 (one
+        /// flat transaction running the same operations). Default: the store's (see `init
+        /// --strategy`; s2ps unless chosen).
+        #[arg(long, requires = "semantic", value_parser = args::strategy)]
+        strategy: Option<lodestore::multilevel::Strategy>,
         #[command(flatten)]
         security: security::ClientSecurityArgs,
     },
@@ -488,14 +497,16 @@ fn main() -> ExitCode {
             log_segment_bytes,
             snapshots,
             method,
+            strategy,
             log_streams,
-        } => method.parse().and_then(|method| {
+        } => inspect::init_method(&method, strategy).and_then(|(method, strategy)| {
             inspect::init(
                 &path,
                 page_size,
                 log_segment_bytes,
                 snapshots,
                 method,
+                strategy,
                 usize::from(log_streams),
             )
         }),
@@ -568,7 +579,8 @@ fn main() -> ExitCode {
                 threads,
                 seconds,
                 acks: &acks,
-                semantic: semantic.then_some(strategy),
+                semantic,
+                strategy,
             },
         ),
         Command::Serve(args) => serve::run(&args),

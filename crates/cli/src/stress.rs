@@ -43,8 +43,10 @@ pub struct Workload<'a> {
     pub seconds: f64,
     /// Where acknowledged transfers are appended.
     pub acks: &'a Path,
-    /// Transfers as multi-level transactions run by this strategy; `None`: flat ones.
-    pub semantic: Option<Strategy>,
+    /// Transfers as multi-level transactions (else flat ones), run by `strategy` or, without
+    /// one, by the store's.
+    pub semantic: bool,
+    pub strategy: Option<Strategy>,
 }
 
 pub fn run(
@@ -59,6 +61,7 @@ pub fn run(
         seconds,
         acks,
         semantic,
+        strategy,
     } = workload;
     if accounts < 2 || threads == 0 || seconds.is_nan() || seconds < 0.0 {
         return Err(Error::InvalidArgument(
@@ -84,6 +87,7 @@ pub fn run(
             ))
         }
     };
+    let semantic = semantic.then(|| strategy.unwrap_or_else(|| store.multi_level_strategy()));
     let oids = open_bank(&store, accounts)?;
     let acks = OpenOptions::new()
         .create(true)

@@ -1,7 +1,7 @@
 //! `lodestore torture`: a crash campaign with a progress bar and a summary.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lodestore::{RecoveryMethodKind, Result, Scheme};
+use lodestore::{Result, Scheme};
 use lodestore_torture::{CampaignOptions, RECOVERY_BUFFER_PAGES_DEFAULT};
 use std::process::ExitCode;
 
@@ -12,7 +12,8 @@ pub struct TortureArgs {
     /// logging; the background installer is off so a seed replays exactly), or a main-memory
     /// method of differential logging: dl1p, dl2p (XOR records, one-pass or two-pass restart)
     /// or pl2p (its physical-logging baseline); these close and reopen the recovered store
-    /// before the oracle reads its files, since their data file is written at close.
+    /// before the oracle reads its files, since their data file is written at close. Or s1,
+    /// s2, s2ps: whole-page logging with --multi-level of that strategy (as `init --method`).
     #[arg(long, default_value = "esm")]
     method: String,
     /// Update-detection scheme of the workload's session (PD-ESM, PD-UFFD-ESM, SD-ESM, SL-ESM,
@@ -77,7 +78,13 @@ pub struct TortureArgs {
 }
 
 pub fn run(args: &TortureArgs) -> Result<ExitCode> {
-    let method: RecoveryMethodKind = args.method.parse()?;
+    let (method, multi_level) = crate::inspect::init_method(&args.method, args.multi_level)?;
+    if multi_level.is_some() && (args.snapshots || args.collections) {
+        return Err(lodestore::Error::InvalidArgument(
+            "multi-level campaigns run bank transfers: --snapshots and --collections do not apply"
+                .into(),
+        ));
+    }
     let scheme: Scheme = args.scheme.parse()?;
     if args.every == Some(0) {
         return Err(lodestore::Error::InvalidArgument(
@@ -128,7 +135,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             bar.set_position(done);
         }
     };
-    let report = match args.multi_level {
+    let report = match multi_level {
         Some(strategy) => lodestore_torture::multilevel::run(&options, strategy, progress),
         None => lodestore_torture::run(&options, progress),
     };

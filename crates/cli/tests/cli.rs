@@ -380,3 +380,66 @@ fn stress_retries_deadlock_victims_and_goes_on() {
     assert!(out.status.success(), "{said}{}", text(&out.stderr));
     assert!(said.contains("retried after deadlocks"), "{said}");
 }
+
+/// `init --method s2ps` makes a whole-page logging store that records its strategy; `info`
+/// shows the strategy and the log by level once `stress --semantic` has run on it; a
+/// strategy named twice differently, or an unknown method, is refused with the names.
+#[test]
+fn init_by_strategy_and_info_shows_both_levels_of_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let out = lodestore(&["init", arg(&store), "--method", "s2ps"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recovery method wpl, multi-level strategy s2ps"),
+        "{}",
+        text(&out.stdout)
+    );
+    let acks = dir.path().join("acks");
+    let out = lodestore(&[
+        "stress",
+        arg(&store),
+        "--semantic",
+        "--threads",
+        "2",
+        "--accounts",
+        "10",
+        "--seconds",
+        "1",
+        "--acks",
+        arg(&acks),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = lodestore(&["info", arg(&store), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["recovery_method"], "wpl");
+    assert_eq!(info["multi_level_strategy"], "s2ps");
+    let log = &info["log"];
+    assert!(
+        log["end_lsn"].as_u64() >= log["checkpoint_lsn"].as_u64(),
+        "{log}"
+    );
+    assert_eq!(log["problems"].as_array().unwrap().len(), 0, "{log}");
+    let out = lodestore(&["info", arg(&store)]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("multi-level    strategy s2ps"), "{shown}");
+    assert!(shown.contains("  level 1 "), "{shown}");
+
+    let other = dir.path().join("other");
+    let out = lodestore(&["init", arg(&other), "--method", "s2", "--strategy", "s1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--method s2 and --strategy s1"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = lodestore(&["init", arg(&other), "--method", "s3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("s1, s2, s2ps"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!other.exists());
+}

@@ -8,6 +8,7 @@
 //! - [`sphere`]: persistence spheres, the set of pages a committing transaction must write to
 //!   the L0 log when page writes are deferred to the end of the transaction (section 2,
 //!   "Deferred Log Writes").
+//! - [`strategy`]: S1, S2 and S2/PS, the strategies the paper compares (section 3.1).
 //! - [`warm_start`]: which completed subtransactions of which loser transactions the warm
 //!   start compensates, newest first, from what the log says (section 2, the undo pass).
 //!
@@ -16,4 +17,5 @@
 pub mod kinds;
 pub mod records;
 pub mod sphere;
+pub mod strategy;
 pub mod warm_start;

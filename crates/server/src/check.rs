@@ -84,6 +84,21 @@ pub fn check(fs: &dyn FileSystem, dir: &Path) -> Result<CheckReport> {
             volume.volume_id(),
             &mut report.problems,
         );
+    } else {
+        // The level-1 records of the log from the last checkpoint, which a warm start would
+        // read. A log that cannot be read at all is recovery's to report (`check` recovers
+        // next; `--no-recover` checks the data file alone).
+        let problems = crate::log_inspect::log_summary(fs, dir, &volume)
+            .map(|summary| summary.problems)
+            .unwrap_or_default();
+        let path = checker.report.path.clone();
+        checker
+            .report
+            .problems
+            .extend(problems.into_iter().map(|message| Problem {
+                page: None,
+                message: format!("{path}: {message}"),
+            }));
     }
     Ok(checker.report)
 }

@@ -1,6 +1,7 @@
 //! Reading a closed store object by object: what `lodestore info` and `lodestore dump` show.
 
 use lodestore_core::{Error, Oid, PageId, Result, TypeId};
+use lodestore_multilevel::strategy::Strategy;
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::PageKind;
 use lodestore_storage::superblock::STORE_FORMAT_VERSION;
@@ -141,9 +142,15 @@ pub struct StoreInfo {
     pub last_lsn: u64,
     pub superblock_generation: u64,
     pub created_unix_seconds: u64,
+    /// How multi-level transactions run unless a session says otherwise: s1, s2 or s2ps
+    /// (`default s2ps` when the store never had one chosen).
+    pub multi_level_strategy: String,
     /// A main-memory store's last checkpoint, backups and log streams.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub differential: Option<crate::recovery::differential::inspect::DifferentialInfo>,
+    /// The server's log from its last checkpoint, both levels (see `crate::log_inspect`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<crate::log_inspect::LogSummary>,
 }
 
 /// Gathers the figures `info` shows. Reads every page.
@@ -187,6 +194,11 @@ pub fn info(volume: &Volume) -> Result<StoreInfo> {
         last_lsn: sb.last_lsn.0,
         superblock_generation: sb.generation,
         created_unix_seconds: sb.created_unix_seconds,
+        multi_level_strategy: match Strategy::from_code(sb.multi_level_strategy) {
+            Some(strategy) => strategy.name().to_string(),
+            None => format!("default {}", Strategy::default()),
+        },
         differential: None,
+        log: None,
     })
 }

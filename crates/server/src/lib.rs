@@ -7,6 +7,7 @@ pub mod buffer_pool;
 pub mod check;
 pub mod inspect;
 pub mod lock_table;
+pub mod log_inspect;
 pub mod multilevel;
 pub mod recovery;
 pub mod reservations;

@@ -78,6 +78,9 @@ pub struct ServerOptions {
     /// Differential logging's restart parallelism (Lee, Kim & Cha, Table 1), 1 to 4: see
     /// [`crate::recovery::RestartLevel`]. Default 4.
     pub restart_level: crate::recovery::RestartLevel,
+    /// The multi-level strategy to record in the superblock (its code: 1 S1, 2 S2, 3 S2/PS);
+    /// `None` keeps what the store has.
+    pub multi_level_strategy: Option<u8>,
 }
 
 /// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
@@ -99,6 +102,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("commit_siblings", &self.commit_siblings)
             .field("log_streams", &self.log_streams)
             .field("restart_level", &self.restart_level)
+            .field("multi_level_strategy", &self.multi_level_strategy)
             .finish()
     }
 }
@@ -116,6 +120,7 @@ impl Default for ServerOptions {
             commit_siblings: COMMIT_SIBLINGS_DEFAULT,
             log_streams: 1,
             restart_level: crate::recovery::RestartLevel::default(),
+            multi_level_strategy: None,
         }
     }
 }
@@ -296,13 +301,20 @@ impl Server {
             let mut state = self.lock_state();
             self.method.attach(self, &mut state)?;
         }
-        if wanted != recorded {
+        let strategy_changed = self
+            .options
+            .multi_level_strategy
+            .is_some_and(|code| code != self.volume.superblock().multi_level_strategy);
+        if wanted != recorded || strategy_changed {
+            // The superblock names the method and strategy from this checkpoint on.
             self.checkpoint_with(false)?;
-            tracing::info!(
-                from = recorded.name(),
-                to = wanted.name(),
-                "recovery method changed"
-            );
+            if wanted != recorded {
+                tracing::info!(
+                    from = recorded.name(),
+                    to = wanted.name(),
+                    "recovery method changed"
+                );
+            }
         }
         self.restart = report;
         Ok(())
@@ -1009,12 +1021,16 @@ impl Server {
         let page_count = self.volume.page_count();
         let segment_bytes = self.log.options().segment_bytes;
         let recovery_method = self.method.kind().code();
+        let strategy = self.options.multi_level_strategy;
         self.volume.update_superblock(|sb| {
             sb.checkpoint_lsn = begin;
             sb.last_lsn = end;
             sb.page_count = page_count;
             sb.log_segment_bytes = segment_bytes;
             sb.recovery_method = recovery_method;
+            if let Some(code) = strategy {
+                sb.multi_level_strategy = code;
+            }
         })?;
         state.stats.checkpoints += 1;
         state.checkpoint_log_end = self.log.end_lsn();

@@ -17,7 +17,9 @@
 //!     94    8 log segment bytes   LSN span of one log segment
 //!    102    1 recovery method     code of the method that wrote the log, from the server's
 //!                                 registry of recovery methods (0 ..= RECOVERY_METHOD_CODE_MAX)
-//!    103      zeros to the end of the page
+//!    103    1 multi-level strategy how multi-level transactions run unless a session says
+//!                                 otherwise: 0 not chosen (the default), 1 S1, 2 S2, 3 S2/PS
+//!    104      zeros to the end of the page
 //! ```
 //!
 //! The magic and the format version sit at fixed offsets for every future version, so any build
@@ -41,12 +43,15 @@ const PAGE_COUNT_AT: usize = 82;
 const CHECKPOINT_LSN_AT: usize = 86;
 const LOG_SEGMENT_BYTES_AT: usize = 94;
 const RECOVERY_METHOD_AT: usize = 102;
-const UNUSED_AT: usize = 103;
+const MULTI_LEVEL_STRATEGY_AT: usize = 103;
+const UNUSED_AT: usize = 104;
 /// Recovery method codes this build knows are 0 ..= this; the server's registry of recovery
 /// methods names them.
 pub const RECOVERY_METHOD_CODE_MAX: u8 = 5;
 /// The code a new store starts with (the registry's default method).
 pub const RECOVERY_METHOD_CODE_DEFAULT: u8 = 0;
+/// Multi-level strategy codes are 0 (none chosen) ..= this; the API names them.
+pub const MULTI_LEVEL_STRATEGY_CODE_MAX: u8 = 3;
 
 /// Pages 0 and 1.
 // The fields follow the page header without overlapping, in order, and the whole superblock
@@ -64,7 +69,8 @@ const _: () = {
     assert!(CHECKPOINT_LSN_AT == PAGE_COUNT_AT + 4);
     assert!(LOG_SEGMENT_BYTES_AT == CHECKPOINT_LSN_AT + 8);
     assert!(RECOVERY_METHOD_AT == LOG_SEGMENT_BYTES_AT + 8);
-    assert!(UNUSED_AT == RECOVERY_METHOD_AT + 1);
+    assert!(MULTI_LEVEL_STRATEGY_AT == RECOVERY_METHOD_AT + 1);
+    assert!(UNUSED_AT == MULTI_LEVEL_STRATEGY_AT + 1);
     assert!(UNUSED_AT <= lodestore_core::limits::PAGE_SIZE_MIN);
 };
 
@@ -85,6 +91,8 @@ pub struct Superblock {
     pub log_segment_bytes: u64,
     /// The recovery method that wrote the log (`RECOVERY_METHOD_*`).
     pub recovery_method: u8,
+    /// The store's multi-level strategy (0: none chosen; see `MULTI_LEVEL_STRATEGY_CODE_MAX`).
+    pub multi_level_strategy: u8,
 }
 
 impl Superblock {
@@ -110,6 +118,7 @@ impl Superblock {
         put_u64(page, CHECKPOINT_LSN_AT, self.checkpoint_lsn.0);
         put_u64(page, LOG_SEGMENT_BYTES_AT, self.log_segment_bytes);
         page[RECOVERY_METHOD_AT] = self.recovery_method;
+        page[MULTI_LEVEL_STRATEGY_AT] = self.multi_level_strategy;
         page::set_lsn(page, self.last_lsn);
         page::seal(page);
     }
@@ -174,6 +183,12 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
             "recovery method code {recovery_method} is not one this build knows"
         )));
     }
+    let multi_level_strategy = page[MULTI_LEVEL_STRATEGY_AT];
+    if multi_level_strategy > MULTI_LEVEL_STRATEGY_CODE_MAX {
+        return Err(CopyProblem::Invalid(format!(
+            "multi-level strategy code {multi_level_strategy} is not one this build knows"
+        )));
+    }
     if !crate::bytes::is_all_zero(&page[UNUSED_AT..]) {
         return Err(CopyProblem::Invalid("unused bytes are not zero".into()));
     }
@@ -188,6 +203,7 @@ pub fn decode(page: &[u8], copy: usize) -> Result<Superblock, CopyProblem> {
         checkpoint_lsn: Lsn(get_u64(page, CHECKPOINT_LSN_AT)),
         log_segment_bytes: get_u64(page, LOG_SEGMENT_BYTES_AT),
         recovery_method,
+        multi_level_strategy,
     })
 }
 
@@ -205,6 +221,7 @@ mod tests {
             volume_id: 0,
             page_count: 4,
             recovery_method: 1,
+            multi_level_strategy: 3,
             checkpoint_lsn: Lsn(1 << 20),
             log_segment_bytes: 1 << 20,
         }
@@ -234,6 +251,23 @@ mod tests {
             decode(&page, 0),
             Err(CopyProblem::NewerFormat(STORE_FORMAT_VERSION + 1))
         );
+    }
+
+    #[test]
+    fn unknown_strategy_code_is_refused_with_its_value() {
+        let mut sb = sample(4096);
+        sb.multi_level_strategy = MULTI_LEVEL_STRATEGY_CODE_MAX + 1;
+        let mut page = vec![0u8; 4096];
+        sb.encode(&mut page, 0);
+        match decode(&page, 0) {
+            Err(CopyProblem::Invalid(reason)) => {
+                assert!(reason.contains("multi-level strategy code 4"), "{reason}")
+            }
+            other => panic!("decoded {other:?}"),
+        }
+        sb.multi_level_strategy = MULTI_LEVEL_STRATEGY_CODE_MAX;
+        sb.encode(&mut page, 0);
+        assert_eq!(decode(&page, 0), Ok(sb));
     }
 
     #[test]

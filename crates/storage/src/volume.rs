@@ -114,6 +114,7 @@ impl Volume {
             checkpoint_lsn: Lsn::ZERO,
             log_segment_bytes: 0,
             recovery_method: crate::superblock::RECOVERY_METHOD_CODE_DEFAULT,
+            multi_level_strategy: 0,
         };
         write_superblock_copies(storage.as_ref(), &sb)?;
         let current = sb;

@@ -378,18 +378,24 @@ impl Log {
                 std::thread::sleep(delay);
                 inner = self.lock();
             }
+            // Woken after the lock is released: a thread woken while the leader still holds
+            // it would only block on the lock and need waking a second time.
+            let mut wake = Vec::new();
             while inner.failed.is_none() && inner.durable < target {
-                inner = shared.flush_round(inner);
+                inner = shared.flush_round(inner, &mut wake);
             }
             inner.flushing = false;
             // Anyone still waiting needs a new leader: wake one (or all, if the log failed).
             if inner.failed.is_some() {
-                for (_, thread) in inner.waiters.drain(..) {
-                    thread.unpark();
-                }
+                wake.extend(inner.waiters.drain(..).map(|(_, thread)| thread));
             } else if let Some((_, thread)) = inner.waiters.pop() {
+                wake.push(thread);
+            }
+            drop(inner);
+            for thread in wake {
                 thread.unpark();
             }
+            inner = self.lock();
         }
     }
 
@@ -548,8 +554,13 @@ impl Shared {
     }
 
     /// One round of the leader: write out the buffer and sync it, without holding the lock
-    /// during the I/O; wakes the waiters it covered.
-    fn flush_round<'a>(&'a self, mut inner: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+    /// during the I/O; adds the waiters it covered to `wake`, for the leader to wake once it
+    /// has let go of the lock.
+    fn flush_round<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        wake: &mut Vec<std::thread::Thread>,
+    ) -> MutexGuard<'a, Inner> {
         // The batch ends with a mark, so damage to its last real record is followed by a valid
         // record: the reader then reports it instead of taking it for a torn tail.
         inner.push(
@@ -589,13 +600,14 @@ impl Shared {
             }
         }
         let durable = inner.durable;
-        inner.waiters.retain(|(target, thread)| {
-            let covered = *target <= durable;
-            if covered {
-                thread.unpark();
+        let mut i = 0;
+        while i < inner.waiters.len() {
+            if inner.waiters[i].0 <= durable {
+                wake.push(inner.waiters.swap_remove(i).1);
+            } else {
+                i += 1;
             }
-            !covered
-        });
+        }
         inner
     }
 

@@ -67,7 +67,11 @@ fn balances(store: &Store, oids: &[RawOid]) -> Vec<i64> {
 
 #[test]
 fn increments_of_one_object_run_at_once_and_an_abort_keeps_the_others() {
-    for method in [RecoveryMethodKind::Esm, RecoveryMethodKind::Wpl] {
+    for method in [
+        RecoveryMethodKind::Esm,
+        RecoveryMethodKind::Wpl,
+        RecoveryMethodKind::Dbcache,
+    ] {
         let fs = Arc::new(SimFileSystem::new());
         let store = Store::create(Path::new("/ml"), options(&fs, method)).unwrap();
         let oids = open_accounts(&store);
@@ -438,4 +442,124 @@ fn the_log_summary_lists_an_unfinished_level_one_transaction() {
     drop(store);
     let summary = lodestore::log_summary(fs.as_ref(), path).unwrap().unwrap();
     assert_eq!(summary.unfinished, 0, "{summary:?}");
+}
+
+/// The database-cache method (`dbcache`): under S2/PS a transaction's pages reach the log once,
+/// as one atomic write of its persistence sphere at its end (EOT); under S2 each
+/// subtransaction's end writes its own; a crash before the end loses the deferred changes and
+/// the warm start compensates only what was written.
+#[test]
+fn dbcache_writes_the_sphere_once_at_the_end_and_s2_at_every_subtransaction() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/ml");
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Dbcache)).unwrap();
+    let oids = open_accounts(&store);
+    let mut session = store.session().unwrap();
+
+    let before = store.server_stats();
+    let mut txn = session.begin_multi_level_with(Strategy::S2Ps).unwrap();
+    for oid in &oids[..3] {
+        txn.apply(&Add::field(*oid, 0, 1)).unwrap();
+    }
+    // Nothing of it is logged yet: three subtransactions ended, their pages in the pool.
+    assert_eq!(
+        store.server_stats().after_image_writes,
+        before.after_image_writes
+    );
+    txn.commit().unwrap();
+    let after = store.server_stats();
+    assert_eq!(after.after_image_writes - before.after_image_writes, 1);
+    assert_eq!(after.after_images_written - before.after_images_written, 3);
+
+    let before = after;
+    let mut txn = session.begin_multi_level_with(Strategy::S2).unwrap();
+    for oid in &oids[3..5] {
+        txn.apply(&Add::field(*oid, 0, 1)).unwrap();
+    }
+    txn.commit().unwrap();
+    let after = store.server_stats();
+    // One write per subtransaction's end, then the end's (no page left: EOT only).
+    assert_eq!(after.after_image_writes - before.after_image_writes, 3);
+    assert_eq!(after.after_images_written - before.after_images_written, 2);
+
+    // S2/PS, crashed before the end: the deferred changes never reached the log, and the
+    // warm start has nothing to compensate. An S2 transaction crashed after one forced end
+    // has that one compensated.
+    let mut lost = session.begin_multi_level_with(Strategy::S2Ps).unwrap();
+    lost.apply(&Add::field(oids[0], 0, 100)).unwrap();
+    let mut other = store.session().unwrap();
+    let mut forced = other.begin_multi_level_with(Strategy::S2).unwrap();
+    forced.apply(&Add::field(oids[5], 0, 100)).unwrap();
+    fs.crash_now();
+    std::mem::forget(lost);
+    std::mem::forget(forced);
+    drop(session);
+    drop(other);
+    drop(store);
+    fs.recover(Fault::DropUnsynced, 3);
+    let store = Store::open(path, options(&fs, RecoveryMethodKind::Dbcache)).unwrap();
+    let mut want = vec![OPENING; ACCOUNTS];
+    for w in &mut want[..5] {
+        *w += 1;
+    }
+    assert_eq!(balances(&store, &oids), want);
+    drop(store);
+    assert!(lodestore::check(fs.as_ref(), path).unwrap().is_sound());
+}
+
+/// No steal: a transaction changes at most what the server pool holds, and one that needs
+/// more is refused with an error naming the pool; pages of ended subtransactions leave the
+/// pool by forcing their sphere's write.
+#[test]
+fn dbcache_pins_a_running_transactions_pages_and_evicting_a_sphere_page_writes_it() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/ml");
+    // The accounts are made in one transaction of six pages: in a pool large enough.
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Dbcache)).unwrap();
+    let oids = open_accounts(&store);
+    drop(store);
+    let store = Store::open(
+        path,
+        options(&fs, RecoveryMethodKind::Dbcache).server_pool_bytes(4 * 4096),
+    )
+    .unwrap();
+    let mut session = store.session().unwrap();
+    let before = store.server_stats();
+    let mut txn = session.begin_multi_level_with(Strategy::S2Ps).unwrap();
+    for oid in &oids {
+        txn.apply(&Add::field(*oid, 0, 2)).unwrap();
+    }
+    txn.commit().unwrap();
+    let after = store.server_stats();
+    assert!(
+        after.spheres_forced_by_eviction > before.spheres_forced_by_eviction,
+        "{after:?}"
+    );
+    assert_eq!(balances(&store, &oids), vec![OPENING + 2; ACCOUNTS]);
+
+    // One flat transaction changing every account page at once cannot fit four frames.
+    let err = session
+        .transact(|t| {
+            for oid in &oids {
+                t.write_at(*oid, 0, &0i64.to_le_bytes())?;
+            }
+            Ok(())
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("server pool"), "{err}");
+    assert_eq!(balances(&store, &oids), vec![OPENING + 2; ACCOUNTS]);
+}
+
+/// A store that keeps snapshots cannot use dbcache: a committed page may wait unlogged.
+#[test]
+fn dbcache_refuses_snapshots() {
+    let fs = Arc::new(SimFileSystem::new());
+    let err = match Store::create(
+        Path::new("/ml"),
+        options(&fs, RecoveryMethodKind::Dbcache).snapshots(true),
+    ) {
+        Err(e) => e,
+        Ok(_) => panic!("dbcache kept snapshots"),
+    };
+    assert!(err.to_string().contains("dbcache"), "{err}");
 }

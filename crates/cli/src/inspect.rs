@@ -41,8 +41,9 @@ pub fn init(
     Ok(ExitCode::SUCCESS)
 }
 
-/// `init --method`: a recovery method, or a multi-level strategy standing for whole-page
-/// logging with that strategy (refused beside a different `--strategy`).
+/// `init --method`: a recovery method, or a multi-level strategy standing for the
+/// database-cache method (`dbcache`) with that strategy (refused beside a different
+/// `--strategy`).
 pub fn init_method(
     method: &str,
     strategy: Option<Strategy>,
@@ -52,7 +53,7 @@ pub fn init_method(
             Some(other) if other != named => Err(lodestore::Error::InvalidArgument(format!(
                 "--method {named} and --strategy {other} name two strategies"
             ))),
-            _ => Ok((lodestore::RecoveryMethodKind::Wpl, Some(named))),
+            _ => Ok((lodestore::RecoveryMethodKind::Dbcache, Some(named))),
         },
         Err(_) => method
             .parse::<lodestore::RecoveryMethodKind>()

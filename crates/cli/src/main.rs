@@ -63,12 +63,13 @@ pub(crate) enum Command {
         #[arg(long)]
         snapshots: bool,
         /// Recovery method: esm (ARIES-style records, the default), redo (clients ship log
-        /// records only), wpl (whole-page logging), or a main-memory method of differential
-        /// logging that keeps every page in the server pool: dl1p, dl2p (XOR records,
-        /// one-pass or two-pass restart) or pl2p (its physical-logging baseline). Or a
-        /// multi-level strategy of Hasse & Weikum, s1, s2 or s2ps: the store then logs level 0
-        /// by whole-page logging (page after-images, the closest method to the paper's) and
-        /// records the strategy, as --strategy does.
+        /// records only), wpl (whole-page logging), dbcache (the database-cache method of
+        /// Hasse & Weikum: page changes wait in the pool and reach the log as atomic writes of
+        /// after-images, per subtransaction or persistence sphere), or a main-memory method of
+        /// differential logging that keeps every page in the server pool: dl1p, dl2p (XOR
+        /// records, one-pass or two-pass restart) or pl2p (its physical-logging baseline). Or
+        /// a multi-level strategy, s1, s2 or s2ps: dbcache with that strategy recorded, as
+        /// --strategy does.
         #[arg(long, default_value = "esm")]
         method: String,
         /// Multi-level strategy the store's sessions use unless they choose: s1 (one flat

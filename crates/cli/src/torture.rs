@@ -12,8 +12,10 @@ pub struct TortureArgs {
     /// logging; the background installer is off so a seed replays exactly), or a main-memory
     /// method of differential logging: dl1p, dl2p (XOR records, one-pass or two-pass restart)
     /// or pl2p (its physical-logging baseline); these close and reopen the recovered store
-    /// before the oracle reads its files, since their data file is written at close. Or s1,
-    /// s2, s2ps: whole-page logging with --multi-level of that strategy (as `init --method`).
+    /// before the oracle reads its files, since their data file is written at close. Or
+    /// dbcache (deferred, atomic after-image writes; a larger server pool, as it keeps every
+    /// page a running transaction changed). Or s1, s2, s2ps: dbcache with --multi-level of
+    /// that strategy (as `init --method`).
     #[arg(long, default_value = "esm")]
     method: String,
     /// Update-detection scheme of the workload's session (PD-ESM, PD-UFFD-ESM, SD-ESM, SL-ESM,

@@ -381,7 +381,7 @@ fn stress_retries_deadlock_victims_and_goes_on() {
     assert!(said.contains("retried after deadlocks"), "{said}");
 }
 
-/// `init --method s2ps` makes a whole-page logging store that records its strategy; `info`
+/// `init --method s2ps` makes a database-cache store that records its strategy; `info`
 /// shows the strategy and the log by level once `stress --semantic` has run on it; a
 /// strategy named twice differently, or an unknown method, is refused with the names.
 #[test]
@@ -391,7 +391,7 @@ fn init_by_strategy_and_info_shows_both_levels_of_the_log() {
     let out = lodestore(&["init", arg(&store), "--method", "s2ps"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("recovery method wpl, multi-level strategy s2ps"),
+        text(&out.stdout).contains("recovery method dbcache, multi-level strategy s2ps"),
         "{}",
         text(&out.stdout)
     );
@@ -413,7 +413,7 @@ fn init_by_strategy_and_info_shows_both_levels_of_the_log() {
     let out = lodestore(&["info", arg(&store), "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(info["recovery_method"], "wpl");
+    assert_eq!(info["recovery_method"], "dbcache");
     assert_eq!(info["multi_level_strategy"], "s2ps");
     let log = &info["log"];
     assert!(

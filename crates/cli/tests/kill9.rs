@@ -74,6 +74,26 @@ fn kill_minus_nine_twenty_times_loses_no_acknowledged_transfer() {
     assert_eq!(check_exit_code(&store), Some(0));
 }
 
+/// The same on a database-cache store (`init --method s2ps`): each transfer's sphere
+/// written once, at its transaction's end.
+#[test]
+fn kill_minus_nine_of_multi_level_transfers_on_the_database_cache_loses_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("bank");
+    let out = lodestore()
+        .args(["init", store.to_str().unwrap(), "--method", "s2ps"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kill_rounds(dir.path(), 8, &["--semantic"], 22);
+    recover(&store);
+    assert_eq!(check_exit_code(&store), Some(0));
+}
+
 #[test]
 fn kill_minus_nine_of_multi_level_transfers_loses_no_acknowledged_one() {
     let dir = tempfile::tempdir().unwrap();

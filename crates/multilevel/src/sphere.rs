@@ -103,6 +103,13 @@ impl Spheres {
         self.take(classes)
     }
 
+    /// Takes out the sphere subtransaction `sub` is in (empty if a write took it already):
+    /// what a forced end of `sub` writes.
+    pub fn take_for_sub(&mut self, sub: TxnId) -> Sphere {
+        let classes = self.class_of_sub.get(&sub).copied().into_iter().collect();
+        self.take(classes)
+    }
+
     /// Takes out every sphere (a checkpoint writes everything not yet logged).
     pub fn take_all(&mut self) -> Sphere {
         let classes = self.classes.keys().copied().collect();

@@ -109,6 +109,10 @@ impl Plan {
                 // Records arrive in any order (a warm start reads some back along their
                 // chain, newest first, after scanning the rest forwards).
                 compensations.sort_unstable_by_key(|c| std::cmp::Reverse(c.undo_lsn));
+                // A restart that rewrote the chain leaves two undo records of one operation
+                // until its checkpoint: one compensation each, the newest record's.
+                let mut seen = FxHashSet::default();
+                compensations.retain(|c| seen.insert(c.sub));
                 Loser { txn, compensations }
             })
             .collect();

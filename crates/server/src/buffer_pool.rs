@@ -12,6 +12,9 @@ struct FrameState {
     dirty: bool,
     /// LSN of the first change since the page was last clean (ARIES recLSN).
     rec_lsn: Lsn,
+    /// Holds changes of a running transaction that are in no log yet (deferred page writes):
+    /// the page may not leave the pool.
+    pinned: bool,
     /// The LSN in the page's header, once read: every lock grant returns it, and reading it
     /// from the frame costs a cache miss per page. Forgotten whenever the frame may change.
     page_lsn: Option<Lsn>,
@@ -136,13 +139,12 @@ impl BufferPool {
     }
 
     /// Gives `page` (not present) a frame; if another page had to leave, returns it with its
-    /// bytes still in `frame_bytes(victim)` until `fill` is called.
-    pub fn reserve(&mut self, page: PageId) -> (FrameId, Option<Victim>) {
+    /// bytes still in `frame_bytes(victim)` until `fill` is called. `None` when every frame
+    /// holds a pinned page.
+    pub fn reserve(&mut self, page: PageId) -> Option<(FrameId, Option<Victim>)> {
         debug_assert!(!self.contains(page));
-        let assigned = self
-            .frames
-            .assign(page, |_, _| true)
-            .expect("a pool of at least one frame always has a victim");
+        let states = &self.states;
+        let assigned = self.frames.assign(page, |frame, _| !states[frame].pinned)?;
         if assigned.frame == self.states.len() {
             self.states.push(FrameState::default());
         }
@@ -151,7 +153,24 @@ impl BufferPool {
             page: p,
             dirty: old.dirty,
         });
-        (assigned.frame, victim)
+        Some((assigned.frame, victim))
+    }
+
+    /// Keeps `page` (cached) in the pool until [`BufferPool::unpin`].
+    pub fn pin(&mut self, page: PageId) {
+        let frame = self.frames.peek(page).expect("pinned page is cached");
+        self.states[frame].pinned = true;
+    }
+
+    pub fn unpin(&mut self, page: PageId) {
+        if let Some(frame) = self.frames.peek(page) {
+            self.states[frame].pinned = false;
+        }
+    }
+
+    /// Pages pinned now.
+    pub fn pinned_pages(&self) -> usize {
+        self.states.iter().filter(|s| s.pinned).count()
     }
 
     pub fn frame_bytes(&self, frame: FrameId) -> &[u8] {

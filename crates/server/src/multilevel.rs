@@ -20,9 +20,10 @@
 use crate::lock_table::{mode_id, Owner, Resource};
 use crate::server::{inactive, Server, State, TxnState};
 use lodestore_core::{Error, Lsn, Oid, Result, TxnId};
+use lodestore_multilevel::kinds::AFTER_IMAGES;
 use lodestore_multilevel::records::{
-    decode_l1, ActiveEntry, ActiveTransactions, Chain, Compensated, L1Record, OperationId,
-    TransactionEnd, UndoRecord,
+    decode_after_images, decode_l1, ActiveEntry, ActiveTransactions, Chain, Compensated, L1Record,
+    OperationId, TransactionEnd, UndoRecord,
 };
 use lodestore_multilevel::sphere::Spheres;
 use lodestore_multilevel::warm_start::{Compensation, Loser, Plan};
@@ -151,11 +152,34 @@ impl Server {
     }
 
     /// A page lock `txn` was granted: a subtransaction's read joins the sphere of the page's
-    /// writers.
-    pub(crate) fn sub_locked_page(state: &mut State, txn: TxnId, page: lodestore_core::PageId) {
-        if let Some(parent) = state.txns.get(&txn).and_then(|t| t.parent) {
-            state.multilevel.spheres.read(txn, parent, page);
+    /// writers. Under deferred page writes (`defers`) a flat transaction's does too, as a
+    /// subtransaction of its own: its commit writes what it read.
+    pub(crate) fn sub_locked_page(
+        state: &mut State,
+        txn: TxnId,
+        page: lodestore_core::PageId,
+        defers: bool,
+    ) {
+        match state.txns.get(&txn).map(|t| t.parent) {
+            Some(Some(parent)) => state.multilevel.spheres.read(txn, parent, page),
+            Some(None) if defers && !state.multilevel.parents.contains_key(&txn) => {
+                state.multilevel.spheres.read(txn, txn, page)
+            }
+            _ => {}
         }
+    }
+
+    /// Deferred page writes, strategy S2: writes the sphere holding subtransaction `sub`'s
+    /// changes (if no other write took it already) and returns the LSN to force the log to.
+    pub(crate) fn write_sub_sphere(&self, sub: TxnId) -> Result<Lsn> {
+        let mut state = self.usable_state()?;
+        let sphere = state.multilevel.spheres.take_for_sub(sub);
+        if !sphere.is_empty() {
+            self.method
+                .write_sphere(self, &mut state, sphere, None, None)?;
+        }
+        // An earlier write that took it precedes the log's end too.
+        Ok(Lsn(self.log.end_lsn().0.saturating_sub(1)))
     }
 
     /// Refuses changes shipped by a level-1 transaction: its pages are changed by its
@@ -296,32 +320,41 @@ impl Server {
                 parent.to_compensate.len()
             )));
         }
-        if parent.last == Lsn::ZERO {
-            return Ok(None);
+        let last = parent.last;
+        let sphere = Server::sphere_ended(state, txn);
+        // Deferred page writes: the sphere is written here, flagged EOT, before the end
+        // record, which is never durable without it.
+        let written = if self.method.defers_page_writes() {
+            Some(
+                self.method
+                    .write_sphere(self, state, sphere, Some(txn), None)?,
+            )
+        } else {
+            None
+        };
+        state.multilevel.parents.remove(&txn);
+        if last == Lsn::ZERO {
+            // No L1 record to end: its end at level 0 is the write, if there was one.
+            return Ok(written);
         }
         let record = TransactionEnd {
-            chain: Chain {
-                txn,
-                prev: parent.last,
-            },
+            chain: Chain { txn, prev: last },
             committed,
         };
-        let lsn = self.log.append(None, Lsn::ZERO, &record)?;
-        state.multilevel.parents.remove(&txn);
-        Server::sphere_ended(state, txn);
-        Ok(Some(lsn))
+        Ok(Some(self.log.append(None, Lsn::ZERO, &record)?))
     }
 
-    /// Level-1 transaction `txn` ended: its persistence sphere is what a commit makes durable
-    /// (counted; the log's order already holds it: every subtransaction in it committed
-    /// before this end record).
-    fn sphere_ended(state: &mut State, txn: TxnId) {
+    /// Level-1 transaction `txn` ended: its persistence sphere, taken out and counted, is what
+    /// its commit makes durable (with writes not deferred the log's order already holds it:
+    /// every subtransaction in it committed before the end record).
+    fn sphere_ended(state: &mut State, txn: TxnId) -> lodestore_multilevel::sphere::Sphere {
         let sphere = state.multilevel.spheres.take_for_transaction(txn);
         let pages = sphere.pages.len() as u64;
         let stats = &mut state.stats;
         stats.spheres += 1;
         stats.sphere_pages += pages;
         stats.sphere_pages_max = stats.sphere_pages_max.max(pages);
+        sphere
     }
 
     /// Subtransactions whose commit was appended and whose locks wait for
@@ -369,9 +402,9 @@ impl Server {
             }
             None => {
                 if state.multilevel.parents.remove(&txn).is_some() {
-                    // A level-1 transaction with no L1 record (its operations undo nothing):
-                    // its sphere still ends with it.
-                    Server::sphere_ended(state, txn);
+                    // A level-1 transaction whose end did not go through `end_level_one`
+                    // (every end does, which writes a deferred sphere): counted only.
+                    let _ = Server::sphere_ended(state, txn);
                 }
                 state.multilevel.warm_start.retain(|l| l.txn != txn);
             }
@@ -399,6 +432,36 @@ impl Server {
         let oldest = entries.iter().map(|e| e.first).min();
         let record = (!entries.is_empty()).then_some(ActiveTransactions { entries });
         (record, oldest)
+    }
+
+    /// Writes loser `loser`'s chain of L1 records again: a copy of the undo record of each
+    /// compensation still to run, oldest first, chained from none; the compensations now name
+    /// the copies. Returns the new chain's first and last LSNs. (A crash before the restart's
+    /// checkpoint leaves both the originals and the copies to the next restart, whose plan
+    /// keeps one compensation per subtransaction.)
+    fn relink(&self, loser: &mut Loser) -> Result<(Lsn, Lsn)> {
+        let (mut first, mut prev) = (Lsn::ZERO, Lsn::ZERO);
+        for c in loser.compensations.iter_mut().rev() {
+            let lsn = self.log.append(
+                None,
+                Lsn::ZERO,
+                &UndoRecord {
+                    chain: Chain {
+                        txn: loser.txn,
+                        prev,
+                    },
+                    sub: c.sub,
+                    inverse: c.inverse,
+                    args: &c.args,
+                },
+            )?;
+            c.undo_lsn = lsn;
+            if first == Lsn::ZERO {
+                first = lsn;
+            }
+            prev = lsn;
+        }
+        Ok((first, prev))
     }
 
     /// The losers the last restart left to compensate, newest compensation first within each.
@@ -511,6 +574,24 @@ impl RestartScan {
                 if let Some(txn) = record.txn {
                     if self.noted.contains(&txn) {
                         self.plan.durable(&[txn]);
+                    }
+                }
+            }
+            RecordBody::Family { kind, flags, body } if *kind == AFTER_IMAGES => {
+                // A deferred write (the database-cache method): its EOS record makes the
+                // subtransactions it names durable; its EOT flag ends a transaction.
+                match decode_after_images(*flags, body, lodestore_core::limits::PAGE_SIZE_MAX) {
+                    Ok(write) if write.eos => {
+                        self.plan.durable(&write.subs);
+                        if let Some(txn) = write.eot {
+                            self.plan.ended(txn);
+                            self.ended.insert(txn);
+                            self.records.remove(&txn);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(reason) => {
+                        self.damage.get_or_insert((record.lsn, reason));
                     }
                 }
             }
@@ -638,23 +719,37 @@ impl RestartScan {
                 next = chain.prev;
             }
         }
-        let losers = self.plan.losers();
+        let mut losers = self.plan.losers();
         state.next_txn = state.next_txn.max(self.largest_id + 1);
-        for loser in &losers {
+        for loser in &mut losers {
             // The loser's chain goes on from its newest record that counts: one whose
             // subtransaction's commit the crash took stays out of it (that subtransaction was
             // rolled back at level 0), or a later warm start, reading the chain back from
             // before a checkpoint, would take it as committed.
-            let counted: Vec<Lsn> = self
-                .records
-                .get(&loser.txn)
-                .into_iter()
-                .flatten()
-                .filter(|(_, sub)| self.plan.is_durable(*sub))
+            let mut chain = self.records.get(&loser.txn).cloned().unwrap_or_default();
+            chain.sort_unstable();
+            let counts = |sub: TxnId| self.plan.is_durable(sub);
+            let counted: Vec<Lsn> = chain
+                .iter()
+                .filter(|(_, sub)| counts(*sub))
                 .map(|(lsn, _)| *lsn)
                 .collect();
-            let first = counted.iter().copied().min().unwrap_or(Lsn::ZERO);
-            let last = counted.iter().copied().max().unwrap_or(Lsn::ZERO);
+            // Does a record that counts follow one that does not?
+            let gap = chain
+                .iter()
+                .skip_while(|(_, sub)| counts(*sub))
+                .any(|(_, sub)| counts(*sub));
+            let (first, last) = if gap && !loser.compensations.is_empty() {
+                // A record that does not count lies inside the chain, not only at its end
+                // (deferred page writes make subtransactions durable out of log order): the
+                // chain is written again, of the undo records still to run.
+                server.relink(loser)?
+            } else {
+                (
+                    counted.iter().copied().min().unwrap_or(Lsn::ZERO),
+                    counted.iter().copied().max().unwrap_or(Lsn::ZERO),
+                )
+            };
             state.txns.insert(loser.txn, TxnState::default());
             state.multilevel.parents.insert(
                 loser.txn,

@@ -214,6 +214,7 @@ impl Server {
         page_size: usize,
         options: ServerOptions,
     ) -> Result<Server> {
+        refuse_versions_with(options.method.unwrap_or_default(), &options)?;
         let volume = Volume::create(fs.as_ref(), dir, page_size)?;
         let double_write = DoubleWrite::open(fs.as_ref(), dir, page_size)?;
         let log = Log::create(
@@ -258,6 +259,7 @@ impl Server {
         // once everything committed is at its home location.
         let recorded = RecoveryMethodKind::from_code(sb.recovery_method);
         let wanted = options.method.unwrap_or(recorded);
+        refuse_versions_with(wanted, &options)?;
         let restart_with = if recorded.same_log(wanted) {
             wanted
         } else {
@@ -738,6 +740,35 @@ impl Server {
                 page::set_lsn(buf, lsn);
                 Ok(())
             }
+            // A deferred write's record (the database-cache method): one page each.
+            RecordBody::Family { kind, flags, body }
+                if kind == lodestore_multilevel::kinds::AFTER_IMAGES =>
+            {
+                let write = lodestore_multilevel::records::decode_after_images(
+                    flags,
+                    &body,
+                    buf.len(),
+                )
+                .map_err(|reason| Error::CorruptLog {
+                    path: self.log_dir(),
+                    offset: lsn.0,
+                    reason: format!("after-image record: {reason}"),
+                })?;
+                let image = write
+                    .pages
+                    .iter()
+                    .find(|image| image.page == page)
+                    .ok_or_else(|| Error::CorruptLog {
+                        path: self.log_dir(),
+                        offset: lsn.0,
+                        reason: format!(
+                            "the recovery method places an image of page {page} in this after-image record, which holds none"
+                        ),
+                    })?;
+                image.write_into(buf);
+                page::set_lsn(buf, lsn);
+                Ok(())
+            }
             other => Err(Error::CorruptLog {
                 path: self.log_dir(),
                 offset: lsn.0,
@@ -775,9 +806,35 @@ impl Server {
                 state.pool.capacity(),
             ));
         }
-        let (frame, victim) = state.pool.reserve(page);
+        let Some((frame, victim)) = state.pool.reserve(page) else {
+            return Err(Error::InvalidArgument(format!(
+                "the server pool of {} pages holds only pages changed by running transactions \
+                 and not yet logged ({} recovery method): no frame for page {page}; open the \
+                 store with a larger server pool or change fewer pages per transaction",
+                state.pool.capacity(),
+                self.method.kind()
+            )));
+        };
         if let Some(victim) = victim {
             state.stats.pool_evictions += 1;
+            if self.method.defers_page_writes() && state.multilevel.spheres.is_unlogged(victim.page)
+            {
+                // The paper's rule for deferred writes: a page leaving the pool forces the
+                // persistence sphere of the subtransactions whose changes it carries. Its
+                // bytes are still in the frame.
+                let sphere = state.multilevel.spheres.take_for_page(victim.page);
+                let bytes = state.pool.frame_bytes(frame).to_vec();
+                let eos = self.method.write_sphere(
+                    self,
+                    state,
+                    sphere,
+                    None,
+                    Some((victim.page, &bytes)),
+                )?;
+                state.stats.spheres_forced_by_eviction += 1;
+                self.log.flush(eos)?;
+                debug_assert!(!victim.dirty, "a page not yet logged is never dirty");
+            }
             if victim.dirty {
                 let lsn = page::lsn(state.pool.frame_bytes(frame));
                 let durable = self.log.durable_lsn();
@@ -1208,6 +1265,18 @@ impl Server {
     }
 }
 
+/// Snapshots need every committed page image when asked; under deferred page writes one may
+/// wait in the pool, unlogged, as part of a persistence sphere.
+fn refuse_versions_with(method: RecoveryMethodKind, options: &ServerOptions) -> Result<()> {
+    if method == RecoveryMethodKind::Dbcache && options.versions.is_some() {
+        return Err(Error::Unsupported(
+            "snapshots with the dbcache recovery method; use wpl or esm for a store that keeps snapshots"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a request for `count` pages (`what`: allocate or reserve): from 1 to
 /// [`allocate_pages_max`], which it returns.
 fn check_page_request(what: &str, count: u32, page_size: usize) -> Result<u32> {
@@ -1396,7 +1465,8 @@ impl PageServer for Server {
             self.locks.release_all(txn);
             return Err(inactive(txn));
         }
-        Server::sub_locked_page(&mut state, txn, page);
+        let defers = self.method.defers_page_writes();
+        Server::sub_locked_page(&mut state, txn, page, defers);
         // A page to read into only when the read happens (the state is held until then).
         let mut scratch = if self.must_read_from_disk(&state, page) {
             vec![0u8; self.volume.page_size()]
@@ -1646,9 +1716,14 @@ impl PageServer for Server {
         Ok((lsns, commit))
     }
 
-    fn wait_durable(&self, txn: TxnId, commit: AppendedCommit) -> Result<()> {
+    fn wait_durable(&self, txn: TxnId, mut commit: AppendedCommit) -> Result<()> {
         if commit.durable {
             return Ok(());
+        }
+        if self.method.defers_page_writes() && self.subs_appended().contains(&txn) {
+            // A subtransaction's forced end (strategy S2) under deferred writes: its sphere is
+            // written now, and the log forced past it.
+            commit.lsn = self.write_sub_sphere(txn)?;
         }
         // Group commit: wait for the flush without holding the server's state. The locks are
         // held until the commit is durable (strict two-phase locking).

@@ -42,4 +42,13 @@ pub struct ServerStats {
     /// The largest since the server started or the last `Server::take_sphere_pages_max`.
     #[serde(default)]
     pub sphere_pages_max: u64,
+    /// Deferred page writes (the database-cache method, `dbcache`): atomic writes of page
+    /// after-images to the log (each ending with its EOS record), the page images they held,
+    /// and the writes a page leaving the pool forced.
+    #[serde(default)]
+    pub after_image_writes: u64,
+    #[serde(default)]
+    pub after_images_written: u64,
+    #[serde(default)]
+    pub spheres_forced_by_eviction: u64,
 }

@@ -41,7 +41,11 @@ fn set_byte(server: &Server, page: PageId, value: u8) {
 
 #[test]
 fn a_transaction_as_of_a_snapshot_reads_the_past_and_changes_nothing() {
-    for method in RecoveryMethodKind::ALL {
+    // dbcache refuses snapshots (a test of its own in the API's).
+    for method in RecoveryMethodKind::ALL
+        .into_iter()
+        .filter(|m| *m != RecoveryMethodKind::Dbcache)
+    {
         let (server, snapshots) = server(method);
         let page = server.root_directory().page();
         set_byte(&server, page, 1);

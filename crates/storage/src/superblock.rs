@@ -47,7 +47,7 @@ const MULTI_LEVEL_STRATEGY_AT: usize = 103;
 const UNUSED_AT: usize = 104;
 /// Recovery method codes this build knows are 0 ..= this; the server's registry of recovery
 /// methods names them.
-pub const RECOVERY_METHOD_CODE_MAX: u8 = 5;
+pub const RECOVERY_METHOD_CODE_MAX: u8 = 6;
 /// The code a new store starts with (the registry's default method).
 pub const RECOVERY_METHOD_CODE_DEFAULT: u8 = 0;
 /// Multi-level strategy codes are 0 (none chosen) ..= this; the API names them.

@@ -199,8 +199,16 @@ pub(crate) fn store_options(
         .recovery_buffer_bytes(recovery_buffer_bytes.max(page_size))
         .client_cache_bytes(8 * page_size)
         // A tiny pool makes the server evict and reread all the time; a main-memory method
-        // keeps the whole store in its pool instead.
-        .server_pool_bytes(if method.is_main_memory() { 4096 } else { 6 } * page_size)
+        // keeps the whole store in its pool instead, and deferred page writes keep every page
+        // a running transaction changed (no steal), which the workload's largest transactions
+        // need room for.
+        .server_pool_bytes(
+            match method {
+                m if m.is_main_memory() => 4096,
+                RecoveryMethodKind::Dbcache => 64,
+                _ => 6,
+            } * page_size,
+        )
         .log_segment_bytes(256 << 10)
         .checkpoint_log_bytes(48 << 10)
         .lock_wait_timeout(Duration::from_millis(100))

@@ -9,7 +9,7 @@
 
 use crate::{crash_rng, store_options, CampaignOptions, CampaignReport, Violation};
 use lodestore::multilevel::{AddFields, MultiLevelTransaction, Strategy};
-use lodestore::{RawOid, Store};
+use lodestore::{RawOid, RecoveryMethodKind, Store};
 use lodestore_storage::{Fault, SimFileSystem};
 use rand::rngs::StdRng;
 use rand::Rng;
@@ -101,6 +101,13 @@ fn options_for(
     .multi_level_strategy(strategy)
     // Steps run one at a time: a lock wait would wait for nobody.
     .lock_wait_timeout(Duration::ZERO)
+    // Deferred page writes: a pool smaller than the store, so pages of spheres leave it and
+    // force their spheres' writes.
+    .server_pool_bytes(if options.method == RecoveryMethodKind::Dbcache {
+        4 * options.page_size
+    } else {
+        6 * options.page_size
+    })
 }
 
 fn fresh(options: &CampaignOptions) -> Result<Subject, String> {

@@ -119,6 +119,21 @@ fn crash_campaign_whole_page_logging_of_client_records() {
 }
 
 #[test]
+fn crash_campaign_database_cache_method() {
+    // Deferred, atomic after-image writes: flat transactions' spheres at their commits, pages
+    // of ended transactions forced out by evictions, several sessions.
+    with_method(23, RecoveryMethodKind::Dbcache, Scheme::WPL, 5_000);
+    campaign(CampaignOptions {
+        seed: 24,
+        method: RecoveryMethodKind::Dbcache,
+        scheme: Scheme::SD_ESM,
+        crashes: 1_500,
+        sessions: 3,
+        ..CampaignOptions::default()
+    });
+}
+
+#[test]
 fn crash_campaign_redo_at_server() {
     with_method(22, RecoveryMethodKind::Redo, Scheme::PD_ESM, 10_000);
 }
@@ -322,6 +337,9 @@ fn crash_campaign_multi_level_strategies() {
         (RecoveryMethodKind::Esm, Strategy::S2),
         (RecoveryMethodKind::Esm, Strategy::S1),
         (RecoveryMethodKind::Wpl, Strategy::S2Ps),
+        (RecoveryMethodKind::Dbcache, Strategy::S2Ps),
+        (RecoveryMethodKind::Dbcache, Strategy::S2),
+        (RecoveryMethodKind::Dbcache, Strategy::S1),
     ] {
         let options = CampaignOptions {
             method,
@@ -348,11 +366,15 @@ fn crash_campaign_multi_level_strategies() {
 }
 
 /// Multi-level transactions crashed at every one of the first 150 I/Os of a workload, three
-/// times on each store, esm and wpl.
+/// times on each store, esm, wpl and dbcache.
 #[test]
 fn crash_campaign_multi_level_at_every_io() {
     use lodestore::multilevel::Strategy;
-    for method in [RecoveryMethodKind::Esm, RecoveryMethodKind::Wpl] {
+    for method in [
+        RecoveryMethodKind::Esm,
+        RecoveryMethodKind::Wpl,
+        RecoveryMethodKind::Dbcache,
+    ] {
         for every in 1..=150 {
             let options = CampaignOptions {
                 method,

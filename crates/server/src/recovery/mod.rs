@@ -10,6 +10,12 @@
 //! - `wpl`: whole-page logging (QuickStore section 3.4): the log holds after-images of whole
 //!   pages, a page's home location only ever holds committed data, and restart is one backward
 //!   pass that rebuilds the WPL table.
+//! - `dbcache`: the database-cache method of Hasse & Weikum's L0 log (section 2), built on
+//!   whole-page logging: page changes wait in the pool and reach the log as atomic writes of
+//!   after-images, the last record flagged end-of-subtransaction (EOS), at a transaction's end,
+//!   at a subtransaction's forced end (S2), when a changed page must leave the pool, or at a
+//!   checkpoint; under S2/PS a subtransaction's end writes nothing and its parent's end writes
+//!   the persistence sphere, flagged EOT.
 //! - `dl1p`, `dl2p`, `pl2p`: differential logging (Lee, Kim & Cha), a main-memory method:
 //!   every page resident, XOR records (or the baseline's physical ones) in several log
 //!   streams, fuzzy ping-pong checkpoints to two backup images, and a restart that replays
@@ -33,8 +39,9 @@ const RECOVERY_METHOD_REDO: u8 = 2;
 const RECOVERY_METHOD_DL1P: u8 = 3;
 const RECOVERY_METHOD_DL2P: u8 = 4;
 const RECOVERY_METHOD_PL2P: u8 = 5;
+const RECOVERY_METHOD_DBCACHE: u8 = 6;
 const _: () = assert!(
-    RECOVERY_METHOD_PL2P == RECOVERY_METHOD_CODE_MAX
+    RECOVERY_METHOD_DBCACHE == RECOVERY_METHOD_CODE_MAX
         && RECOVERY_METHOD_ESM == RECOVERY_METHOD_CODE_DEFAULT
 );
 use serde::Serialize;
@@ -46,6 +53,8 @@ pub enum RecoveryMethodKind {
     Esm,
     Redo,
     Wpl,
+    /// Whole-page logging with deferred, atomic after-image writes (the database-cache method).
+    Dbcache,
     /// Differential logging, one-pass restart.
     Dl1p,
     /// Differential logging, two-pass restart.
@@ -55,10 +64,11 @@ pub enum RecoveryMethodKind {
 }
 
 impl RecoveryMethodKind {
-    pub const ALL: [RecoveryMethodKind; 6] = [
+    pub const ALL: [RecoveryMethodKind; 7] = [
         RecoveryMethodKind::Esm,
         RecoveryMethodKind::Redo,
         RecoveryMethodKind::Wpl,
+        RecoveryMethodKind::Dbcache,
         RecoveryMethodKind::Dl1p,
         RecoveryMethodKind::Dl2p,
         RecoveryMethodKind::Pl2p,
@@ -69,6 +79,7 @@ impl RecoveryMethodKind {
             RecoveryMethodKind::Esm => "esm",
             RecoveryMethodKind::Redo => "redo",
             RecoveryMethodKind::Wpl => "wpl",
+            RecoveryMethodKind::Dbcache => "dbcache",
             RecoveryMethodKind::Dl1p => "dl1p",
             RecoveryMethodKind::Dl2p => "dl2p",
             RecoveryMethodKind::Pl2p => "pl2p",
@@ -96,6 +107,7 @@ impl RecoveryMethodKind {
             RecoveryMethodKind::Esm => RECOVERY_METHOD_ESM,
             RecoveryMethodKind::Redo => RECOVERY_METHOD_REDO,
             RecoveryMethodKind::Wpl => RECOVERY_METHOD_WPL,
+            RecoveryMethodKind::Dbcache => RECOVERY_METHOD_DBCACHE,
             RecoveryMethodKind::Dl1p => RECOVERY_METHOD_DL1P,
             RecoveryMethodKind::Dl2p => RECOVERY_METHOD_DL2P,
             RecoveryMethodKind::Pl2p => RECOVERY_METHOD_PL2P,
@@ -110,6 +122,7 @@ impl RecoveryMethodKind {
             RECOVERY_METHOD_DL1P => RecoveryMethodKind::Dl1p,
             RECOVERY_METHOD_DL2P => RecoveryMethodKind::Dl2p,
             RECOVERY_METHOD_PL2P => RecoveryMethodKind::Pl2p,
+            RECOVERY_METHOD_DBCACHE => RecoveryMethodKind::Dbcache,
             _ => RecoveryMethodKind::Esm,
         }
     }
@@ -126,13 +139,15 @@ impl RecoveryMethodKind {
             RecoveryMethodKind::Wpl => 1,
             RecoveryMethodKind::Dl1p | RecoveryMethodKind::Dl2p => 2,
             RecoveryMethodKind::Pl2p => 3,
+            RecoveryMethodKind::Dbcache => 4,
         }
     }
 
     pub(crate) fn build(self) -> Box<dyn RecoveryMethod> {
         match self {
             RecoveryMethodKind::Esm | RecoveryMethodKind::Redo => Box::new(esm::Esm { kind: self }),
-            RecoveryMethodKind::Wpl => Box::new(wpl::Wpl),
+            RecoveryMethodKind::Wpl => Box::new(wpl::Wpl { deferred: false }),
+            RecoveryMethodKind::Dbcache => Box::new(wpl::Wpl { deferred: true }),
             RecoveryMethodKind::Dl1p | RecoveryMethodKind::Dl2p | RecoveryMethodKind::Pl2p => {
                 Box::new(differential::Differential::new(self))
             }
@@ -333,6 +348,31 @@ pub(crate) trait RecoveryMethod: Send + Sync {
     /// Counters of the log streams the method keeps beside the server's log.
     fn stream_stats(&self) -> Vec<lodestore_wal::LogStats> {
         Vec::new()
+    }
+
+    /// Do page changes wait in the pool for an atomic write of after-images (the
+    /// database-cache method), rather than reach the log as they are shipped?
+    fn defers_page_writes(&self) -> bool {
+        false
+    }
+
+    /// A method that defers page writes writes `sphere` (its pages as the pool holds them,
+    /// `evicted` as given: a page already out of the pool) as one atomic write ending with an
+    /// EOS record that names the completed subtransactions of the sphere, flagged EOT with
+    /// `ends` if given; returns the EOS record's LSN (not forced).
+    fn write_sphere(
+        &self,
+        _server: &Server,
+        _state: &mut State,
+        sphere: lodestore_multilevel::sphere::Sphere,
+        _ends: Option<TxnId>,
+        _evicted: Option<(PageId, &[u8])>,
+    ) -> Result<Lsn> {
+        assert!(
+            sphere.is_empty(),
+            "only a method that defers page writes writes spheres"
+        );
+        Ok(Lsn::ZERO)
     }
 
     /// Has `txn` logged anything its commit must make durable?

@@ -27,41 +27,139 @@ use super::{apply_client_updates, RecoveryMethod, RecoveryMethodKind, RestartRep
 use crate::interface::PageUpdate;
 use crate::server::{Server, State};
 use crate::workers::BackgroundWorker;
+mod deferred;
 mod table;
 
 use lodestore_core::{Lsn, PageId, Result, TxnId};
+use lodestore_multilevel::kinds::AFTER_IMAGES;
+use lodestore_multilevel::records::decode_after_images;
 use lodestore_storage::page;
 use lodestore_wal::{LoggedPage, Record, RecordBody};
 use std::collections::{BTreeMap, BTreeSet};
 use table::WplTable;
 
-pub struct Wpl;
+/// Whole-page logging; with `deferred`, the database-cache method (`dbcache`, see
+/// `deferred.rs`): the same table, installer and restart, page changes logged in atomic writes
+/// of persistence spheres instead of as they are shipped.
+pub struct Wpl {
+    pub deferred: bool,
+}
+
+/// The method's state in the engine's (`State::method_state`).
+#[derive(Default)]
+pub(crate) struct WplState {
+    table: WplTable,
+    deferred: deferred::Deferred,
+}
 
 /// Pages the background installer writes home per turn (a turn holds the server's state).
 const INSTALL_BATCH_PAGES: usize = 32;
 
 /// Whole-page logging's table, which it keeps in the engine's state.
-fn table(state: &State) -> &WplTable {
+fn wpl_state(state: &State) -> &WplState {
     state
         .method_state
         .downcast_ref()
-        .expect("whole-page logging's state is its WPL table")
+        .expect("whole-page logging's state")
+}
+
+fn table(state: &State) -> &WplTable {
+    &wpl_state(state).table
 }
 
 fn table_mut(state: &mut State) -> &mut WplTable {
-    state
+    &mut state
         .method_state
-        .downcast_mut()
-        .expect("whole-page logging's state is its WPL table")
+        .downcast_mut::<WplState>()
+        .expect("whole-page logging's state")
+        .table
 }
 
 impl RecoveryMethod for Wpl {
     fn kind(&self) -> RecoveryMethodKind {
-        RecoveryMethodKind::Wpl
+        if self.deferred {
+            RecoveryMethodKind::Dbcache
+        } else {
+            RecoveryMethodKind::Wpl
+        }
     }
 
     fn fresh_state(&self) -> Box<dyn std::any::Any + Send> {
-        Box::new(WplTable::default())
+        Box::new(WplState::default())
+    }
+
+    fn defers_page_writes(&self) -> bool {
+        self.deferred
+    }
+
+    fn write_sphere(
+        &self,
+        server: &Server,
+        state: &mut State,
+        sphere: lodestore_multilevel::sphere::Sphere,
+        ends: Option<TxnId>,
+        evicted: Option<(PageId, &[u8])>,
+    ) -> Result<Lsn> {
+        assert!(self.deferred, "whole-page logging logs pages as they come");
+        deferred::write_sphere(server, state, sphere, ends, evicted)
+    }
+
+    fn has_changes(&self, state: &State, txn: TxnId) -> bool {
+        if self.deferred {
+            wpl_state(state).deferred.has_changes(txn)
+        } else {
+            state
+                .txns
+                .get(&txn)
+                .is_some_and(|own| own.last_lsn != Lsn::ZERO)
+        }
+    }
+
+    /// Deferred: a flat transaction's commit is the write of its sphere, flagged EOT; a
+    /// subtransaction's writes nothing (its pages join the spheres: `Server::sub_committed`),
+    /// its commit point being the EOS record of the write that takes them.
+    fn append_commit(
+        &self,
+        server: &Server,
+        state: &mut State,
+        txn: TxnId,
+    ) -> Result<Option<crate::interface::AppendedCommit>> {
+        if !self.deferred {
+            return Ok(None);
+        }
+        let pages = deferred::end(state, txn, true);
+        let parent = state.txns.get(&txn).and_then(|own| own.parent);
+        let lsn = match parent {
+            Some(_) => Lsn(server.log.end_lsn().0.saturating_sub(1)),
+            None => {
+                let spheres = &mut state.multilevel.spheres;
+                spheres.end_of_subtransaction(txn, txn, &pages);
+                let sphere = spheres.take_for_transaction(txn);
+                deferred::write_sphere(server, state, sphere, Some(txn), None)?
+            }
+        };
+        Ok(Some(crate::interface::AppendedCommit {
+            lsn,
+            durable: false,
+            stream: 0,
+        }))
+    }
+
+    /// Deferred: a checkpoint first writes every sphere, so that every subtransaction whose
+    /// L1 record precedes its begin record is durable.
+    fn before_checkpoint(
+        &self,
+        server: &Server,
+        state: &mut State,
+        _install_all: bool,
+    ) -> Result<()> {
+        if self.deferred {
+            let sphere = state.multilevel.spheres.take_all();
+            if !sphere.is_empty() {
+                deferred::write_sphere(server, state, sphere, None, None)?;
+            }
+        }
+        Ok(())
     }
 
     /// A page's newest logged copy is newer than its home one until it is installed.
@@ -119,6 +217,9 @@ impl RecoveryMethod for Wpl {
         page: PageId,
         image: &[u8],
     ) -> Result<Lsn> {
+        if self.deferred {
+            return deferred::change_page(server, state, txn, page, image);
+        }
         log_image(server, state, txn, page, image.to_vec())
     }
 
@@ -135,10 +236,18 @@ impl RecoveryMethod for Wpl {
         server.cache_page_in_change(state, page)?;
         let mut image = state.pool.get(page).expect("page just cached").to_vec();
         apply_client_updates(txn, page, &mut image, updates)?;
+        if self.deferred {
+            return deferred::change_page(server, state, txn, page, &image);
+        }
         log_image(server, state, txn, page, image)
     }
 
     fn rollback(&self, server: &Server, state: &mut State, txn: TxnId) -> Result<()> {
+        if self.deferred {
+            // Nothing of it was logged: its before-images go back into the pool.
+            deferred::end(state, txn, false);
+            return Ok(());
+        }
         let Some(own) = state.txns.get(&txn) else {
             return Ok(());
         };
@@ -169,6 +278,12 @@ impl RecoveryMethod for Wpl {
         _txn: TxnId,
         pages: &[PageId],
     ) -> Result<Vec<Vec<u8>>> {
+        if self.deferred {
+            return Err(lodestore_core::Error::Unsupported(
+                "snapshots with the dbcache method: a page's committed image may wait unlogged in the pool"
+                    .into(),
+            ));
+        }
         let mut images = Vec::with_capacity(pages.len());
         for &page in pages {
             let mut buf = vec![0u8; server.volume.page_size()];
@@ -184,6 +299,10 @@ impl RecoveryMethod for Wpl {
     }
 
     fn committed(&self, state: &mut State, txn: TxnId, commit_lsn: Lsn) {
+        if self.deferred {
+            // Its copies entered the table committed, at the write that logged them.
+            return;
+        }
         let Some(own) = state.txns.get(&txn) else {
             return;
         };
@@ -233,16 +352,42 @@ impl RecoveryMethod for Wpl {
 
 /// Whole-page logging's restart. Our log links records forward only, so the scan lists them
 /// (without their images); the paper's backward pass then runs over the list.
+/// Deferred writes' after-image records are read the same way: each page of a write is an
+/// image of the write's transaction (the record's header names it), and the EOS record is its
+/// commit, so a write whose EOS record the crash took is not committed.
 #[derive(Default)]
 struct WplRestart {
     seen: Vec<Seen>,
     /// The table the checkpoint logged.
     at_checkpoint: Option<Vec<LoggedPage>>,
+    /// The first after-image record that does not decode.
+    damage: Option<(Lsn, String)>,
 }
 
 impl RestartPass for WplRestart {
     fn scanned(&mut self, record: Record) {
         match (record.body, record.txn) {
+            (RecordBody::Family { kind, flags, body }, Some(txn)) if kind == AFTER_IMAGES => {
+                match decode_after_images(flags, &body, lodestore_core::limits::PAGE_SIZE_MAX) {
+                    Ok(write) => {
+                        self.seen.extend(write.pages.iter().map(|image| Seen {
+                            lsn: record.lsn,
+                            txn,
+                            page: Some(image.page),
+                        }));
+                        if write.eos {
+                            self.seen.push(Seen {
+                                lsn: record.lsn,
+                                txn,
+                                page: None,
+                            });
+                        }
+                    }
+                    Err(reason) => {
+                        self.damage.get_or_insert((record.lsn, reason));
+                    }
+                }
+            }
             (RecordBody::PageImage { page, .. }, Some(txn)) => self.seen.push(Seen {
                 lsn: record.lsn,
                 txn,
@@ -266,6 +411,13 @@ impl RestartPass for WplRestart {
         state: &mut State,
         report: &mut RestartReport,
     ) -> Result<Replayed> {
+        if let Some((lsn, reason)) = self.damage {
+            return Err(lodestore_core::Error::CorruptLog {
+                path: server.log_dir(),
+                offset: lsn.0,
+                reason: format!("after-image record: {reason}"),
+            });
+        }
         // The backward pass: the committed transactions list, and each page's newest image by
         // a transaction on it.
         let mut committed: BTreeMap<TxnId, Lsn> = BTreeMap::new();

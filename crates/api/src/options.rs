@@ -104,6 +104,7 @@ pub struct Options {
     /// Operations multi-level transactions can run from the log (compensations).
     pub(crate) operations: Arc<crate::multilevel::Operations>,
     pub(crate) multi_level_strategy: Option<crate::multilevel::Strategy>,
+    pub(crate) sphere_write_pages: usize,
 }
 
 impl Default for Options {
@@ -130,6 +131,7 @@ impl Default for Options {
             credentials: Default::default(),
             operations: Arc::default(),
             multi_level_strategy: None,
+            sphere_write_pages: 0,
         }
     }
 }
@@ -158,6 +160,7 @@ impl std::fmt::Debug for Options {
             .field("recovery_buffer_bytes", &self.recovery_buffer_bytes)
             .field("operations", &self.operations)
             .field("multi_level_strategy", &self.multi_level_strategy)
+            .field("sphere_write_pages", &self.sphere_write_pages)
             .finish_non_exhaustive()
     }
 }
@@ -205,6 +208,15 @@ impl Options {
     /// strategy it was last given ([`crate::multilevel::Strategy::S2Ps`] if it never was).
     pub fn multi_level_strategy(mut self, strategy: crate::multilevel::Strategy) -> Options {
         self.multi_level_strategy = Some(strategy);
+        self
+    }
+
+    /// With the `dbcache` recovery method: write a persistence sphere as soon as a
+    /// subtransaction's end makes it this many pages (appended, not forced), rather than all
+    /// at its transaction's end (Hasse & Weikum's remedy for spheres that grow too large). 0,
+    /// the default: at the end.
+    pub fn sphere_write_pages(mut self, pages: usize) -> Options {
+        self.sphere_write_pages = pages;
         self
     }
 
@@ -448,6 +460,7 @@ impl Options {
             log_streams: self.log_streams,
             restart_level: self.restart_level,
             multi_level_strategy: self.multi_level_strategy.map(|s| s.code()),
+            sphere_write_pages: self.sphere_write_pages,
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

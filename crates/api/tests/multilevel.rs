@@ -563,3 +563,42 @@ fn dbcache_refuses_snapshots() {
     };
     assert!(err.to_string().contains("dbcache"), "{err}");
 }
+
+/// The paper's remedy for large spheres: with `sphere_write_pages`, a sphere that reaches that
+/// many pages at a subtransaction's end is written then, and the transaction's end writes
+/// only what is left.
+#[test]
+fn dbcache_writes_a_sphere_early_once_it_reaches_the_limit() {
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(
+        Path::new("/ml"),
+        options(&fs, RecoveryMethodKind::Dbcache).sphere_write_pages(2),
+    )
+    .unwrap();
+    let oids = open_accounts(&store);
+    let mut session = store.session().unwrap();
+    let before = store.server_stats();
+    let mut txn = session.begin_multi_level_with(Strategy::S2Ps).unwrap();
+    // One page: below the limit, it waits. Two pages in one subtransaction: written at once.
+    txn.apply(&Add::field(oids[0], 0, 1)).unwrap();
+    assert_eq!(
+        store.server_stats().spheres_written_early,
+        before.spheres_written_early
+    );
+    txn.apply(&lodestore::multilevel::AddFields {
+        fields: vec![(oids[1], 0, 1), (oids[2], 0, -1)],
+    })
+    .unwrap();
+    let mid = store.server_stats();
+    assert_eq!(mid.spheres_written_early - before.spheres_written_early, 1);
+    assert_eq!(mid.after_images_written - before.after_images_written, 2);
+    txn.commit().unwrap();
+    let after = store.server_stats();
+    // The end writes the page left (account 0's).
+    assert_eq!(after.after_images_written - mid.after_images_written, 1);
+    let mut want = vec![OPENING; ACCOUNTS];
+    want[0] += 1;
+    want[1] += 1;
+    want[2] -= 1;
+    assert_eq!(balances(&store, &oids), want);
+}

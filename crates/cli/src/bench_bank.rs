@@ -59,6 +59,10 @@ pub struct BankArgs {
     /// Write every measurement to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Recovery method of the store (esm, redo, wpl, dbcache; a main-memory method refuses
+    /// subtransactions).
+    #[arg(long, default_value = "esm")]
+    pub method: lodestore::RecoveryMethodKind,
 }
 
 pub fn bank(args: &BankArgs) -> Result<ExitCode> {
@@ -78,7 +82,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
         // One store per run, every mode on it; the order rotates from run to run.
         let dir = path.join("bench-bank");
         remove_store(&dir)?;
-        let store = Store::create(&dir, Options::new())?;
+        let store = Store::create(&dir, Options::new().recovery_method(args.method))?;
         let oids = open_bank(&store, accounts)?;
         for turn in 0..MODES.len() {
             let m = (turn + run) % MODES.len();
@@ -120,7 +124,8 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
     let flat = median(measured[0].iter().map(|m| m.commits_per_s).collect());
     println!(
         "bank transfers between {accounts} accounts, {threads} threads, {seconds} s per mode on \
-         one store; medians of {runs} runs"
+         one store ({} recovery method); medians of {runs} runs",
+        args.method
     );
     let mut table = Table::new();
     table.set_header([

@@ -65,10 +65,15 @@ pub struct ComplexArgs {
     /// side); 0 reads the real disk alone (then mostly the operating system's cache).
     #[arg(long, default_value_t = 1.0, value_parser = latency_ms)]
     pub read_latency_ms: f64,
-    /// The recovery method beneath the strategies: wpl logs page after-images (the paper's
-    /// level-0 log), esm logs changed ranges.
+    /// The recovery method beneath the strategies: wpl logs page after-images as subtransactions
+    /// end, dbcache writes them at once per persistence sphere (the paper's level-0 log, with
+    /// S2/PS's deferred writes), esm logs changed ranges.
     #[arg(long, default_value = "wpl", value_parser = method)]
     pub method: RecoveryMethodKind,
+    /// With dbcache: write a persistence sphere as soon as it reaches this many pages (the
+    /// paper's remedy for large spheres); 0 writes each at its transaction's end.
+    #[arg(long, default_value_t = 0)]
+    pub sphere_write_pages: usize,
     /// Seed of the database and the transactions.
     #[arg(long, default_value_t = 1991)]
     pub seed: u64,
@@ -105,8 +110,9 @@ fn latency_ms(text: &str) -> std::result::Result<f64, String> {
 fn method(text: &str) -> std::result::Result<RecoveryMethodKind, String> {
     match text {
         "wpl" => Ok(RecoveryMethodKind::Wpl),
+        "dbcache" => Ok(RecoveryMethodKind::Dbcache),
         "esm" => Ok(RecoveryMethodKind::Esm),
-        _ => Err(format!("`{text}`: wpl or esm")),
+        _ => Err(format!("`{text}`: wpl, dbcache or esm")),
     }
 }
 
@@ -133,6 +139,7 @@ impl ComplexArgs {
             client_cache_bytes: self.client_cache_bytes,
             read_latency: Duration::from_secs_f64(self.read_latency_ms / 1e3),
             method: self.method,
+            sphere_write_pages: self.sphere_write_pages,
         }
     }
 
@@ -291,9 +298,9 @@ fn print_case(args: &ComplexArgs, case: &Case) {
         } else {
             "no emulated read latency".to_string()
         },
-        match args.method {
-            RecoveryMethodKind::Esm => "esm",
-            _ => "wpl",
+        match args.sphere_write_pages {
+            0 => args.method.name().to_string(),
+            n => format!("{} (spheres written past {n} pages)", args.method),
         },
         args.seconds,
         args.runs

@@ -1,7 +1,7 @@
 //! `lodestore torture`: a crash campaign with a progress bar and a summary.
 
 use indicatif::{ProgressBar, ProgressStyle};
-use lodestore::{Result, Scheme};
+use lodestore::{RecoveryMethodKind, Result, Scheme};
 use lodestore_torture::{CampaignOptions, RECOVERY_BUFFER_PAGES_DEFAULT};
 use std::process::ExitCode;
 
@@ -63,6 +63,10 @@ pub struct TortureArgs {
     /// backup goes in
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=4))]
     restart_level: u8,
+    /// With --multi-level under dbcache: write a persistence sphere once it reaches this many
+    /// pages, at a subtransaction's end (0: at its transaction's end).
+    #[arg(long, default_value_t = 0)]
+    sphere_write_pages: usize,
     /// Start at this crash point with a fresh store, instead of at 0 (a violation's
     /// reproduction gives it when the store was fresh there, which saves replaying the
     /// points before).
@@ -81,6 +85,13 @@ pub struct TortureArgs {
 
 pub fn run(args: &TortureArgs) -> Result<ExitCode> {
     let (method, multi_level) = crate::inspect::init_method(&args.method, args.multi_level)?;
+    if args.sphere_write_pages > 0
+        && (multi_level.is_none() || method != RecoveryMethodKind::Dbcache)
+    {
+        return Err(lodestore::Error::InvalidArgument(
+            "--sphere-write-pages applies to multi-level campaigns under dbcache".into(),
+        ));
+    }
     if multi_level.is_some() && (args.snapshots || args.collections) {
         return Err(lodestore::Error::InvalidArgument(
             "multi-level campaigns run bank transfers: --snapshots and --collections do not apply"
@@ -122,6 +133,7 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
         restart_level: lodestore::RestartLevel::from_number(args.restart_level)
             .expect("clap checks the range"),
         first_crash: args.from,
+        sphere_write_pages: args.sphere_write_pages,
         ..CampaignOptions::default()
     };
     let bar = ProgressBar::new(crashes - args.from);

@@ -110,6 +110,14 @@ impl Spheres {
         self.take(classes)
     }
 
+    /// Pages of the sphere `sub` is in (0 when none: written already, or nothing changed).
+    pub fn pages_of_sub(&self, sub: TxnId) -> usize {
+        self.class_of_sub
+            .get(&sub)
+            .and_then(|class| self.classes.get(class))
+            .map_or(0, |class| class.pages.len())
+    }
+
     /// Takes out every sphere (a checkpoint writes everything not yet logged).
     pub fn take_all(&mut self) -> Sphere {
         let classes = self.classes.keys().copied().collect();

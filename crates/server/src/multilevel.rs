@@ -169,6 +169,23 @@ impl Server {
         }
     }
 
+    /// Deferred page writes with `ServerOptions::sphere_write_pages`: the sphere of `sub`, just
+    /// ended, is written now (not forced) once it has grown to that many pages, so no
+    /// transaction's end has to write a sphere much larger (the paper's remedy).
+    pub(crate) fn write_large_sphere(&self, state: &mut State, sub: TxnId) -> Result<()> {
+        let limit = self.options().sphere_write_pages;
+        if limit == 0
+            || !self.method.defers_page_writes()
+            || state.multilevel.spheres.pages_of_sub(sub) < limit
+        {
+            return Ok(());
+        }
+        let sphere = state.multilevel.spheres.take_for_sub(sub);
+        self.method.write_sphere(self, state, sphere, None, None)?;
+        state.stats.spheres_written_early += 1;
+        Ok(())
+    }
+
     /// Deferred page writes, strategy S2: writes the sphere holding subtransaction `sub`'s
     /// changes (if no other write took it already) and returns the LSN to force the log to.
     pub(crate) fn write_sub_sphere(&self, sub: TxnId) -> Result<Lsn> {

@@ -81,6 +81,10 @@ pub struct ServerOptions {
     /// The multi-level strategy to record in the superblock (its code: 1 S1, 2 S2, 3 S2/PS);
     /// `None` keeps what the store has.
     pub multi_level_strategy: Option<u8>,
+    /// Deferred page writes (`dbcache`): a persistence sphere that reaches this many pages at
+    /// a subtransaction's end is written then, not forced (Hasse & Weikum's remedy for large
+    /// spheres); 0: spheres wait for their transaction's end.
+    pub sphere_write_pages: usize,
 }
 
 /// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
@@ -103,6 +107,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("log_streams", &self.log_streams)
             .field("restart_level", &self.restart_level)
             .field("multi_level_strategy", &self.multi_level_strategy)
+            .field("sphere_write_pages", &self.sphere_write_pages)
             .finish()
     }
 }
@@ -121,6 +126,7 @@ impl Default for ServerOptions {
             log_streams: 1,
             restart_level: crate::recovery::RestartLevel::default(),
             multi_level_strategy: None,
+            sphere_write_pages: 0,
         }
     }
 }
@@ -1703,11 +1709,16 @@ impl PageServer for Server {
                 },
             };
             self.method.committed(&mut state, txn, commit.lsn);
-            if let Some(parent) = state.txns.get(&txn).and_then(|t| t.parent) {
+            let parent = state.txns.get(&txn).and_then(|t| t.parent);
+            if let Some(parent) = parent {
                 Server::sub_committed(&mut state, txn, parent);
                 self.subs_appended().insert(txn);
             }
             self.finish(&mut state, txn, true)?;
+            if parent.is_some() {
+                // Ended, the subtransaction is named by a write of its sphere.
+                self.write_large_sphere(&mut state, txn)?;
+            }
             if self.checkpoint_due(&state) {
                 self.checkpoint_locked(&mut state)?;
             }

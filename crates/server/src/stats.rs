@@ -51,4 +51,7 @@ pub struct ServerStats {
     pub after_images_written: u64,
     #[serde(default)]
     pub spheres_forced_by_eviction: u64,
+    /// Spheres written at a subtransaction's end for reaching `sphere_write_pages`.
+    #[serde(default)]
+    pub spheres_written_early: u64,
 }

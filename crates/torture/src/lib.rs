@@ -74,6 +74,9 @@ pub struct CampaignOptions {
     /// Restart level of a differential logging method (recovery after each crash, and
     /// crashes during it, run at this level).
     pub restart_level: RestartLevel,
+    /// Multi-level campaigns under `dbcache`: spheres written at this many pages (0: at their
+    /// transactions' ends).
+    pub sphere_write_pages: usize,
 }
 
 impl Default for CampaignOptions {
@@ -93,6 +96,7 @@ impl Default for CampaignOptions {
             collections: false,
             log_streams: 1,
             restart_level: RestartLevel::default(),
+            sphere_write_pages: 0,
         }
     }
 }

@@ -99,6 +99,7 @@ fn options_for(
         options.recovery_buffer_bytes,
     )
     .multi_level_strategy(strategy)
+    .sphere_write_pages(options.sphere_write_pages)
     // Steps run one at a time: a lock wait would wait for nobody.
     .lock_wait_timeout(Duration::ZERO)
     // Deferred page writes: a pool smaller than the store, so pages of spheres leave it and
@@ -368,14 +369,18 @@ fn violation(
         fault: fault.map_or("none", |f| f.name()).to_string(),
         message,
         reproduce: format!(
-            "lodestore torture --multi-level {} --method {} --scheme {} --sessions {} --seed {} --crashes {}{}",
+            "lodestore torture --multi-level {} --method {} --scheme {} --sessions {} --seed {} --crashes {}{}{}",
             strategy.name(),
             options.method.name(),
             options.scheme.name(),
             options.sessions,
             options.seed,
             crash + 1,
-            options.every.map_or(String::new(), |n| format!(" --every {n}"))
+            options.every.map_or(String::new(), |n| format!(" --every {n}")),
+            match options.sphere_write_pages {
+                0 => String::new(),
+                n => format!(" --sphere-write-pages {n}"),
+            }
         ),
     }
 }

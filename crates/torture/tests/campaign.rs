@@ -365,6 +365,31 @@ fn crash_campaign_multi_level_strategies() {
     }
 }
 
+/// The database-cache method writing spheres early (at two pages): writes at subtransactions'
+/// ends, not forced, beside the transactions' own.
+#[test]
+fn crash_campaign_multi_level_early_sphere_writes() {
+    use lodestore::multilevel::Strategy;
+    let options = CampaignOptions {
+        method: RecoveryMethodKind::Dbcache,
+        sessions: 3,
+        crashes: 1500,
+        seed: 12,
+        media_faults: false,
+        sphere_write_pages: 2,
+        ..CampaignOptions::default()
+    };
+    let report = lodestore_torture::multilevel::run(&options, Strategy::S2Ps, |_| {});
+    for violation in &report.violations {
+        eprintln!(
+            "violation at crash {} ({}): {}\n  reproduce: {}",
+            violation.crash, violation.fault, violation.message, violation.reproduce
+        );
+    }
+    assert!(report.passed(), "early sphere writes: violations");
+    assert!(report.commits_in_flight > 0, "{report:?}");
+}
+
 /// Multi-level transactions crashed at every one of the first 150 I/Os of a workload, three
 /// times on each store, esm, wpl and dbcache.
 #[test]

@@ -100,6 +100,9 @@ pub struct Machine {
     /// The recovery method beneath the strategies (the level-0 log).
     #[serde(skip)]
     pub method: RecoveryMethodKind,
+    /// `dbcache`: a sphere reaching this many pages at a subtransaction's end is written then
+    /// (0: at its transaction's end).
+    pub sphere_write_pages: usize,
 }
 
 /// One complex object as the driver knows it (the store holds the same in its header).
@@ -178,6 +181,7 @@ fn options(machine: &Machine, fs: Arc<dyn FileSystem>) -> Options {
     Options::new()
         .page_size(4096)
         .recovery_method(machine.method)
+        .sphere_write_pages(machine.sphere_write_pages)
         .server_pool_bytes(machine.server_pool_bytes)
         .client_cache_bytes(machine.client_cache_bytes)
         .file_system(fs)

@@ -142,9 +142,25 @@ impl BufferPool {
     /// bytes still in `frame_bytes(victim)` until `fill` is called. `None` when every frame
     /// holds a pinned page.
     pub fn reserve(&mut self, page: PageId) -> Option<(FrameId, Option<Victim>)> {
+        self.reserve_avoiding(page, |_| false)
+    }
+
+    /// [`BufferPool::reserve`], choosing a victim among the pages `avoid` refuses only when
+    /// every other frame is pinned or refused too (pages whose eviction costs a forced write).
+    pub fn reserve_avoiding(
+        &mut self,
+        page: PageId,
+        avoid: impl Fn(PageId) -> bool,
+    ) -> Option<(FrameId, Option<Victim>)> {
         debug_assert!(!self.contains(page));
         let states = &self.states;
-        let assigned = self.frames.assign(page, |frame, _| !states[frame].pinned)?;
+        let assigned = match self
+            .frames
+            .assign(page, |frame, p| !states[frame].pinned && !avoid(p))
+        {
+            Some(assigned) => assigned,
+            None => self.frames.assign(page, |frame, _| !states[frame].pinned)?,
+        };
         if assigned.frame == self.states.len() {
             self.states.push(FrameState::default());
         }

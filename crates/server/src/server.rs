@@ -812,7 +812,16 @@ impl Server {
                 state.pool.capacity(),
             ));
         }
-        let Some((frame, victim)) = state.pool.reserve(page) else {
+        // Deferred page writes: pages not yet logged leave last, as each forces a log write.
+        let reserved = if self.method.defers_page_writes() {
+            let spheres = &state.multilevel.spheres;
+            state
+                .pool
+                .reserve_avoiding(page, |p| spheres.is_unlogged(p))
+        } else {
+            state.pool.reserve(page)
+        };
+        let Some((frame, victim)) = reserved else {
             return Err(Error::InvalidArgument(format!(
                 "the server pool of {} pages holds only pages changed by running transactions \
                  and not yet logged ({} recovery method): no frame for page {page}; open the \
@@ -830,15 +839,16 @@ impl Server {
                 // bytes are still in the frame.
                 let sphere = state.multilevel.spheres.take_for_page(victim.page);
                 let bytes = state.pool.frame_bytes(frame).to_vec();
-                let eos = self.method.write_sphere(
-                    self,
-                    state,
-                    sphere,
-                    None,
-                    Some((victim.page, &bytes)),
-                )?;
+                let written = self
+                    .method
+                    .write_sphere(self, state, sphere, None, Some((victim.page, &bytes)))
+                    .and_then(|eos| self.log.flush(eos));
+                if let Err(e) = written {
+                    // The victim's bytes are nowhere else now: nothing more is served.
+                    state.failed = Some(e.to_string());
+                    return Err(e);
+                }
                 state.stats.spheres_forced_by_eviction += 1;
-                self.log.flush(eos)?;
                 debug_assert!(!victim.dirty, "a page not yet logged is never dirty");
             }
             if victim.dirty {

@@ -16,15 +16,24 @@
 use lodestore::{RecoveryMethodKind, Scheme};
 use lodestore_torture::{run, CampaignOptions, CampaignReport};
 
-fn campaign(options: CampaignOptions) -> CampaignReport {
-    let report = run(&options, |_| {});
+/// Prints each violation with the command that replays it, then fails if there was one.
+fn assert_no_violations(report: &CampaignReport, what: &str) {
     for violation in &report.violations {
         eprintln!(
             "violation at crash {} ({}): {}\n  reproduce: {}",
             violation.crash, violation.fault, violation.message, violation.reproduce
         );
     }
-    assert!(report.passed(), "{} violations", report.violations.len());
+    assert!(
+        report.passed(),
+        "{what}: {} violations",
+        report.violations.len()
+    );
+}
+
+fn campaign(options: CampaignOptions) -> CampaignReport {
+    let report = run(&options, |_| {});
+    assert_no_violations(&report, "campaign");
     assert_eq!(report.crashes, options.crashes);
     // The campaign must really exercise what it claims to.
     assert!(
@@ -350,13 +359,7 @@ fn crash_campaign_multi_level_strategies() {
             ..CampaignOptions::default()
         };
         let report = lodestore_torture::multilevel::run(&options, strategy, |_| {});
-        for violation in &report.violations {
-            eprintln!(
-                "violation at crash {} ({}): {}\n  reproduce: {}",
-                violation.crash, violation.fault, violation.message, violation.reproduce
-            );
-        }
-        assert!(report.passed(), "{method} {strategy}: violations");
+        assert_no_violations(&report, &format!("{method} {strategy}"));
         assert_eq!(report.crashes, options.crashes);
         assert!(report.commits_acknowledged > options.crashes, "{report:?}");
         assert!(report.aborts > 0, "{report:?}");
@@ -380,13 +383,7 @@ fn crash_campaign_multi_level_early_sphere_writes() {
         ..CampaignOptions::default()
     };
     let report = lodestore_torture::multilevel::run(&options, Strategy::S2Ps, |_| {});
-    for violation in &report.violations {
-        eprintln!(
-            "violation at crash {} ({}): {}\n  reproduce: {}",
-            violation.crash, violation.fault, violation.message, violation.reproduce
-        );
-    }
-    assert!(report.passed(), "early sphere writes: violations");
+    assert_no_violations(&report, "early sphere writes");
     assert!(report.commits_in_flight > 0, "{report:?}");
 }
 
@@ -411,13 +408,7 @@ fn crash_campaign_multi_level_at_every_io() {
                 ..CampaignOptions::default()
             };
             let report = lodestore_torture::multilevel::run(&options, Strategy::S2Ps, |_| {});
-            for violation in &report.violations {
-                eprintln!(
-                    "violation at crash {} ({}): {}\n  reproduce: {}",
-                    violation.crash, violation.fault, violation.message, violation.reproduce
-                );
-            }
-            assert!(report.passed(), "{method} at I/O {every}: violations");
+            assert_no_violations(&report, &format!("{method} at I/O {every}"));
         }
     }
 }

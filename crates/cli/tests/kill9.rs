@@ -51,16 +51,18 @@ fn check_exit_code(store: &Path) -> Option<i32> {
     out.status.code()
 }
 
-fn recover(store: &Path) {
-    let out = lodestore()
-        .args(["recover", store.to_str().unwrap()])
-        .output()
-        .unwrap();
+/// Runs `lodestore ARGS` and requires it to succeed.
+fn succeed(args: &[&str]) {
+    let out = lodestore().args(args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+fn recover(store: &Path) {
+    succeed(&["recover", store.to_str().unwrap()]);
 }
 
 #[test]
@@ -80,15 +82,7 @@ fn kill_minus_nine_twenty_times_loses_no_acknowledged_transfer() {
 fn kill_minus_nine_of_multi_level_transfers_on_the_database_cache_loses_none() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("bank");
-    let out = lodestore()
-        .args(["init", store.to_str().unwrap(), "--method", "s2ps"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeed(&["init", store.to_str().unwrap(), "--method", "s2ps"]);
     kill_rounds(dir.path(), 8, &["--semantic"], 22);
     recover(&store);
     assert_eq!(check_exit_code(&store), Some(0));

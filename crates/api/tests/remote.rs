@@ -163,3 +163,51 @@ fn multi_level_transactions_run_over_the_network_and_a_client_that_leaves_is_com
     txn.commit().unwrap();
     assert_eq!(value(c1), 42);
 }
+
+/// Strategy S2/PS over the network: a subtransaction's end ships its pages, appends its commit
+/// and releases its page locks in one request without forcing the log; only the transaction's
+/// end is forced. S2 forces every subtransaction's end as well.
+#[test]
+fn s2ps_over_the_network_forces_only_the_end_of_the_transaction() {
+    use lodestore::multilevel::{Add, Strategy};
+    use lodestore::RawOid;
+    use std::time::Duration;
+    let served = common::Served::new(Options::new().lock_wait_timeout(Duration::from_millis(500)));
+    let (a, b) = (
+        Store::connect(&served.address, Options::new()).unwrap(),
+        Store::connect(&served.address, Options::new()).unwrap(),
+    );
+    let counters: Vec<RawOid> = a
+        .session()
+        .unwrap()
+        .transact(|txn| (0..3).map(|_| txn.alloc_zeroed(5, 64)).collect())
+        .unwrap();
+    let (mut s1, mut s2) = (a.session().unwrap(), b.session().unwrap());
+    let flushes = || served.store.log_stats().flushes;
+    for (strategy, want) in [(Strategy::S2Ps, 1), (Strategy::S2, 4)] {
+        let before = flushes();
+        let mut txn = s1.begin_multi_level_with(strategy).unwrap();
+        for &counter in &counters {
+            txn.apply(&Add::field(counter, 0, 1)).unwrap();
+        }
+        // The subtransactions' page locks are gone: another client's increment of a counter
+        // on the same page goes through while this transaction is open (a wait would time
+        // out after 500 ms).
+        let mut other = s2.begin_multi_level_with(strategy).unwrap();
+        other.apply(&Add::field(counters[0], 0, 10)).unwrap();
+        other.commit().unwrap();
+        let other_flushes = if strategy == Strategy::S2 { 2 } else { 1 };
+        txn.commit().unwrap();
+        assert_eq!(flushes() - before, want + other_flushes, "{strategy:?}");
+    }
+    let mut session = served.store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let value = |txn: &mut lodestore::Transaction<'_>, oid: RawOid| {
+        let mut bytes = [0u8; 8];
+        txn.read_at(oid, 0, &mut bytes).unwrap();
+        i64::from_le_bytes(bytes)
+    };
+    assert_eq!(value(&mut txn, counters[0]), 22);
+    assert_eq!(value(&mut txn, counters[1]), 2);
+    assert_eq!(value(&mut txn, counters[2]), 2);
+}

@@ -321,14 +321,9 @@ impl ClientSession {
     /// durable (strategy S2/PS of multi-level transactions: the parent's forced commit makes
     /// it durable, and everything before it in the log). Returns the commit's LSN.
     pub fn commit_sub_unforced(&mut self) -> Result<Lsn> {
-        let lsn = self.commit_deferred()?;
-        if let Some(pending) = self.pending.take() {
-            if let Err(e) = self.server.release_after_append(pending.id, pending.commit) {
-                for page in pending.written {
-                    self.cache.drop_page(page);
-                }
-                return Err(e);
-            }
+        let lsn = self.commit_appended(true)?;
+        // Its locks are gone with the commit request: nothing left to wait for.
+        if self.pending.take().is_some() {
             self.stats.commits += 1;
         }
         Ok(lsn)
@@ -343,6 +338,12 @@ impl ClientSession {
     /// transaction's locks stay held until [`Self::wait_commit`] (which the next `begin` calls
     /// when the caller did not). Returns the commit's LSN.
     pub fn commit_deferred(&mut self) -> Result<Lsn> {
+        self.commit_appended(false)
+    }
+
+    /// [`Self::commit_deferred`]; with `unforced`, the commit request also releases the
+    /// transaction's locks (see [`Self::commit_sub_unforced`]).
+    fn commit_appended(&mut self, unforced: bool) -> Result<Lsn> {
         let poisoned = self.txn.as_ref().and_then(|t| t.poisoned.clone());
         if let Some(reason) = poisoned {
             self.abort()?;
@@ -395,7 +396,7 @@ impl ClientSession {
             self.abort()?;
             return Err(e);
         }
-        let committed = self.ship_and_commit(id, &dirty[last_batch..]);
+        let committed = self.ship_and_commit(id, &dirty[last_batch..], unforced);
         lap(&mut phases.write);
         match committed {
             Ok(commit) => {
@@ -435,11 +436,20 @@ impl ClientSession {
     }
 
     /// Ships `pages` with the commit request and stamps their cached copies; the commit is
-    /// appended, not yet known durable.
-    fn ship_and_commit(&mut self, id: TxnId, pages: &[PageId]) -> Result<AppendedCommit> {
+    /// appended, not yet known durable (and with `unforced`, the locks are released).
+    fn ship_and_commit(
+        &mut self,
+        id: TxnId,
+        pages: &[PageId],
+        unforced: bool,
+    ) -> Result<AppendedCommit> {
         let (frames, images) = self.images(pages)?;
         let imaged = images.iter().filter(|p| !p.image.is_empty()).count();
-        let (lsns, commit) = self.server.ship_and_commit_deferred(id, &images)?;
+        let (lsns, commit) = if unforced {
+            self.server.ship_and_commit_unforced(id, &images)?
+        } else {
+            self.server.ship_and_commit_deferred(id, &images)?
+        };
         self.stamp(frames, lsns)?;
         self.stats.pages_shipped += imaged as u64;
         Ok(commit)

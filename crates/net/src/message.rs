@@ -58,6 +58,13 @@ pub enum Request {
         txn: u64,
         pages: Vec<WirePage>,
     },
+    /// A subtransaction's last pages and its commit, appended but not forced, and its locks
+    /// released: a later forced commit makes it durable (strategy S2/PS of multi-level
+    /// transactions; `PageServer::ship_and_commit_unforced`).
+    ShipAndCommitUnforced {
+        txn: u64,
+        pages: Vec<WirePage>,
+    },
     Abort {
         txn: u64,
     },
@@ -122,6 +129,7 @@ impl Request {
             Request::ShipDirtyPages { .. } => "ship-dirty-pages",
             Request::Commit { .. } => "commit",
             Request::ShipAndCommit { .. } => "ship-and-commit",
+            Request::ShipAndCommitUnforced { .. } => "ship-and-commit-unforced",
             Request::Abort { .. } => "abort",
             Request::Stats => "stats",
             Request::Checkpoint => "checkpoint",
@@ -142,7 +150,9 @@ impl Request {
         match self {
             Request::Lock { mode, .. } => *mode != WireLockMode::Shared,
             Request::NoteOperation { .. } => true,
-            Request::ShipAndCommit { pages, .. } => !pages.is_empty(),
+            Request::ShipAndCommit { pages, .. } | Request::ShipAndCommitUnforced { pages, .. } => {
+                !pages.is_empty()
+            }
             Request::FindSpace { .. }
             | Request::AllocatePages { .. }
             | Request::ReservePages { .. }

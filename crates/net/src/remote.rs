@@ -11,9 +11,9 @@ use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
 use lodestore_server::versions::Snapshot;
 use lodestore_server::{
-    validate_client_page, Accepted, LockMode, LockStats, LockTarget, Lookup, OperationNote,
-    PageServer, RestartReport, ServerStats, ShippedPage, ShippedRecords, SnapshotHistory,
-    SnapshotNews, TxnKind,
+    validate_client_page, Accepted, AppendedCommit, LockMode, LockStats, LockTarget, Lookup,
+    OperationNote, PageServer, RestartReport, ServerStats, ShippedPage, ShippedRecords,
+    SnapshotHistory, SnapshotNews, TxnKind,
 };
 use lodestore_storage::large::Extent;
 use lodestore_storage::page;
@@ -84,6 +84,44 @@ struct Conn {
 }
 
 impl RemotePageServer {
+    /// Ships `pages` of `txn`, all but the last frame's worth ahead, the rest with the commit
+    /// request: forced (`ShipAndCommit`) or, for a subtransaction, left unforced with its locks
+    /// released (`ShipAndCommitUnforced`). Returns the pages' LSNs and the commit's.
+    fn ship_with_commit(
+        &self,
+        txn: TxnId,
+        pages: &[ShippedPage<'_>],
+        unforced: bool,
+    ) -> Result<(Vec<Lsn>, Lsn)> {
+        let per_frame = self.pages_per_frame();
+        let split = pages.len().saturating_sub(per_frame);
+        let mut lsns = if split > 0 {
+            self.ship_dirty_pages(txn, &pages[..split])?
+        } else {
+            Vec::new()
+        };
+        let (request, name) = if unforced {
+            let request = Request::ShipAndCommitUnforced {
+                txn: txn.0,
+                pages: Self::wire_pages(&pages[split..]),
+            };
+            (request, "ship-and-commit-unforced")
+        } else {
+            let request = Request::ShipAndCommit {
+                txn: txn.0,
+                pages: Self::wire_pages(&pages[split..]),
+            };
+            (request, "ship-and-commit")
+        };
+        match self.call(&request)? {
+            Response::Committed { pages, commit } => {
+                lsns.extend(pages.into_iter().map(Lsn));
+                Ok((lsns, Lsn(commit)))
+            }
+            other => Err(self.unexpected(name, &other)),
+        }
+    }
+
     /// Ships a batch of log records, given as each record's wire key, offset and length and
     /// the bytes of all of them (`strings` byte strings per record), in as many frames as
     /// the limit asks; `request` makes a frame's request of its records and bytes.
@@ -758,24 +796,21 @@ impl PageServer for RemotePageServer {
     }
 
     fn ship_and_commit(&self, txn: TxnId, pages: &[ShippedPage<'_>]) -> Result<(Vec<Lsn>, Lsn)> {
-        let per_frame = self.pages_per_frame();
-        let split = pages.len().saturating_sub(per_frame);
-        let mut lsns = if split > 0 {
-            self.ship_dirty_pages(txn, &pages[..split])?
-        } else {
-            Vec::new()
+        self.ship_with_commit(txn, pages, false)
+    }
+
+    fn ship_and_commit_unforced(
+        &self,
+        sub: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
+        let (lsns, lsn) = self.ship_with_commit(sub, pages, true)?;
+        let commit = AppendedCommit {
+            lsn,
+            durable: false,
+            stream: 0,
         };
-        let request = Request::ShipAndCommit {
-            txn: txn.0,
-            pages: Self::wire_pages(&pages[split..]),
-        };
-        match self.call(&request)? {
-            Response::Committed { pages, commit } => {
-                lsns.extend(pages.into_iter().map(Lsn));
-                Ok((lsns, Lsn(commit)))
-            }
-            other => Err(self.unexpected("ship-and-commit", &other)),
-        }
+        Ok((lsns, commit))
     }
 
     fn abort(&self, txn: TxnId) -> Result<()> {

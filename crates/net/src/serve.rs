@@ -564,6 +564,16 @@ impl Connection {
                     commit: commit.0,
                 }
             }
+            Request::ShipAndCommitUnforced { txn, pages } => {
+                let id = self.own(txn)?;
+                let shipped = self.shipped(&pages)?;
+                let (lsns, commit) = server.ship_and_commit_unforced(id, &shipped)?;
+                self.txns.remove(&txn);
+                Response::Committed {
+                    pages: lsns.iter().map(|l: &Lsn| l.0).collect(),
+                    commit: commit.lsn.0,
+                }
+            }
             Request::Abort { txn } => {
                 let result = server.abort(self.own(txn)?);
                 self.txns.remove(&txn);

@@ -255,6 +255,20 @@ pub trait PageServer: Send + Sync {
         self.wait_durable(sub, commit)
     }
 
+    /// Ships the last dirty pages of subtransaction `sub`, appends its commit and releases its
+    /// locks, without waiting for the commit to be durable: `ship_and_commit_deferred`
+    /// followed by `release_after_append`, which a server across a network does in one
+    /// request.
+    fn ship_and_commit_unforced(
+        &self,
+        sub: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
+        let (lsns, commit) = self.ship_and_commit_deferred(sub, pages)?;
+        self.release_after_append(sub, commit)?;
+        Ok((lsns, commit))
+    }
+
     /// Notes what subtransaction `sub` logs at level 1 when it commits (see
     /// [`OperationNote`]). A server that runs flat transactions only refuses.
     fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {

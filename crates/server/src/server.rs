@@ -1799,6 +1799,28 @@ impl PageServer for Server {
         self.release_sub(sub)
     }
 
+    fn ship_and_commit_unforced(
+        &self,
+        sub: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
+        // Checked before anything is appended: a flat transaction's locks may only go once its
+        // commit is durable, or others would read what a crash could still take back.
+        match self.lock_state().txns.get(&sub) {
+            None => return Err(inactive(sub)),
+            Some(own) if own.parent.is_none() => {
+                return Err(Error::InvalidArgument(format!(
+                    "transaction {sub} is not a subtransaction: only a subtransaction's commit \
+                     may be left unforced"
+                )))
+            }
+            Some(_) => {}
+        }
+        let (lsns, commit) = self.ship_and_commit_deferred(sub, pages)?;
+        self.release_after_append(sub, commit)?;
+        Ok((lsns, commit))
+    }
+
     fn abort(&self, txn: TxnId) -> Result<()> {
         let result = {
             let mut state = self.usable_state()?;

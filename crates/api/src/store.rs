@@ -219,6 +219,11 @@ impl Store {
         options.validate()?;
         let control =
             RemotePageServer::connect_secured(address, "lodestore control", &options.credentials)?;
+        if control.welcome().recovery_method == lodestore_net::archive::ARCHIVE_NODE_METHOD {
+            return Err(lodestore_core::Error::InvalidArgument(format!(
+                "{address} is a snapshot archive node, not a store"
+            )));
+        }
         pool_pages(
             "client cache",
             options.client_cache_bytes,

@@ -252,6 +252,11 @@ pub(crate) enum Command {
     /// protocol is disconnected with the reason logged, and the transactions of a closed
     /// connection roll back. Set LODESTORE_LOG=info to see connections come and go.
     Serve(serve::ServeArgs),
+    /// Run a snapshot archive node on --listen until interrupted: it keeps the page copies stores
+    /// archive there (`Options::snapshot_archive` with `ArchiveNodes`, several nodes and a
+    /// replication factor) in one checksummed file in DIR, with the same tokens, TLS and
+    /// limits as `serve`.
+    ArchiveServe(serve::ArchiveServeArgs),
     /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
     /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
     /// the Hosking experiments (OO1 lookup, traversal, update at p = 0 to 1, long-running
@@ -478,7 +483,10 @@ fn main() -> ExitCode {
         .init();
     let talks_over_sockets = matches!(
         cli.command,
-        Command::Serve(_) | Command::Stress { .. } | Command::Bench { .. }
+        Command::Serve(_)
+            | Command::ArchiveServe(_)
+            | Command::Stress { .. }
+            | Command::Bench { .. }
     );
     if !talks_over_sockets
         || matches!(
@@ -585,6 +593,7 @@ fn main() -> ExitCode {
             },
         ),
         Command::Serve(args) => serve::run(&args),
+        Command::ArchiveServe(args) => serve::run_archive(&args),
         Command::Certs { dir, names } => security::certs(&dir, &names),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),

@@ -1,7 +1,7 @@
 //! `lodestore serve`: an embedded store served to remote clients until SIGINT or SIGTERM.
 
 use lodestore::{limits, Access, ServeLimits, ServerAuth, TlsServer, Token};
-use lodestore::{Error, Options, RecoveryMethodKind, Result, Store};
+use lodestore::{Archive, Error, Options, RecoveryMethodKind, Result, Store};
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -28,6 +28,30 @@ pub struct ServeArgs {
     /// another method is recovered with its old one first.
     #[arg(long)]
     method: Option<String>,
+    #[command(flatten)]
+    network: NetworkArgs,
+}
+
+/// Arguments of `lodestore archive-serve`.
+#[derive(clap::Args, Debug)]
+pub struct ArchiveServeArgs {
+    /// Folder of the node's archive (created if missing): one file of checksummed page copies.
+    dir: PathBuf,
+    /// Address to listen on, host:port (port 0 picks a free one; the chosen address is printed
+    /// on the first line of standard output).
+    #[arg(long, default_value = "127.0.0.1:7448")]
+    listen: String,
+    /// Size of the pages the archive holds, the size of the stores that archive here (a
+    /// node's archive keeps the size it was created with).
+    #[arg(long, default_value_t = 8192, value_parser = crate::args::page_size)]
+    page_size: usize,
+    #[command(flatten)]
+    network: NetworkArgs,
+}
+
+/// What any server of the command line takes: limits, tokens and TLS.
+#[derive(clap::Args, Debug)]
+pub struct NetworkArgs {
     /// Connections served at once; at the limit the one idle longest without a transaction
     /// is closed to make room.
     #[arg(long, default_value_t = limits::MAX_CONNECTIONS, value_parser = connections)]
@@ -53,7 +77,7 @@ pub struct ServeArgs {
     #[arg(long)]
     read_only_token_file: Option<PathBuf>,
     /// Serve without authentication on an address other than loopback: anyone who can reach
-    /// it can read and change the whole store.
+    /// it can read and change everything served.
     #[arg(long)]
     insecure_no_auth: bool,
     /// Serve TLS with the certificate (chain) in this PEM file (with --tls-key; `certs` makes
@@ -92,7 +116,7 @@ fn connections(text: &str) -> std::result::Result<usize, String> {
 /// Most connections an operator may allow (each has a thread and a few descriptors).
 const MAX_CONNECTIONS_LIMIT: usize = 65_536;
 
-impl ServeArgs {
+impl NetworkArgs {
     /// The tokens clients must prove they hold, and the server's TLS.
     fn auth(&self) -> Result<ServerAuth> {
         let mut auth = ServerAuth::none();
@@ -128,6 +152,79 @@ impl ServeArgs {
     }
 }
 
+impl NetworkArgs {
+    /// Binds `listen` and builds the server's authentication, refusing to serve `what`
+    /// without authentication beyond loopback unless told to, and warning of what crosses
+    /// the network in the clear.
+    fn bind(&self, listen: &str, what: &str) -> Result<(TcpListener, ServerAuth)> {
+        let auth = self.auth()?;
+        let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
+        let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
+        if !auth.authenticates_clients() {
+            if !loopback && !self.insecure_no_auth {
+                return Err(Error::InvalidArgument(format!(
+                    "{listen} is not a loopback address and neither --token-file nor \
+                     --tls-client-ca was given: anyone who can reach it could read and change \
+                     {what} (give --insecure-no-auth to serve it so anyway)"
+                )));
+            }
+            eprintln!(
+                "WARNING: serving without authentication: anyone who can connect to {listen} \
+                 can read and change {what} (give --token-file to require a token, or \
+                 --tls-client-ca to require a client certificate)"
+            );
+        }
+        if auth.tls().is_none() && !loopback {
+            eprintln!(
+                "WARNING: serving without TLS on {listen}: pages cross the network in the clear \
+                 (give --tls-cert and --tls-key to encrypt them)"
+            );
+        }
+        Ok((listener, auth))
+    }
+}
+
+/// Prints where `listener` listens on the first line of standard output (port 0 picks one;
+/// scripts and tests read it), and returns a flag SIGINT and SIGTERM set.
+fn announce(listener: &TcpListener, listen: &str) -> Result<Arc<AtomicBool>> {
+    let local = listener
+        .local_addr()
+        .map_err(|e| Error::io(listen, "listen", e))?;
+    println!("listening on {local}");
+    std::io::stdout().flush().ok();
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_flag(signal, stop.clone());
+    }
+    Ok(stop)
+}
+
+/// `lodestore archive-serve`: an archive node until SIGINT or SIGTERM.
+pub fn run_archive(args: &ArchiveServeArgs) -> Result<ExitCode> {
+    let fs: Arc<dyn lodestore::FileSystem> = Arc::new(lodestore::RealFileSystem);
+    fs.create_dir_all(&args.dir)?;
+    let archive = lodestore::LocalArchive::open(fs, &args.dir.join("archive"), args.page_size)?;
+    let (listener, auth) = args
+        .network
+        .bind(&args.listen, "every page copy it holds")?;
+    let stop = announce(&listener, &args.listen)?;
+    eprintln!(
+        "archive node for pages of {} bytes, holding {} bytes",
+        args.page_size,
+        archive.bytes()
+    );
+    let still_open = lodestore::serve_archive(
+        Arc::new(archive),
+        args.page_size,
+        listener,
+        stop,
+        args.network.limits(),
+        auth,
+    )?;
+    eprintln!("stopped ({still_open} connections did not end in time)");
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     let (path, listen) = (args.path.as_path(), args.listen.as_str());
     let mut options = Options::new();
@@ -141,42 +238,11 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
     }
-    let auth = args.auth()?;
-    let listener = TcpListener::bind(listen).map_err(|e| Error::io(listen, "listen", e))?;
-    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
-    if !auth.authenticates_clients() {
-        if !loopback && !args.insecure_no_auth {
-            return Err(Error::InvalidArgument(format!(
-                "{listen} is not a loopback address and neither --token-file nor \
-                 --tls-client-ca was given: anyone who can reach it could read and change the \
-                 whole store (give --insecure-no-auth to serve it so anyway)"
-            )));
-        }
-        eprintln!(
-            "WARNING: serving without authentication: anyone who can connect to {listen} can \
-             read and change the whole store (give --token-file to require a token, or \
-             --tls-client-ca to require a client certificate)"
-        );
-    }
-    if auth.tls().is_none() && !loopback {
-        eprintln!(
-            "WARNING: serving without TLS on {listen}: pages and log records cross the network \
-             in the clear (give --tls-cert and --tls-key to encrypt them)"
-        );
-    }
+    let (listener, auth) = args.network.bind(listen, "the whole store")?;
     let store = Store::open_or_create(path, options)?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| Error::io(listen, "listen", e))?;
-    // The first line tells scripts and tests where the server listens (port 0 picks one).
-    println!("listening on {local}");
+    let stop = announce(&listener, listen)?;
     eprintln!("recovery method {}", store.recovery_method());
-    std::io::stdout().flush().ok();
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        signal_flag(signal, stop.clone());
-    }
-    let still_open = store.serve_with(listener, stop, args.limits(), auth)?;
+    let still_open = store.serve_with(listener, stop, args.network.limits(), auth)?;
     if let Err(e) = store.close() {
         eprintln!("closing the store failed: {e}");
     }

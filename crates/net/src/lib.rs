@@ -3,6 +3,7 @@
 //! clients; and `RemotePageServer`, the client's end, which the client cache uses exactly as it
 //! uses the in-process server.
 
+pub mod archive;
 pub mod auth;
 pub mod budget;
 mod deadline;
@@ -15,6 +16,7 @@ pub mod remote;
 pub mod serve;
 pub mod tls;
 
+pub use archive::{serve_archive, ArchiveNodes};
 pub use limits::{ServeLimits, MAX_CONNECTIONS};
 pub use remote::RemotePageServer;
 pub use serve::{serve, serve_with, serve_with_limits};

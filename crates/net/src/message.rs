@@ -110,6 +110,34 @@ pub enum Request {
         txn: u64,
         note: WireOperationNote,
     },
+    /// Archive node: keep these page copies; answered once they are durable.
+    ArchivePut {
+        copies: Vec<WireCopy>,
+    },
+    /// Archive node: the oldest copy of `page` at or after `time_us`.
+    ArchiveGet {
+        page: u32,
+        time_us: u64,
+    },
+    /// Archive node: the newest time held for `page`.
+    ArchiveGetTs {
+        page: u32,
+    },
+    /// Archive node: forget these copies (page, time).
+    ArchiveRemove {
+        copies: Vec<(u32, u64)>,
+    },
+    /// Archive node: the bytes it holds.
+    ArchiveBytes,
+}
+
+/// A page copy on its way to an archive node, or back from one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireCopy {
+    pub page: u32,
+    pub time_us: u64,
+    #[serde(with = "serde_bytes")]
+    pub image: Vec<u8>,
 }
 
 impl Request {
@@ -140,6 +168,11 @@ impl Request {
             Request::ReservePages { .. } => "reserve-pages",
             Request::TakeReserved { .. } => "take-reserved",
             Request::ReleaseReservation { .. } => "release-reservation",
+            Request::ArchivePut { .. } => "archive-put",
+            Request::ArchiveGet { .. } => "archive-get",
+            Request::ArchiveGetTs { .. } => "archive-get-ts",
+            Request::ArchiveRemove { .. } => "archive-remove",
+            Request::ArchiveBytes => "archive-bytes",
         }
     }
 }
@@ -163,7 +196,9 @@ impl Request {
             | Request::ShipDirtyPages { .. }
             | Request::Checkpoint
             | Request::TakeSnapshot
-            | Request::DeleteSnapshots { .. } => true,
+            | Request::DeleteSnapshots { .. }
+            | Request::ArchivePut { .. }
+            | Request::ArchiveRemove { .. } => true,
             Request::Hello { .. }
             | Request::Prove { .. }
             | Request::Begin { .. }
@@ -172,7 +207,10 @@ impl Request {
             | Request::Abort { .. }
             | Request::Stats
             | Request::Snapshots
-            | Request::SnapshotNews { .. } => false,
+            | Request::SnapshotNews { .. }
+            | Request::ArchiveGet { .. }
+            | Request::ArchiveGetTs { .. }
+            | Request::ArchiveBytes => false,
         }
     }
 }
@@ -373,6 +411,12 @@ pub enum Response {
     Snapshot(WireSnapshot),
     Snapshots(Vec<WireSnapshot>),
     News(WireNews),
+    /// An archive node's copy (`ArchiveGet`), if it holds one.
+    Copy(Option<WireCopy>),
+    /// An archive node's newest time of a page (`ArchiveGetTs`), if it holds a copy.
+    Time(Option<u64>),
+    /// Bytes an archive node holds (`ArchiveBytes`).
+    Bytes(u64),
 }
 
 /// A snapshot (`Snapshot`).

@@ -261,6 +261,12 @@ impl RemotePageServer {
 
     /// The handshake is done: requests may now wait as long as the server takes.
     fn after_handshake(&self) -> Result<()> {
+        self.set_reply_timeout(None)
+    }
+
+    /// Bounds how long each later request waits for its reply (`None`: as long as the server
+    /// takes). A reply that does not come in time breaks the connection.
+    pub fn set_reply_timeout(&self, timeout: Option<Duration>) -> Result<()> {
         let mut guard = self
             .conn
             .lock()
@@ -269,7 +275,7 @@ impl RemotePageServer {
             conn.channel
                 .transport_mut()
                 .socket_mut()
-                .set_read_timeout(None)
+                .set_read_timeout(timeout)
                 .map_err(|e| connection(&self.peer, format!("socket setup: {e}")))?;
         }
         Ok(())
@@ -377,7 +383,7 @@ impl RemotePageServer {
 
     /// Sends `request` and waits for its response; a failed response becomes its error. Any
     /// transport failure breaks the connection for good: later calls fail at once.
-    fn call(&self, request: &Request) -> Result<Response> {
+    pub(crate) fn call(&self, request: &Request) -> Result<Response> {
         let mut guard = self
             .conn
             .lock()
@@ -461,14 +467,14 @@ impl RemotePageServer {
         }
     }
 
-    fn unexpected(&self, what: &str, response: &Response) -> Error {
+    pub(crate) fn unexpected(&self, what: &str, response: &Response) -> Error {
         connection(
             &self.peer,
             format!("unexpected response to {what}: {response:?}"),
         )
     }
 
-    fn expect_done(&self, what: &str, request: &Request) -> Result<()> {
+    pub(crate) fn expect_done(&self, what: &str, request: &Request) -> Result<()> {
         match self.call(request)? {
             Response::Done => Ok(()),
             other => Err(self.unexpected(what, &other)),

@@ -57,6 +57,41 @@ pub fn serve_with(
     limits: ServeLimits,
     auth: ServerAuth,
 ) -> Result<usize> {
+    serve_service(listener, stop, limits, auth, move || StoreService {
+        server: server.clone(),
+        txns: FxHashSet::default(),
+        reservations: FxHashSet::default(),
+        news_sent_us: 0,
+    })
+}
+
+/// What one connection serves: its requests after the handshake, the welcome that ends the
+/// handshake, and what it leaves behind when it closes. The loop around it (deadlines, TLS,
+/// tokens, read-only access, memory budget, connection limits) is the same for every service.
+pub(crate) trait Service: Send + 'static {
+    /// Answers one request.
+    fn handle(&mut self, request: Request) -> Result<Response>;
+
+    /// The answer that ends a handshake.
+    fn welcome(&self, access: Access, server_proof: Option<Vec<u8>>) -> Response;
+
+    /// Does the connection hold state (an open transaction) that the shorter
+    /// silent-transaction timeout guards?
+    fn holds_state(&self) -> bool;
+
+    /// The connection ended: let go of what it held.
+    fn close(&mut self, peer: &str);
+}
+
+/// Accepts connections on `listener` until `stop` is set, each served by a thread of its own
+/// with a service `make` builds; see [`serve`].
+pub(crate) fn serve_service<S: Service>(
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    limits: ServeLimits,
+    auth: ServerAuth,
+    make: impl Fn() -> S,
+) -> Result<usize> {
     let auth = Arc::new(auth);
     limits.validate().map_err(Error::InvalidArgument)?;
     let local = listener
@@ -92,11 +127,8 @@ pub fn serve_with(
                 };
                 live.fetch_add(1, Ordering::AcqRel);
                 let connection = Connection {
-                    server: server.clone(),
+                    service: make(),
                     peer: peer.to_string(),
-                    txns: FxHashSet::default(),
-                    reservations: FxHashSet::default(),
-                    news_sent_us: 0,
                     budget: budget.clone(),
                     limits,
                     activity,
@@ -152,15 +184,20 @@ fn wait_for_connection(listener: &TcpListener, most: Duration) {
     }
 }
 
-/// One client's connection and the transactions it began.
-struct Connection {
+/// One client's connection to the store's page server: the transactions it began.
+struct StoreService {
     server: Arc<Server>,
-    peer: String,
     txns: FxHashSet<u64>,
     /// The page reservations it made (released when it ends).
     reservations: FxHashSet<u64>,
     /// The current time of the last snapshot news sent to this client.
     news_sent_us: u64,
+}
+
+/// One client's connection.
+struct Connection<S> {
+    service: S,
+    peer: String,
     /// Memory for request bodies, shared with every other connection.
     budget: Budget,
     limits: ServeLimits,
@@ -174,26 +211,11 @@ struct Connection {
     certificate_access: Access,
 }
 
-impl Connection {
+impl<S: Service> Connection<S> {
     /// Serves until the connection ends; returns why it ended.
     fn run(mut self, stream: TcpStream) -> String {
         let reason = self.exchange(stream);
-        // Subtransactions and flat transactions first: a level-1 transaction cannot end while
-        // a subtransaction of it runs, and then its completed ones are compensated.
-        let mut txns: Vec<u64> = self.txns.drain().collect();
-        txns.sort_unstable_by_key(|&txn| self.server.is_level_one(TxnId(txn)));
-        for txn in txns {
-            if let Err(e) = self.server.abandon(TxnId(txn)) {
-                tracing::warn!(peer = %self.peer, txn, error = %e, "abort after disconnect failed");
-            } else {
-                tracing::info!(peer = %self.peer, txn, "rolled back the transaction of a closed connection");
-            }
-        }
-        for reservation in self.reservations.drain() {
-            if let Err(e) = self.server.release_reservation(reservation) {
-                tracing::warn!(peer = %self.peer, reservation, error = %e, "release after disconnect failed");
-            }
-        }
+        self.service.close(&self.peer);
         reason
     }
 
@@ -243,7 +265,7 @@ impl Connection {
             let greeted = handshake.is_done();
             let (deadline, waiting_for) = if !greeted {
                 (accepted + self.limits.handshake_timeout, "the handshake")
-            } else if self.txns.is_empty() {
+            } else if !self.service.holds_state() {
                 (
                     Instant::now() + self.limits.idle_timeout,
                     "a request (idle)",
@@ -300,7 +322,7 @@ impl Connection {
             if handshake.is_done() {
                 self.activity.set_greeted();
             }
-            self.activity.set_in_transaction(!self.txns.is_empty());
+            self.activity.set_in_transaction(self.service.holds_state());
             if let Err(e) = channel.send(frame.request_id, &encode(&response)) {
                 return format!(
                     "could not answer (a client that stops reading is closed after {:?}): {e}",
@@ -336,7 +358,7 @@ impl Connection {
                     tracing::info!(peer = %self.peer, %client, "client connected (no authentication)");
                 }
                 self.access = access;
-                (self.welcome(server_proof), None)
+                (self.service.welcome(access, server_proof), None)
             }
             ServerStep::Refuse(reason) => {
                 tracing::warn!(peer = %self.peer, %reason, "refused in the handshake");
@@ -348,18 +370,28 @@ impl Connection {
         }
     }
 
-    fn welcome(&self, server_proof: Option<Vec<u8>>) -> Response {
-        Response::Welcome {
-            page_size: self.server.page_size() as u32,
-            volume: self.server.volume_id(),
-            root_directory: self.server.root_directory().0,
-            recovery_method: self.server.recovery_method().to_string(),
-            restart: self.server.restart_report().clone(),
-            access: self.access,
-            server_proof: server_proof.map(serde_bytes::ByteBuf::from),
+    /// Answers one request after the handshake: refused if the client may only read and the
+    /// request would change anything.
+    fn handle(&mut self, request: Request) -> Result<Response> {
+        if self.access == Access::ReadOnly && request.writes() {
+            return Err(Error::PermissionDenied {
+                reason: format!(
+                    "{} would change the store, and this client's token may only read",
+                    request.name()
+                ),
+            });
         }
+        if let Request::Hello { .. } | Request::Prove { .. } = request {
+            return Err(Error::InvalidArgument(format!(
+                "{} after the handshake",
+                request.name()
+            )));
+        }
+        self.service.handle(request)
     }
+}
 
+impl StoreService {
     /// `txn` must be one this connection began and has not finished.
     fn own(&self, txn: u64) -> Result<TxnId> {
         if self.txns.contains(&txn) {
@@ -419,22 +451,25 @@ impl Connection {
             .collect()
     }
 
-    fn handle(&mut self, request: Request) -> Result<Response> {
+    fn serve_request(&mut self, request: Request) -> Result<Response> {
         let server = self.server.clone();
-        if self.access == Access::ReadOnly && request.writes() {
-            return Err(Error::PermissionDenied {
-                reason: format!(
-                    "{} would change the store, and this client's token may only read",
-                    request.name()
-                ),
-            });
-        }
         Ok(match request {
             Request::Hello { .. } | Request::Prove { .. } => {
+                // The connection answers these (after the handshake, with an error).
                 return Err(Error::InvalidArgument(format!(
                     "{} after the handshake",
                     request.name()
-                )))
+                )));
+            }
+            Request::ArchivePut { .. }
+            | Request::ArchiveGet { .. }
+            | Request::ArchiveGetTs { .. }
+            | Request::ArchiveRemove { .. }
+            | Request::ArchiveBytes => {
+                return Err(Error::Unsupported(format!(
+                    "{}: this server serves a store, not a snapshot archive",
+                    request.name()
+                )));
             }
             Request::Begin { kind } => {
                 let txn = server.begin_transaction(kind.into())?;
@@ -620,6 +655,51 @@ impl Connection {
                 Response::News(bounded(server.snapshot_news(since_us)?).into())
             }
         })
+    }
+}
+
+impl Service for StoreService {
+    fn handle(&mut self, request: Request) -> Result<Response> {
+        self.serve_request(request)
+    }
+
+    fn welcome(&self, access: Access, server_proof: Option<Vec<u8>>) -> Response {
+        Response::Welcome {
+            page_size: self.server.page_size() as u32,
+            volume: self.server.volume_id(),
+            root_directory: self.server.root_directory().0,
+            recovery_method: self.server.recovery_method().to_string(),
+            restart: self.server.restart_report().clone(),
+            access,
+            server_proof: server_proof.map(serde_bytes::ByteBuf::from),
+        }
+    }
+
+    fn holds_state(&self) -> bool {
+        !self.txns.is_empty()
+    }
+
+    fn close(&mut self, peer: &str) {
+        // Subtransactions and flat transactions first: a level-1 transaction cannot end while
+        // a subtransaction of it runs, and then its completed ones are compensated.
+        let mut txns: Vec<u64> = self.txns.drain().collect();
+        txns.sort_unstable_by_key(|&txn| self.server.is_level_one(TxnId(txn)));
+        for txn in txns {
+            if let Err(e) = self.server.abandon(TxnId(txn)) {
+                tracing::warn!(peer, txn, error = %e, "abort after disconnect failed");
+            } else {
+                tracing::info!(
+                    peer,
+                    txn,
+                    "rolled back the transaction of a closed connection"
+                );
+            }
+        }
+        for reservation in self.reservations.drain() {
+            if let Err(e) = self.server.release_reservation(reservation) {
+                tracing::warn!(peer, reservation, error = %e, "release after disconnect failed");
+            }
+        }
     }
 }
 

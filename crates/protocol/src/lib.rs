@@ -2,10 +2,12 @@
 //! [`PageServer`] trait a client session calls, in process or over the network, and the
 //! batches of log records it ships. Clients depend on this crate, not on the server's.
 
+pub mod archive;
 pub mod batch;
 pub mod interface;
 pub mod snapshot_news;
 
+pub use archive::{Archive, PageCopy};
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
 pub use interface::{
     AppendedCommit, LockMode, LockTarget, OperationNote, PageServer, ShippedPage, ShippedRecords,

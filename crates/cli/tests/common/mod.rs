@@ -18,10 +18,22 @@ pub fn spawn_serve(
     listen: &str,
     extra: &[&std::ffi::OsStr],
 ) -> Option<(std::process::Child, String)> {
+    spawn_listening("serve", store, listen, extra)
+}
+
+/// Starts `lodestore COMMAND FOLDER --listen LISTEN EXTRA..` (`serve` or `archive-serve`);
+/// returns it and the address it prints on its first line, or `None` (the process reaped) if
+/// it did not start listening.
+pub fn spawn_listening(
+    command: &str,
+    folder: &Path,
+    listen: &str,
+    extra: &[&std::ffi::OsStr],
+) -> Option<(std::process::Child, String)> {
     use std::io::BufRead;
     let mut child = lodestore()
-        .arg("serve")
-        .arg(store)
+        .arg(command)
+        .arg(folder)
         .args(["--listen", listen])
         .args(extra)
         .stdout(std::process::Stdio::piped())

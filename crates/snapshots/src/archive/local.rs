@@ -237,6 +237,13 @@ mod tests {
     const PAGE: usize = 256;
 
     #[test]
+    fn meets_the_archive_contract() {
+        let fs: Arc<dyn FileSystem> = Arc::new(MemoryFileSystem::new());
+        let archive = LocalArchive::open(fs, Path::new("/archive"), PAGE).unwrap();
+        lodestore_protocol::archive::conformance::check_contract(&archive, PAGE).unwrap();
+    }
+
+    #[test]
     fn get_answers_the_oldest_copy_at_or_after_a_time() {
         let fs: Arc<dyn FileSystem> = Arc::new(MemoryFileSystem::new());
         let path = Path::new("/archive");

@@ -1,0 +1,9 @@
+//! Snapshot archives over the network (Moh chapter 4): archive nodes that keep page copies
+//! ([`node`]), and the archive a store uses to reach several of them with a replication
+//! factor ([`nodes`]).
+
+pub mod node;
+pub mod nodes;
+
+pub use node::{serve_archive, ARCHIVE_NODE_METHOD};
+pub use nodes::ArchiveNodes;

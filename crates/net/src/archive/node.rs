@@ -1,0 +1,130 @@
+//! An archive node (Moh section 4.3.1, storage nodes on the network): a server that keeps
+//! page copies in an archive of its own (the local archive format, given by its caller) and
+//! answers the archive requests over the project's framing, with the same handshake, tokens,
+//! TLS, deadlines and limits as the page server (`crate::serve`'s connection loop).
+
+use crate::auth::{Access, ServerAuth};
+use crate::limits::ServeLimits;
+use crate::message::{Request, Response, WireCopy};
+use crate::serve::{serve_service, Service};
+use lodestore_core::{Error, PageId, Result};
+use lodestore_protocol::archive::{Archive, PageCopy};
+use lodestore_server::RestartReport;
+use std::net::TcpListener;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// What an archive node names as its recovery method in the welcome: a client of a store
+/// refuses such a server, and a store's archive client refuses anything else.
+pub const ARCHIVE_NODE_METHOD: &str = "archive-node";
+
+/// Most copies one removal request names.
+pub const REMOVE_COPIES_MAX: usize = 1 << 16;
+
+/// Serves `archive` (holding pages of `page_size` bytes) on `listener` until `stop` is set,
+/// as [`crate::serve::serve`] serves a store: a thread per connection, closed when it breaks
+/// the protocol, stays silent past its deadline or exceeds a limit.
+pub fn serve_archive(
+    archive: Arc<dyn Archive>,
+    page_size: usize,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    limits: ServeLimits,
+    auth: ServerAuth,
+) -> Result<usize> {
+    assert!(page_size > 0, "an archive node holds pages of a known size");
+    tracing::info!(archive = %archive.name(), page_size, "serving a snapshot archive");
+    serve_service(listener, stop, limits, auth, move || ArchiveService {
+        archive: archive.clone(),
+        page_size,
+    })
+}
+
+/// One client's connection to an archive node.
+struct ArchiveService {
+    archive: Arc<dyn Archive>,
+    page_size: usize,
+}
+
+impl ArchiveService {
+    fn put(&self, copies: &[WireCopy]) -> Result<()> {
+        for copy in copies {
+            if copy.image.len() != self.page_size {
+                return Err(Error::InvalidArgument(format!(
+                    "copy of page {} at {} has {} bytes; this archive holds pages of {}",
+                    copy.page,
+                    copy.time_us,
+                    copy.image.len(),
+                    self.page_size
+                )));
+            }
+        }
+        let copies: Vec<PageCopy<'_>> = copies
+            .iter()
+            .map(|c| PageCopy {
+                page: PageId(c.page),
+                time_us: c.time_us,
+                image: &c.image,
+            })
+            .collect();
+        self.archive.put(&copies)
+    }
+}
+
+impl Service for ArchiveService {
+    fn handle(&mut self, request: Request) -> Result<Response> {
+        Ok(match request {
+            Request::ArchivePut { copies } => {
+                self.put(&copies)?;
+                Response::Done
+            }
+            Request::ArchiveGet { page, time_us } => {
+                let mut image = vec![0u8; self.page_size];
+                let held = self.archive.get(PageId(page), time_us, &mut image)?;
+                Response::Copy(held.map(|time_us| WireCopy {
+                    page,
+                    time_us,
+                    image,
+                }))
+            }
+            Request::ArchiveGetTs { page } => Response::Time(self.archive.get_ts(PageId(page))?),
+            Request::ArchiveRemove { copies } => {
+                if copies.len() > REMOVE_COPIES_MAX {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} copies in one removal; at most {REMOVE_COPIES_MAX}",
+                        copies.len()
+                    )));
+                }
+                let copies: Vec<(PageId, u64)> =
+                    copies.into_iter().map(|(p, t)| (PageId(p), t)).collect();
+                self.archive.remove(&copies)?;
+                Response::Done
+            }
+            Request::ArchiveBytes => Response::Bytes(self.archive.bytes()),
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "{}: this server is a snapshot archive node, not a store",
+                    other.name()
+                )))
+            }
+        })
+    }
+
+    fn welcome(&self, access: Access, server_proof: Option<Vec<u8>>) -> Response {
+        Response::Welcome {
+            page_size: self.page_size as u32,
+            volume: 0,
+            root_directory: 0,
+            recovery_method: ARCHIVE_NODE_METHOD.into(),
+            restart: RestartReport::default(),
+            access,
+            server_proof: server_proof.map(serde_bytes::ByteBuf::from),
+        }
+    }
+
+    fn holds_state(&self) -> bool {
+        false
+    }
+
+    fn close(&mut self, _peer: &str) {}
+}

@@ -53,7 +53,7 @@ pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};
 pub use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED};
 pub use lodestore_core::{Error, Lsn, Oid as RawOid, PageId, Result, TypeId};
-pub use lodestore_net::archive::{serve_archive, ArchiveNodes};
+pub use lodestore_net::archive::{serve_archive, ArchiveNodes, RunningNode};
 pub use lodestore_net::auth::{Access, Credentials, ServerAuth, Token};
 pub use lodestore_net::tls::certs::{self as tls_certs, CertificateSet};
 pub use lodestore_net::{limits, ServeLimits, TlsClient, TlsServer};

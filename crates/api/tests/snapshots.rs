@@ -561,59 +561,27 @@ fn a_snapshot_taken_while_a_writer_runs_holds_the_pages_as_committed_before_it()
     }
 }
 
-/// An archive node on loopback over a local archive in memory, stopped when dropped.
-struct ArchiveNode {
-    address: String,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl ArchiveNode {
-    fn start(page_size: usize) -> ArchiveNode {
-        let fs = Arc::new(MemoryFileSystem::new());
-        let archive = lodestore::LocalArchive::open(fs, Path::new("/archive"), page_size).unwrap();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap().to_string();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            lodestore::serve_archive(
-                Arc::new(archive),
-                page_size,
-                listener,
-                flag,
-                lodestore::ServeLimits::default(),
-                lodestore::ServerAuth::none(),
-            )
-            .unwrap();
-        });
-        ArchiveNode {
-            address,
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            thread.join().unwrap();
-        }
-    }
-}
-
-impl Drop for ArchiveNode {
-    fn drop(&mut self) {
-        self.stop();
-    }
+/// An archive node on loopback over a local archive in memory.
+fn archive_node(page_size: usize) -> lodestore::RunningNode {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let archive = lodestore::LocalArchive::open(fs, Path::new("/archive"), page_size).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    lodestore::RunningNode::spawn(
+        Arc::new(archive),
+        page_size,
+        listener,
+        lodestore::ServeLimits::default(),
+        lodestore::ServerAuth::none(),
+    )
+    .unwrap()
 }
 
 /// Snapshot pages archived on three archive nodes with a replication factor of two read back
 /// as the past they were taken of, while one node is down and after the store reopens.
 #[test]
 fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
-    let mut nodes: Vec<ArchiveNode> = (0..3).map(|_| ArchiveNode::start(4096)).collect();
-    let addresses: Vec<String> = nodes.iter().map(|n| n.address.clone()).collect();
+    let mut nodes: Vec<lodestore::RunningNode> = (0..3).map(|_| archive_node(4096)).collect();
+    let addresses: Vec<String> = nodes.iter().map(|n| n.address().to_string()).collect();
     let archive = Arc::new(
         lodestore::ArchiveNodes::new(&addresses, 2, lodestore::Credentials::default()).unwrap(),
     );
@@ -638,13 +606,13 @@ fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
     assert_eq!(stats.staged_copies, 0, "every copy is on the nodes");
     assert!(stats.archive_bytes > 0);
     check_every_snapshot(&store, &taken, "three nodes");
-    nodes[1].stop();
+    nodes[1].stop().unwrap();
     check_every_snapshot(&store, &taken, "node 1 down");
     store.close().unwrap();
     let store = Store::open(path, opts()).unwrap();
     check_every_snapshot(&store, &taken, "reopened, node 1 down");
     // Two of three down: reads of the past fail by name; the present goes on.
-    nodes[2].stop();
+    nodes[2].stop().unwrap();
     let (snapshot, _) = &taken[0];
     let mut session = store.session().unwrap();
     let read = session

@@ -5,7 +5,9 @@ use clap::Args;
 use lodestore::{Error, Result, Scheme};
 use lodestore_bench::experiments::oo1::{self as oo1_experiment, Oo1Config};
 use lodestore_bench::experiments::oo7::{self as oo7_experiment, Oo7Config};
-use lodestore_bench::experiments::thor::{self as thor_experiment, ThorConfig, ThorRecord};
+use lodestore_bench::experiments::thor::{
+    self as thor_experiment, ArchiveBackend, ThorConfig, ThorRecord,
+};
 use lodestore_bench::oo7::{Oo7Params, Traversal};
 use lodestore_bench::record::RunRecord;
 use lodestore_bench::report;
@@ -128,9 +130,14 @@ pub struct ThorArgs {
     #[arg(long, default_value_t = 7, value_parser = crate::args::runs_u32)]
     pub runs: u32,
     /// Delays injected into every archive read for T1 as of a snapshot, in milliseconds,
-    /// comma separated (0 is the local archive as it is).
+    /// comma separated (0 is the archive as it is).
     #[arg(long, value_delimiter = ',', default_value = "0,1,10")]
     pub delays: Vec<f64>,
+    /// Archive backends T1 as of a snapshot reads from, comma separated: local (the file
+    /// beside the store), node (an archive node on loopback holding the same copies, every
+    /// read a request over TCP).
+    #[arg(long, value_delimiter = ',', default_value = "local")]
+    pub backends: Vec<String>,
     /// Client cache size.
     #[arg(long, default_value = "64MiB")]
     pub cache: String,
@@ -343,9 +350,30 @@ fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
         cache_bytes: parse_size(&args.cache)?,
         server_pool_bytes: parse_size(&args.server_pool)?,
         delays_ms: args.delays.clone(),
+        backends: backends(&args.backends)?,
         out: args.out.clone(),
         quiet: false,
     })
+}
+
+/// The archive backends named, each once.
+fn backends(names: &[String]) -> Result<Vec<ArchiveBackend>> {
+    let mut backends = Vec::new();
+    for name in names {
+        let backend: ArchiveBackend = name.parse()?;
+        if backends.contains(&backend) {
+            return Err(lodestore::Error::InvalidArgument(format!(
+                "--backends names {name} twice"
+            )));
+        }
+        backends.push(backend);
+    }
+    if backends.is_empty() {
+        return Err(lodestore::Error::InvalidArgument(
+            "--backends names no archive backend".into(),
+        ));
+    }
+    Ok(backends)
 }
 
 /// `lodestore bench thor`: Thor's snapshot experiments.
@@ -358,7 +386,7 @@ pub fn thor(args: &ThorArgs) -> Result<ExitCode> {
 fn finish_thor(out: &Path, records: &[ThorRecord], started: Instant) -> Result<ExitCode> {
     for table in report::thor::overhead_tables(records)
         .into_iter()
-        .chain(report::thor::as_of_table(records))
+        .chain(report::thor::as_of_tables(records))
     {
         println!("{table}");
     }
@@ -427,6 +455,7 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         scheme: "SD-ESM".into(),
         runs: if args.smoke { 1 } else { 3 },
         delays: vec![0.0, 1.0],
+        backends: vec!["local".into(), "node".into()],
         parts: vec!["overhead".into(), "as-of".into()],
         cache: "64MiB".into(),
         server_pool: "128MiB".into(),

@@ -114,12 +114,26 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
         }
     }
     assert!(peers.contains(",commits x16,commits/s,"), "{peers}");
+
+    // Thor's T1 as of a snapshot, from the local archive and from an archive node on
+    // loopback, which read the same pages.
+    let thor = std::fs::read_to_string(out.join("thor.csv")).unwrap();
+    for backend in ["local", "node"] {
+        let reads: Vec<&str> = thor
+            .lines()
+            .filter(|l| l.starts_with("as-of,") && l.contains(&format!(",as-of,{backend},")))
+            .collect();
+        assert_eq!(reads.len(), 2, "{backend}: {thor}");
+    }
+    assert!(stdout.contains("(node archive, oo7-small"), "{stdout}");
     for plot in [
         "oo7-oo7-small-t2b-rb0.5MiB-pages",
         "oo1-update-hot",
         "oo1-hot-phases-p0.2",
         "oo1-long-slope",
         "peers/peers",
+        "thor-as-of",
+        "thor-as-of-node",
     ] {
         for ext in ["svg", "png"] {
             let path = out.join(format!("{plot}.{ext}"));
@@ -153,6 +167,8 @@ fn bad_bench_arguments_are_refused_with_their_names() {
             "mongo",
         ),
         (vec!["bench", "peers", "--threads", "0"], "--threads"),
+        (vec!["bench", "thor", "--backends", "local,s3"], "s3"),
+        (vec!["bench", "thor", "--backends", "node,node"], "twice"),
     ] {
         let output = lodestore()
             .args(&args)

@@ -129,6 +129,9 @@ pub enum Request {
     },
     /// Archive node: the bytes it holds.
     ArchiveBytes,
+    /// Archive node: the newest time of every page it holds a copy of (the store's page map,
+    /// so that pages never archived are not asked for one by one).
+    ArchiveNewestTimes,
 }
 
 /// A page copy on its way to an archive node, or back from one.
@@ -173,6 +176,7 @@ impl Request {
             Request::ArchiveGetTs { .. } => "archive-get-ts",
             Request::ArchiveRemove { .. } => "archive-remove",
             Request::ArchiveBytes => "archive-bytes",
+            Request::ArchiveNewestTimes => "archive-newest-times",
         }
     }
 }
@@ -210,7 +214,8 @@ impl Request {
             | Request::SnapshotNews { .. }
             | Request::ArchiveGet { .. }
             | Request::ArchiveGetTs { .. }
-            | Request::ArchiveBytes => false,
+            | Request::ArchiveBytes
+            | Request::ArchiveNewestTimes => false,
         }
     }
 }
@@ -417,6 +422,9 @@ pub enum Response {
     Time(Option<u64>),
     /// Bytes an archive node holds (`ArchiveBytes`).
     Bytes(u64),
+    /// Every page an archive node holds a copy of with its newest time
+    /// (`ArchiveNewestTimes`); `None` when it cannot list them in one reply.
+    NewestTimes(Option<Vec<(u32, u64)>>),
 }
 
 /// A snapshot (`Snapshot`).

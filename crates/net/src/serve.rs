@@ -465,7 +465,8 @@ impl StoreService {
             | Request::ArchiveGet { .. }
             | Request::ArchiveGetTs { .. }
             | Request::ArchiveRemove { .. }
-            | Request::ArchiveBytes => {
+            | Request::ArchiveBytes
+            | Request::ArchiveNewestTimes => {
                 return Err(Error::Unsupported(format!(
                     "{}: this server serves a store, not a snapshot archive",
                     request.name()

@@ -6,8 +6,8 @@
 //! guard a store; a node refuses a store's requests and a store is not taken for a node.
 
 use lodestore_core::{Error, PageId};
-use lodestore_net::archive::{serve_archive, ArchiveNodes};
-use lodestore_net::auth::{Credentials, ServerAuth, Token};
+use lodestore_net::archive::{ArchiveNodes, RunningNode};
+use lodestore_net::auth::{Access, Credentials, ServerAuth, Token};
 use lodestore_net::{RemotePageServer, ServeLimits};
 use lodestore_protocol::archive::conformance::{check_contract, image};
 use lodestore_protocol::archive::{Archive, PageCopy};
@@ -17,7 +17,6 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 const PAGE: usize = 512;
 /// Where a node's archive keeps its first copy's image (file header, record header).
@@ -29,17 +28,15 @@ struct Node {
     fs: Arc<MemoryFileSystem>,
     address: String,
     token: Option<Token>,
-    running: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    running: Option<RunningNode>,
 }
 
 impl Node {
     fn start(token: Option<Token>) -> Node {
-        let fs = Arc::new(MemoryFileSystem::new());
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap().to_string();
         let mut node = Node {
-            fs,
-            address,
+            fs: Arc::new(MemoryFileSystem::new()),
+            address: listener.local_addr().unwrap().to_string(),
             token,
             running: None,
         };
@@ -49,25 +46,23 @@ impl Node {
 
     fn serve(&mut self, listener: TcpListener) {
         let archive = LocalArchive::open(self.fs.clone(), Path::new("/archive"), PAGE).unwrap();
-        let archive: Arc<dyn Archive> = Arc::new(archive);
-        let stop = Arc::new(AtomicBool::new(false));
         let auth = match &self.token {
-            Some(token) => {
-                ServerAuth::none().with(token.clone(), lodestore_net::auth::Access::ReadWrite)
-            }
+            Some(token) => ServerAuth::none().with(token.clone(), Access::ReadWrite),
             None => ServerAuth::none(),
         };
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            serve_archive(archive, PAGE, listener, flag, ServeLimits::default(), auth).unwrap();
-        });
-        self.running = Some((stop, thread));
+        let running = RunningNode::spawn(
+            Arc::new(archive),
+            PAGE,
+            listener,
+            ServeLimits::default(),
+            auth,
+        );
+        self.running = Some(running.unwrap());
     }
 
     fn stop(&mut self) {
-        if let Some((stop, thread)) = self.running.take() {
-            stop.store(true, Ordering::Relaxed);
-            thread.join().unwrap();
+        if let Some(mut running) = self.running.take() {
+            running.stop().unwrap();
         }
     }
 
@@ -87,12 +82,6 @@ impl Node {
         file.read_at(FIRST_IMAGE_AT + 20, &mut byte).unwrap();
         file.write_at(FIRST_IMAGE_AT + 20, &[byte[0] ^ 0xff])
             .unwrap();
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
@@ -163,6 +152,18 @@ fn three_nodes_with_factor_two_lose_nothing_while_one_is_down() {
         Some(20),
         "the contract's copies too"
     );
+    // The listing is the union of two answers: node 0 lacks pages 40 and 41, node 2 has them.
+    let mut listed = archive.newest_times().unwrap();
+    listed.sort_unstable();
+    assert_eq!(
+        listed,
+        [
+            (PageId(3), 15),
+            (PageId(9), 20),
+            (PageId(40), 100),
+            (PageId(41), 100)
+        ]
+    );
 
     // Two of three down: a put cannot reach the factor, a read cannot gather two answers;
     // both fail naming the archive, never answering wrongly.
@@ -175,6 +176,10 @@ fn three_nodes_with_factor_two_lose_nothing_while_one_is_down() {
     let err = get(&archive, 40, 50).unwrap_err();
     assert!(err.to_string().contains(&three[1].address), "{err}");
     assert!(err.to_string().contains("lodestore://"), "{err}");
+    assert!(
+        archive.newest_times().is_none(),
+        "no listing from one node of three"
+    );
 }
 
 #[test]

@@ -60,7 +60,8 @@ pub trait Archive: Send + Sync {
 
 /// The contract every backend meets, as a check its tests run against an empty archive of
 /// pages of `page_size` bytes (at least 8): copies read back at, before, between and after
-/// their times, a page never archived, `get_ts`, and removal. Returns the first broken rule.
+/// their times, a page never archived, `get_ts`, the listing of newest times where the
+/// backend gives one, and removal. Returns the first broken rule.
 pub mod conformance {
     use super::{Archive, PageCopy};
     use lodestore_core::PageId;
@@ -124,6 +125,13 @@ pub mod conformance {
         }
         if archive.bytes() == 0 {
             return Err("bytes: 0 while holding three copies".into());
+        }
+        // A backend that lists its newest times lists exactly the pages it holds.
+        if let Some(mut listed) = archive.newest_times() {
+            listed.sort_unstable();
+            if listed != [(q, 15), (p, 20)] {
+                return Err(format!("newest_times: {listed:?}"));
+            }
         }
         archive
             .remove(&[(p, 10)])

@@ -9,13 +9,15 @@
 //!   and a new session for every measurement), T1 on the current store against T1 as of a
 //!   snapshot whose changed pages come from the archive, with a delay injected into every
 //!   archive read (0, 1 and 10 ms by default) to stand for a remote archive; the time is
-//!   then fitted as a + reads x delay, as the thesis does.
+//!   then fitted as a + reads x delay, as the thesis does. Per archive backend: the local
+//!   archive, and an archive node over loopback holding the same copies (Table 6.2's
+//!   "network storage").
 
 use crate::oo7::{self, Oo7Params, Traversal};
 use crate::workspace;
 use lodestore::{
-    Archive, AsOf, LocalArchive, Options, PageCopy, PageId, RealFileSystem, Result, Scheme,
-    Snapshots, Store,
+    Archive, ArchiveNodes, AsOf, Credentials, LocalArchive, Options, PageCopy, PageId,
+    RealFileSystem, Result, RunningNode, Scheme, ServeLimits, ServerAuth, Snapshots, Store,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -35,6 +37,39 @@ pub const OVERHEAD_TRAVERSALS: [Traversal; 5] = [
 /// Snapshot settings of the overhead part.
 pub const MODES: [&str; 3] = ["off", "on", "each"];
 
+/// Where the as-of part's snapshot pages are read from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveBackend {
+    /// The local archive file beside the store.
+    Local,
+    /// An archive node on loopback (`serve_archive`) holding the same file, reached through
+    /// `ArchiveNodes`: every read a request over TCP.
+    Node,
+}
+
+impl ArchiveBackend {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchiveBackend::Local => "local",
+            ArchiveBackend::Node => "node",
+        }
+    }
+}
+
+impl std::str::FromStr for ArchiveBackend {
+    type Err = lodestore::Error;
+
+    fn from_str(text: &str) -> Result<ArchiveBackend> {
+        match text {
+            "local" => Ok(ArchiveBackend::Local),
+            "node" => Ok(ArchiveBackend::Node),
+            other => Err(lodestore::Error::InvalidArgument(format!(
+                "archive backend {other:?}: the backends are local and node"
+            ))),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct ThorConfig {
     pub preset: String,
@@ -47,6 +82,8 @@ pub struct ThorConfig {
     pub server_pool_bytes: usize,
     /// Delays injected into every archive read for the as-of part, in milliseconds.
     pub delays_ms: Vec<f64>,
+    /// Archive backends of the as-of part.
+    pub backends: Vec<ArchiveBackend>,
     /// Run the overhead part (sections 6.3 to 6.5).
     pub overhead: bool,
     /// Run the as-of part (section 6.6).
@@ -65,6 +102,9 @@ pub struct ThorRecord {
     pub traversal: String,
     /// Overhead: `off`, `on` or `each`. As-of: `current` or `as-of`.
     pub mode: String,
+    /// As-of: the archive backend (`local`, `node`).
+    #[serde(default = "local_backend")]
+    pub backend: String,
     /// As-of: the delay injected into every archive read.
     pub delay_ms: f64,
     pub run: u32,
@@ -76,6 +116,10 @@ pub struct ThorRecord {
     pub archive_reads: u64,
     /// As-of: pages the transaction fetched from the server.
     pub pages_fetched: u64,
+}
+
+fn local_backend() -> String {
+    ArchiveBackend::Local.name().into()
 }
 
 /// Runs both parts.
@@ -184,7 +228,8 @@ fn overhead(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
     Ok(records)
 }
 
-/// Section 6.6: T1 on the current store and as of a snapshot, cold, per archive delay.
+/// Section 6.6: T1 on the current store and as of a snapshot, cold, per archive backend and
+/// delay.
 fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
     let path = workspace::fresh_copies(template, &config.out, &["as-of"])?.remove(0);
     // The snapshot, then T2B and T2C over every module: the atomic parts' pages change, so
@@ -217,60 +262,28 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
         store.close()?;
         size
     };
-    let total = u64::from(config.runs) * config.delays_ms.len() as u64 * 2;
+    let total =
+        u64::from(config.runs) * config.delays_ms.len() as u64 * config.backends.len() as u64 * 2;
     let bar = workspace::progress_bar(total, "Thor T1 as of a snapshot", config.quiet);
     let mut records = Vec::new();
     for run in 1..=config.runs {
-        for &delay_ms in &config.delays_ms {
-            for mode in ["current", "as-of"] {
-                let archive = Arc::new(SlowArchive::open(
-                    &path,
-                    page_size,
-                    Duration::from_secs_f64(delay_ms / 1000.0),
-                )?);
-                // Cold: the store opened afresh (an empty server pool), a new session (an
-                // empty client cache).
-                let store = Store::open(
-                    &path,
-                    options(config)
-                        .snapshots(true)
-                        .snapshot_archive(archive.clone()),
-                )?;
-                let mut session = store.session()?;
-                let module = {
-                    let mut txn = session.begin()?;
-                    let modules = oo7::modules(&mut txn)?;
-                    txn.commit()?;
-                    modules[0]
-                };
-                drop(session);
-                let mut session = store.session()?;
-                let reads_before = archive.reads();
-                let mut measured = record(config, "as-of", Traversal::T1, mode);
-                let started = Instant::now();
-                if mode == "current" {
-                    let mut txn = session.begin()?;
-                    oo7::traverse(&mut txn, module, Traversal::T1, config.seed)?;
-                    let committing = Instant::now();
-                    txn.commit()?;
-                    measured.commit_ms = ms(committing.elapsed());
-                    measured.pages_fetched = session.stats().pages_fetched;
-                } else {
-                    let mut txn = session.begin_as_of(AsOf::Snapshot(snapshot.id))?;
-                    oo7::traverse(&mut txn, module, Traversal::T1, config.seed)?;
-                    measured.pages_fetched = txn.pages_fetched();
-                    let committing = Instant::now();
-                    txn.finish()?;
-                    measured.commit_ms = ms(committing.elapsed());
+        for &backend in &config.backends {
+            for &delay_ms in &config.delays_ms {
+                for mode in ["current", "as-of"] {
+                    let delay = Duration::from_secs_f64(delay_ms / 1000.0);
+                    let (inner, node) = open_backend(backend, &path, page_size)?;
+                    let archive = Arc::new(SlowArchive::new(inner, delay));
+                    let measured = t1_cold(config, &path, &archive, mode, snapshot.id);
+                    if let Some(mut node) = node {
+                        node.stop()?;
+                    }
+                    let mut measured = measured?;
+                    measured.run = run;
+                    measured.backend = backend.name().into();
+                    measured.delay_ms = delay_ms;
+                    records.push(measured);
+                    bar.inc(1);
                 }
-                measured.elapsed_ms = ms(started.elapsed());
-                measured.run = run;
-                measured.delay_ms = delay_ms;
-                measured.archive_reads = archive.reads() - reads_before;
-                records.push(measured);
-                drop(session);
-                store.close()?;
-                bar.inc(1);
             }
         }
     }
@@ -278,29 +291,107 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
     Ok(records)
 }
 
+/// T1 cold on the store at `path` (opened afresh with `archive`, a new session): on the
+/// current store, or as of `snapshot`.
+fn t1_cold(
+    config: &ThorConfig,
+    path: &Path,
+    archive: &Arc<SlowArchive>,
+    mode: &str,
+    snapshot: u64,
+) -> Result<ThorRecord> {
+    // Cold: the store opened afresh (an empty server pool), a new session (an empty client
+    // cache).
+    let store = Store::open(
+        path,
+        options(config)
+            .snapshots(true)
+            .snapshot_archive(archive.clone()),
+    )?;
+    let mut session = store.session()?;
+    let module = {
+        let mut txn = session.begin()?;
+        let modules = oo7::modules(&mut txn)?;
+        txn.commit()?;
+        modules[0]
+    };
+    drop(session);
+    let mut session = store.session()?;
+    let reads_before = archive.reads();
+    let mut measured = record(config, "as-of", Traversal::T1, mode);
+    let started = Instant::now();
+    if mode == "current" {
+        let mut txn = session.begin()?;
+        oo7::traverse(&mut txn, module, Traversal::T1, config.seed)?;
+        let committing = Instant::now();
+        txn.commit()?;
+        measured.commit_ms = ms(committing.elapsed());
+        measured.pages_fetched = session.stats().pages_fetched;
+    } else {
+        let mut txn = session.begin_as_of(AsOf::Snapshot(snapshot))?;
+        oo7::traverse(&mut txn, module, Traversal::T1, config.seed)?;
+        measured.pages_fetched = txn.pages_fetched();
+        let committing = Instant::now();
+        txn.finish()?;
+        measured.commit_ms = ms(committing.elapsed());
+    }
+    measured.elapsed_ms = ms(started.elapsed());
+    measured.archive_reads = archive.reads() - reads_before;
+    drop(session);
+    store.close()?;
+    Ok(measured)
+}
+
+/// The archive of `backend` over the store's local archive file, and the node serving it
+/// (to be stopped after the measurement) for `ArchiveBackend::Node`.
+fn open_backend(
+    backend: ArchiveBackend,
+    store: &Path,
+    page_size: usize,
+) -> Result<(Arc<dyn Archive>, Option<RunningNode>)> {
+    let local = LocalArchive::open(
+        Arc::new(RealFileSystem),
+        &Snapshots::local_archive_path(store),
+        page_size,
+    )?;
+    match backend {
+        ArchiveBackend::Local => Ok((Arc::new(local), None)),
+        ArchiveBackend::Node => {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0")
+                .map_err(|e| lodestore::Error::io("127.0.0.1:0", "listen", e))?;
+            let node = RunningNode::spawn(
+                Arc::new(local),
+                page_size,
+                listener,
+                ServeLimits::default(),
+                ServerAuth::none(),
+            )?;
+            let nodes =
+                ArchiveNodes::new(&[node.address().to_string()], 1, Credentials::default())?;
+            Ok((Arc::new(nodes), Some(node)))
+        }
+    }
+}
+
 fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1000.0
 }
 
-/// The store's local archive with a delay before every read, standing for an archive across
-/// a network (Moh Table 6.2), and a count of the reads.
+/// An archive with a delay before every read, standing for an archive across a network
+/// (Moh Table 6.2), and a count of the reads.
 struct SlowArchive {
-    inner: LocalArchive,
+    inner: Arc<dyn Archive>,
     delay: Duration,
     reads: AtomicU64,
 }
 
 impl SlowArchive {
-    fn open(store: &Path, page_size: usize, delay: Duration) -> Result<SlowArchive> {
-        Ok(SlowArchive {
-            inner: LocalArchive::open(
-                Arc::new(RealFileSystem),
-                &Snapshots::local_archive_path(store),
-                page_size,
-            )?,
+    fn new(inner: Arc<dyn Archive>, delay: Duration) -> SlowArchive {
+        SlowArchive {
+            inner,
             delay,
             reads: AtomicU64::new(0),
-        })
+        }
     }
 
     fn reads(&self) -> u64 {

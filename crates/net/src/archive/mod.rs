@@ -5,5 +5,5 @@
 pub mod node;
 pub mod nodes;
 
-pub use node::{serve_archive, ARCHIVE_NODE_METHOD};
+pub use node::{serve_archive, RunningNode, ARCHIVE_NODE_METHOD};
 pub use nodes::ArchiveNodes;

@@ -21,6 +21,11 @@ pub const ARCHIVE_NODE_METHOD: &str = "archive-node";
 /// Most copies one removal request names.
 pub const REMOVE_COPIES_MAX: usize = 1 << 16;
 
+/// Most pages a listing of newest times answers (12 bytes each on the wire, well under a
+/// frame); a node holding copies of more pages answers that it cannot list them, and the
+/// store asks page by page instead.
+pub const NEWEST_TIMES_MAX: usize = 1 << 20;
+
 /// Serves `archive` (holding pages of `page_size` bytes) on `listener` until `stop` is set,
 /// as [`crate::serve::serve`] serves a store: a thread per connection, closed when it breaks
 /// the protocol, stays silent past its deadline or exceeds a limit.
@@ -101,6 +106,12 @@ impl Service for ArchiveService {
                 Response::Done
             }
             Request::ArchiveBytes => Response::Bytes(self.archive.bytes()),
+            Request::ArchiveNewestTimes => Response::NewestTimes(
+                self.archive
+                    .newest_times()
+                    .filter(|times| times.len() <= NEWEST_TIMES_MAX)
+                    .map(|times| times.into_iter().map(|(p, t)| (p.0, t)).collect()),
+            ),
             other => {
                 return Err(Error::Unsupported(format!(
                     "{}: this server is a snapshot archive node, not a store",
@@ -127,4 +138,66 @@ impl Service for ArchiveService {
     }
 
     fn close(&mut self, _peer: &str) {}
+}
+
+/// An archive node served by a thread of this process (a program that embeds one, tests,
+/// benchmarks); stopped by [`RunningNode::stop`] or when dropped.
+pub struct RunningNode {
+    address: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<usize>>>,
+}
+
+impl RunningNode {
+    /// Serves `archive` on `listener` from a new thread (see [`serve_archive`]).
+    pub fn spawn(
+        archive: Arc<dyn Archive>,
+        page_size: usize,
+        listener: TcpListener,
+        limits: ServeLimits,
+        auth: ServerAuth,
+    ) -> Result<RunningNode> {
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::io("archive node", "listen", e))?
+            .to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("lodestore-archive-node-{address}"))
+            .spawn(move || serve_archive(archive, page_size, listener, flag, limits, auth))
+            .map_err(|e| Error::io(&address, "spawn the archive node's thread", e))?;
+        Ok(RunningNode {
+            address,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Where it listens, `host:port`.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// Stops serving and waits for the node's connections to end; returns the node's error,
+    /// if serving failed.
+    pub fn stop(&mut self) -> Result<()> {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(served)) => served.map(|_| ()),
+            Some(Err(_)) => Err(Error::Remote(format!(
+                "the archive node at {} panicked",
+                self.address
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for RunningNode {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            tracing::warn!(address = %self.address, error = %e, "archive node stopped with an error");
+        }
+    }
 }

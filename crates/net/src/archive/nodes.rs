@@ -335,6 +335,29 @@ impl Archive for ArchiveNodes {
         Ok(answers.into_iter().flatten().max())
     }
 
+    fn newest_times(&self) -> Option<Vec<(PageId, u64)>> {
+        // Complete only as the union of a read quorum: one of them took every put.
+        let answers = self
+            .gather("a listing", |remote| {
+                match remote.call(&Request::ArchiveNewestTimes)? {
+                    Response::NewestTimes(Some(times)) => Ok(times),
+                    Response::NewestTimes(None) => Err(Error::Unsupported(format!(
+                        "archive node {} holds copies of too many pages to list",
+                        remote.peer()
+                    ))),
+                    other => Err(remote.unexpected("archive-newest-times", &other)),
+                }
+            })
+            .map_err(|e| tracing::info!(archive = %self.name(), error = %e, "no listing of the archive; pages are asked for one by one"))
+            .ok()?;
+        let mut newest: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        for (page, time) in answers.into_iter().flatten() {
+            let held = newest.entry(page).or_insert(time);
+            *held = (*held).max(time);
+        }
+        Some(newest.into_iter().map(|(p, t)| (PageId(p), t)).collect())
+    }
+
     fn remove(&self, copies: &[(PageId, u64)]) -> Result<()> {
         // A node that misses a removal keeps copies no snapshot reads: space, never a wrong
         // page (a copy is the page as of its time). It fails only if no node took it.

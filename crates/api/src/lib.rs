@@ -62,7 +62,9 @@ pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::log_inspect::LogSummary;
 pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
-pub use lodestore_snapshots::{Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots};
+pub use lodestore_snapshots::{
+    Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots, LOCAL_LOCATION,
+};
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{
     DiskModel, EmulatedDisks, FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem,

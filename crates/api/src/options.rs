@@ -333,9 +333,10 @@ impl Options {
     }
 
     /// Archive snapshot pages in `archive` instead of the local archive file beside the store
-    /// (a backend of one's own, or the local one wrapped, as the benchmark suite does to add
-    /// latency). The store must keep using the same archive: copies already archived
-    /// elsewhere are not found.
+    /// (archive nodes through `ArchiveNodes`, a backend of one's own, or the local one
+    /// wrapped, as the benchmark suite does to add latency). The store records where its
+    /// pages went (`Archive::location`): opened later with another archive, it refuses every
+    /// read of the past with an error naming both, rather than miss the copies.
     pub fn snapshot_archive(mut self, archive: Arc<dyn lodestore_snapshots::Archive>) -> Options {
         self.archive = Some(archive);
         self

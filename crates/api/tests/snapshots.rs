@@ -576,6 +576,14 @@ fn archive_node(page_size: usize) -> lodestore::RunningNode {
     .unwrap()
 }
 
+/// Every root object as of `snapshot`, or the first error.
+fn read_past(store: &Store, snapshot: u64) -> lodestore::Result<Vec<Vec<u8>>> {
+    let mut session = store.session()?;
+    let mut past = session.begin_as_of(AsOf::Snapshot(snapshot))?;
+    let roots = past.roots()?;
+    roots.values().map(|&oid| past.read_all(oid)).collect()
+}
+
 /// Snapshot pages archived on three archive nodes with a replication factor of two read back
 /// as the past they were taken of, while one node is down and after the store reopens.
 #[test]
@@ -609,26 +617,156 @@ fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
     nodes[1].stop().unwrap();
     check_every_snapshot(&store, &taken, "node 1 down");
     store.close().unwrap();
+    // Opened with its local archive, which never held these pages: the past is refused by
+    // name, not read as the present.
+    let local = Store::open(path, options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM)).unwrap();
+    match read_past(&local, taken[0].0.id) {
+        Err(e) => assert!(
+            e.to_string().contains("archived at lodestore://") && e.to_string().contains("local"),
+            "{e}"
+        ),
+        Ok(_) => panic!("read the past from an archive that never held it"),
+    }
+    local.close().unwrap();
     let store = Store::open(path, opts()).unwrap();
     check_every_snapshot(&store, &taken, "reopened, node 1 down");
     // Two of three down: reads of the past fail by name; the present goes on.
     nodes[2].stop().unwrap();
-    let (snapshot, _) = &taken[0];
-    let mut session = store.session().unwrap();
-    let read = session
-        .begin_as_of(AsOf::Snapshot(snapshot.id))
-        .and_then(|mut past| {
-            let roots = past.roots()?;
-            roots
-                .values()
-                .map(|&oid| past.read_all(oid))
-                .collect::<lodestore::Result<Vec<_>>>()
-        });
-    match read {
+    match read_past(&store, taken[0].0.id) {
         Err(e) => assert!(e.to_string().contains(&addresses[2]), "{e}"),
         Ok(_) => panic!("read the past from one node of three with a factor of two"),
     }
     random_transaction(&store, &mut rng);
-    drop(session);
     store.close().unwrap();
+}
+
+/// The local archive with a gate in `get`: once armed, a read waits inside the archive until
+/// the gate opens, as a read from an archive across a slow network does.
+struct GatedArchive {
+    inner: lodestore::LocalArchive,
+    /// (armed, a read is waiting inside, open)
+    state: std::sync::Mutex<(bool, bool, bool)>,
+    changed: std::sync::Condvar,
+}
+
+impl lodestore::Archive for GatedArchive {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn put(&self, copies: &[lodestore::PageCopy<'_>]) -> lodestore::Result<()> {
+        self.inner.put(copies)
+    }
+    fn get(
+        &self,
+        page: lodestore::PageId,
+        time_us: u64,
+        buf: &mut [u8],
+    ) -> lodestore::Result<Option<u64>> {
+        let mut state = self.state.lock().unwrap();
+        if state.0 {
+            state.1 = true;
+            self.changed.notify_all();
+            while !state.2 {
+                state = self.changed.wait(state).unwrap();
+            }
+        }
+        drop(state);
+        self.inner.get(page, time_us, buf)
+    }
+    fn get_ts(&self, page: lodestore::PageId) -> lodestore::Result<Option<u64>> {
+        self.inner.get_ts(page)
+    }
+    fn newest_times(&self) -> Option<Vec<(lodestore::PageId, u64)>> {
+        self.inner.newest_times()
+    }
+    fn remove(&self, copies: &[(lodestore::PageId, u64)]) -> lodestore::Result<()> {
+        self.inner.remove(copies)
+    }
+    fn bytes(&self) -> u64 {
+        self.inner.bytes()
+    }
+}
+
+/// A read of the past waiting on a slow archive holds up no commit, not even one that must
+/// stage a page copy for a newer snapshot.
+#[test]
+fn a_reader_waiting_on_a_slow_archive_holds_up_no_commit() {
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let fs = Arc::new(MemoryFileSystem::new());
+    let path = Path::new("/store");
+    let store = Store::create(path, options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM)).unwrap();
+    store.close().unwrap();
+    let archive = Arc::new(GatedArchive {
+        inner: lodestore::LocalArchive::open(
+            fs.clone(),
+            &lodestore::Snapshots::local_archive_path(path),
+            4096,
+        )
+        .unwrap(),
+        state: std::sync::Mutex::new((false, false, false)),
+        changed: std::sync::Condvar::new(),
+    });
+    let store = Arc::new(
+        Store::open(
+            path,
+            options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM).snapshot_archive(archive.clone()),
+        )
+        .unwrap(),
+    );
+    let write = |store: &Store, oid: RawOid, value: u8| {
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        txn.write_at(oid, 0, &[value; 100]).unwrap();
+        txn.commit().unwrap();
+    };
+    let oid = {
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        let oid = txn.alloc_bytes(TYPE, &[1u8; 100]).unwrap();
+        txn.commit().unwrap();
+        oid
+    };
+    let first = store.snapshot().unwrap();
+    write(&store, oid, 2);
+    store.archive_snapshot_pages().unwrap();
+    store.snapshot().unwrap();
+    archive.state.lock().unwrap().0 = true;
+
+    let reader = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            let mut session = store.session().unwrap();
+            let mut past = session.begin_as_of(AsOf::Snapshot(first.id)).unwrap();
+            past.read_all(oid).unwrap()
+        })
+    };
+    {
+        let mut state = archive.state.lock().unwrap();
+        while !state.1 {
+            state = archive.changed.wait(state).unwrap();
+        }
+    }
+    // The reader waits inside the archive. A commit that stages a copy for the second
+    // snapshot goes through.
+    let (done, committed) = mpsc::channel();
+    let writer = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            write(&store, oid, 3);
+            done.send(()).unwrap();
+        })
+    };
+    let went_through = committed.recv_timeout(Duration::from_secs(20));
+    {
+        let mut state = archive.state.lock().unwrap();
+        state.2 = true;
+        archive.changed.notify_all();
+    }
+    assert!(went_through.is_ok(), "the commit waited for the archive");
+    writer.join().unwrap();
+    assert_eq!(reader.join().unwrap(), vec![1u8; 100]);
 }

@@ -144,7 +144,9 @@ pub struct ThorArgs {
     /// Server buffer pool size.
     #[arg(long, default_value = "128MiB")]
     pub server_pool: String,
-    /// Which parts to run, comma separated: overhead (sections 6.3 to 6.5), as-of (6.6).
+    /// Which parts to run, comma separated: overhead (sections 6.3 to 6.5), as-of (6.6),
+    /// archive-down (commits that stage page copies with the archive, an archive node, up
+    /// and then down).
     #[arg(long, value_delimiter = ',', default_value = "overhead,as-of")]
     pub parts: Vec<String>,
     /// Seed of the database generator and the traversals' random choices.
@@ -333,15 +335,16 @@ fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
     if let Some(unknown) = args
         .parts
         .iter()
-        .find(|p| !["overhead", "as-of"].contains(&p.as_str()))
+        .find(|p| !["overhead", "as-of", "archive-down"].contains(&p.as_str()))
     {
         return Err(lodestore::Error::InvalidArgument(format!(
-            "--parts {unknown}: the parts are overhead and as-of"
+            "--parts {unknown}: the parts are overhead, as-of and archive-down"
         )));
     }
     Ok(ThorConfig {
         overhead: args.parts.iter().any(|p| p == "overhead"),
         as_of: args.parts.iter().any(|p| p == "as-of"),
+        archive_down: args.parts.iter().any(|p| p == "archive-down"),
         preset: args.preset.clone(),
         params: Oo7Params::preset(&args.preset)?,
         seed: args.seed,
@@ -387,6 +390,7 @@ fn finish_thor(out: &Path, records: &[ThorRecord], started: Instant) -> Result<E
     for table in report::thor::overhead_tables(records)
         .into_iter()
         .chain(report::thor::as_of_tables(records))
+        .chain(report::thor::archive_down_table(records))
     {
         println!("{table}");
     }

@@ -571,3 +571,35 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
     // S2 forces the subtransaction's end and the transaction's: more than one flush a commit.
     assert!(flushes("s2") > flushes("flat") + 0.5, "{text}");
 }
+
+/// `bench thor --parts archive-down`: commits that stage page copies, with the archive node up
+/// and then stopped, all of them going through.
+#[test]
+fn bench_thor_commits_while_the_archive_node_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = lodestore()
+        .args([
+            "bench",
+            "thor",
+            "--preset",
+            "oo7-small",
+            "--parts",
+            "archive-down",
+            "--runs",
+            "1",
+            "--out",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = succeeded(&output);
+    assert!(stdout.contains("Thor, archive down"), "{stdout}");
+    let csv = std::fs::read_to_string(dir.path().join("thor.csv")).unwrap();
+    for mode in ["archive up", "archive down"] {
+        let commits = csv
+            .lines()
+            .filter(|l| l.starts_with(&format!("archive-down,oo7-small,SD-ESM,t2a,{mode},")))
+            .count();
+        assert_eq!(commits, 20, "{mode}: {csv}");
+    }
+}

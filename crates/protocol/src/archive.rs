@@ -22,6 +22,14 @@ pub trait Archive: Send + Sync {
     /// A name for errors and reports (the path of a local archive, the address of a remote).
     fn name(&self) -> String;
 
+    /// Where the copies are, as the store records it to notice being opened with another
+    /// archive later: stable across moves of the store (the local archive's is `local`, its
+    /// path moves with the store); a remote archive's names its nodes. A wrapper (adding
+    /// latency, say) returns its inner archive's.
+    fn location(&self) -> String {
+        self.name()
+    }
+
     /// Stores the copies; returns once all are durable.
     fn put(&self, copies: &[PageCopy<'_>]) -> Result<()>;
 

@@ -23,7 +23,7 @@
 //!   previous copy and at or before t, so it stays while one of those remains. A snapshot
 //!   being read cannot be deleted.
 
-use crate::archive::local::LocalArchive;
+use crate::archive::local::{LocalArchive, LOCAL_LOCATION};
 use crate::archive::{Archive, PageCopy};
 use crate::history::HistoryFile;
 use crate::snapshot_log::SnapshotLog;
@@ -41,8 +41,13 @@ pub const SNAPSHOTS_DIR_NAME: &str = "snapshots";
 const HISTORY_FILE: &str = "history";
 const SNAPSHOT_LOG_FILE: &str = "log";
 const LOCAL_ARCHIVE_FILE: &str = "archive";
+/// Where the store's snapshot pages are archived (see `crate::location`).
+const ARCHIVE_LOCATION_FILE: &str = "archive-location";
 /// Copies one archiving turn moves at most.
 const ARCHIVE_BATCH_COPIES: usize = 64;
+/// Times a read as of a snapshot looks for a copy that moves from the snapshot log to the
+/// archive while it reads (once each way is the most a move can take).
+const COPY_LOOKUPS_MAX: usize = 4;
 
 /// The snapshot component of one store.
 pub struct Snapshots {
@@ -130,6 +135,7 @@ impl Snapshots {
                 Some(Arc::new(crate::archive::UnavailableArchive {
                     reason: damage(),
                     path: archive_path.clone(),
+                    location: LOCAL_LOCATION.into(),
                 }) as Arc<dyn Archive>)
             }
             other => other,
@@ -161,11 +167,13 @@ impl Snapshots {
                     Arc::new(crate::archive::UnavailableArchive {
                         reason: format!("damaged: {e}"),
                         path: archive_path,
+                        location: LOCAL_LOCATION.into(),
                     })
                 }
                 Err(e) => return Err(e),
             },
         };
+        let archive = Self::archive_where_recorded(fs.as_ref(), &dir, archive, recorded.id_max)?;
         let listed = archive.newest_times();
         let map_complete = listed.is_some();
         let mut page_map: HashMap<PageId, u64> = listed.unwrap_or_default().into_iter().collect();
@@ -343,6 +351,51 @@ impl Snapshots {
             archive_bytes: self.archive.bytes(),
             pre_images: inner.pre_images.values().map(HashMap::len).sum(),
             archive_unavailable: self.archive.unavailable(),
+        }
+    }
+
+    /// `archive`, if the store's pages were archived there (or no snapshot was ever taken: the
+    /// location is recorded now); else an archive that refuses every read of the past with
+    /// an error naming both places, since the pages are not where it would look.
+    fn archive_where_recorded(
+        fs: &dyn FileSystem,
+        dir: &Path,
+        archive: Arc<dyn Archive>,
+        snapshots_ever: u64,
+    ) -> Result<Arc<dyn Archive>> {
+        let path = dir.join(ARCHIVE_LOCATION_FILE);
+        let here = archive.location();
+        let recorded = match crate::location::read(fs, &path) {
+            Ok(recorded) => recorded,
+            Err(e @ (Error::CorruptFile { .. } | Error::UnsupportedFormat { .. })) => {
+                // Left as it is: which archive holds the pages is not known any more.
+                tracing::error!(error = %e, "the record of where snapshot pages are archived is damaged; reads of the past will fail");
+                return Ok(Arc::new(crate::archive::UnavailableArchive {
+                    reason: format!("the record of where its pages are archived is damaged: {e}"),
+                    path,
+                    location: here,
+                }));
+            }
+            Err(e) => return Err(e),
+        };
+        match recorded {
+            Some(recorded) if recorded == here => Ok(archive),
+            Some(recorded) if snapshots_ever > 0 => {
+                tracing::error!(%recorded, opened_with = %here, "the store was opened with another snapshot archive than its pages went to; reads of the past will fail");
+                Ok(Arc::new(crate::archive::UnavailableArchive {
+                    reason: format!(
+                        "this store's snapshot pages were archived at {recorded}, and it was \
+                         opened with the archive at {here}: open it with the archive at \
+                         {recorded} to read its past"
+                    ),
+                    path,
+                    location: recorded,
+                }))
+            }
+            _ => {
+                crate::location::write(fs, &path, &here)?;
+                Ok(archive)
+            }
         }
     }
 
@@ -559,19 +612,38 @@ impl PageVersions for Snapshots {
             return Ok(false);
         }
         // Staged first, then the archive: a copy leaves the log only after the archive holds
-        // it, so looking in this order never misses one on its way.
-        let log = self.log();
-        let staged = log.oldest_at_or_after(page, snapshot.time_us);
-        let archived = self.archive.get(page, snapshot.time_us, buf)?;
-        match (staged, archived) {
-            (Some((time, offset)), archived) if archived.is_none_or(|a| time < a) => {
-                log.read(page, time, offset, buf)?;
-                Ok(true)
+        // it, so looking in this order never misses one on its way. The archive is asked
+        // without the log's lock: a remote archive may take seconds, and a commit that stages
+        // copies (under the server's state) needs that lock.
+        let mut staged = self.log().oldest_at_or_after(page, snapshot.time_us);
+        for _ in 0..COPY_LOOKUPS_MAX {
+            let archived = self.archive.get(page, snapshot.time_us, buf)?;
+            let Some((time, _)) = staged else {
+                return Ok(archived.is_some());
+            };
+            if archived.is_some_and(|a| a <= time) {
+                return Ok(true);
             }
-            (_, Some(_)) => Ok(true),
-            (None, None) => Ok(false),
-            (Some(_), None) => unreachable!("matched by the first arm"),
+            // The staged copy is the one, if it is still staged; one that left the log since
+            // is in the archive now, and the archive is asked again.
+            let log = self.log();
+            match log.oldest_at_or_after(page, snapshot.time_us) {
+                Some((now, offset)) if now == time => {
+                    log.read(page, time, offset, buf)?;
+                    return Ok(true);
+                }
+                other => staged = other,
+            }
         }
+        Err(Error::Io {
+            path: self.archive.name().into(),
+            operation: "read as of a snapshot",
+            source: std::io::Error::other(format!(
+                "the copy of page {page} for the snapshot at {} moved between the snapshot log \
+                 and the archive {COPY_LOOKUPS_MAX} times while read",
+                snapshot.time_us
+            )),
+        })
     }
 
     fn has_copy_as_of(&self, page: PageId, snapshot: &Snapshot) -> bool {

@@ -9,13 +9,18 @@
 //! - [`snapshot_log`]: copies waiting for the archive.
 //! - [`archive`]: the archive interface and its local backend.
 //! - [`copies`]: the file format both the snapshot log and the local archive use.
+//! - [`location`]: where the store's pages are archived, recorded.
 
 pub mod archive;
 pub mod component;
 pub mod copies;
 pub mod history;
+pub mod location;
 pub mod snapshot_log;
 
-pub use archive::{local::LocalArchive, Archive, PageCopy};
+pub use archive::{
+    local::{LocalArchive, LOCAL_LOCATION},
+    Archive, PageCopy,
+};
 pub use component::{SnapshotStats, Snapshots, SNAPSHOTS_DIR_NAME};
 pub use lodestore_server::versions::Snapshot;

@@ -18,6 +18,7 @@ use crate::workspace;
 use lodestore::{
     Archive, ArchiveNodes, AsOf, Credentials, LocalArchive, Options, PageCopy, PageId,
     RealFileSystem, Result, RunningNode, Scheme, ServeLimits, ServerAuth, Snapshots, Store,
+    LOCAL_LOCATION,
 };
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -88,6 +89,9 @@ pub struct ThorConfig {
     pub overhead: bool,
     /// Run the as-of part (section 6.6).
     pub as_of: bool,
+    /// Run the archive-down part: commits that make page copies while the archive (an
+    /// archive node) is up, then down.
+    pub archive_down: bool,
     pub out: PathBuf,
     pub quiet: bool,
 }
@@ -143,6 +147,9 @@ pub fn run(config: &ThorConfig) -> Result<Vec<ThorRecord>> {
     }
     if config.as_of {
         records.extend(as_of(config, &template)?);
+    }
+    if config.archive_down {
+        records.extend(archive_down(config, &template)?);
     }
     workspace::remove_work(&config.out)?;
     Ok(records)
@@ -291,6 +298,84 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
     Ok(records)
 }
 
+/// Transactions per run and archive state in the archive-down part.
+const ARCHIVE_DOWN_TRANSACTIONS: u32 = 20;
+
+/// Commits while the archive is up and while it is down, in turn within every run: T2A on
+/// the first module after a snapshot each time, so that every commit stages page copies, with
+/// the store's pages archived on an archive node (the background archiver ships them as it
+/// goes); then the node stops, and the same again. Copies then wait in the snapshot log: the
+/// archive must never hold a commit up.
+fn archive_down(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
+    let path = workspace::fresh_copies(template, &config.out, &["archive-down"])?.remove(0);
+    let page_size = {
+        let store = Store::open(&path, options(config))?;
+        let size = store.page_size();
+        store.close()?;
+        size
+    };
+    let node_archive = path.with_extension("node");
+    let fs: Arc<dyn lodestore::FileSystem> = Arc::new(RealFileSystem);
+    fs.create_dir_all(&node_archive)?;
+    let node_archive = node_archive.join("archive");
+    // The node, on the same port each time it starts again (port 0 the first time).
+    let start_node = |address: &str| -> Result<RunningNode> {
+        let archive = LocalArchive::open(fs.clone(), &node_archive, page_size)?;
+        let listener = std::net::TcpListener::bind(address)
+            .map_err(|e| lodestore::Error::io(address, "listen", e))?;
+        RunningNode::spawn(
+            Arc::new(archive),
+            page_size,
+            listener,
+            ServeLimits::default(),
+            ServerAuth::none(),
+        )
+    };
+    let mut node = start_node("127.0.0.1:0")?;
+    let address = node.address().to_string();
+    let nodes = ArchiveNodes::new(std::slice::from_ref(&address), 1, Credentials::default())?;
+    let (store, module) = open_with_archive(config, &path, Arc::new(nodes))?;
+    let mut session = store.session()?;
+    let total = u64::from(config.runs * ARCHIVE_DOWN_TRANSACTIONS) * 2;
+    let bar = workspace::progress_bar(total, "Thor commits, archive up and down", config.quiet);
+    let mut records = Vec::new();
+    // In turn within every run: the archive up (the node started again), then down.
+    for run in 1..=config.runs {
+        for mode in ["archive up", "archive down"] {
+            if mode == "archive down" {
+                node.stop()?;
+            } else if run > 1 {
+                node = start_node(&address)?;
+            }
+            for _ in 0..ARCHIVE_DOWN_TRANSACTIONS {
+                store.snapshot()?;
+                let mut measured = record(config, "archive-down", Traversal::T2a, mode);
+                measured.backend = ArchiveBackend::Node.name().into();
+                let started = Instant::now();
+                let mut txn = session.begin()?;
+                oo7::traverse(&mut txn, module, Traversal::T2a, config.seed)?;
+                let committing = Instant::now();
+                txn.commit()?;
+                measured.commit_ms = ms(committing.elapsed());
+                measured.elapsed_ms = ms(started.elapsed());
+                measured.run = run;
+                records.push(measured);
+                bar.inc(1);
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let staged = store.snapshot_stats().map_or(0, |s| s.staged_copies);
+    tracing::info!(
+        staged,
+        "page copies waiting for the archive when it went down"
+    );
+    drop(session);
+    // The archive is down: the copies stay in the snapshot log (the close says so).
+    store.close()?;
+    Ok(records)
+}
+
 /// T1 cold on the store at `path` (opened afresh with `archive`, a new session): on the
 /// current store, or as of `snapshot`.
 fn t1_cold(
@@ -302,20 +387,7 @@ fn t1_cold(
 ) -> Result<ThorRecord> {
     // Cold: the store opened afresh (an empty server pool), a new session (an empty client
     // cache).
-    let store = Store::open(
-        path,
-        options(config)
-            .snapshots(true)
-            .snapshot_archive(archive.clone()),
-    )?;
-    let mut session = store.session()?;
-    let module = {
-        let mut txn = session.begin()?;
-        let modules = oo7::modules(&mut txn)?;
-        txn.commit()?;
-        modules[0]
-    };
-    drop(session);
+    let (store, module) = open_with_archive(config, path, archive.clone())?;
     let mut session = store.session()?;
     let reads_before = archive.reads();
     let mut measured = record(config, "as-of", Traversal::T1, mode);
@@ -340,6 +412,26 @@ fn t1_cold(
     drop(session);
     store.close()?;
     Ok(measured)
+}
+
+/// The store at `path` with snapshots archived in `archive`, and its first module.
+fn open_with_archive(
+    config: &ThorConfig,
+    path: &Path,
+    archive: Arc<dyn Archive>,
+) -> Result<(Store, lodestore::Oid<oo7::schema::Module>)> {
+    let store = Store::open(
+        path,
+        options(config).snapshots(true).snapshot_archive(archive),
+    )?;
+    let module = {
+        let mut session = store.session()?;
+        let mut txn = session.begin()?;
+        let modules = oo7::modules(&mut txn)?;
+        txn.commit()?;
+        modules[0]
+    };
+    Ok((store, module))
 }
 
 /// The archive of `backend` over the store's local archive file, and the node serving it
@@ -402,6 +494,12 @@ impl SlowArchive {
 impl Archive for SlowArchive {
     fn name(&self) -> String {
         format!("{} (+{:?} a read)", self.inner.name(), self.delay)
+    }
+
+    fn location(&self) -> String {
+        // Every backend here serves the store's own archive file (a node over loopback holds
+        // that same file): the pages are where the store recorded them.
+        LOCAL_LOCATION.into()
     }
 
     fn put(&self, copies: &[PageCopy<'_>]) -> Result<()> {

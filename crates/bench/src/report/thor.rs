@@ -172,6 +172,58 @@ fn as_of_table(records: &[ThorRecord]) -> Option<Titled> {
     Some(titled)
 }
 
+/// The archive-down table: commits that stage page copies with the archive up and down.
+pub fn archive_down_table(records: &[ThorRecord]) -> Option<Titled> {
+    let part: Vec<&ThorRecord> = records
+        .iter()
+        .filter(|r| r.part == "archive-down")
+        .collect();
+    let first = part.first()?;
+    let mut titled = table(
+        format!(
+            "Thor, archive down: T2A after a snapshot (every commit stages page copies), \
+             the snapshot pages archived on an archive node, up and then down ({}, {}, {} \
+             commits each)",
+            first.preset,
+            first.scheme,
+            part.len() / 2
+        ),
+        [
+            "archive",
+            "commit ms (min-max)",
+            "p90 commit ms",
+            "traversal and commit ms",
+            "commit / up",
+        ]
+        .map(String::from)
+        .to_vec(),
+    );
+    let up = median_of(
+        part.iter().filter(|r| r.mode == "archive up").copied(),
+        |r| r.commit_ms,
+    );
+    for mode in ["archive up", "archive down"] {
+        let of = || part.iter().filter(move |r| r.mode == mode).copied();
+        let commits = spread(of().map(|r| r.commit_ms));
+        let mut sorted: Vec<f64> = of().map(|r| r.commit_ms).collect();
+        sorted.sort_by(f64::total_cmp);
+        let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
+        titled.table.add_row(vec![
+            mode.to_string(),
+            format!(
+                "{} ({}-{})",
+                fmt_ms(commits.median),
+                fmt_ms(commits.min),
+                fmt_ms(commits.max)
+            ),
+            fmt_ms(p90),
+            fmt_ms(median_of(of(), |r| r.elapsed_ms)),
+            ratio(commits.median, up),
+        ]);
+    }
+    Some(titled)
+}
+
 /// Time as of a snapshot = a + archive reads x delay, with a the time at no delay.
 struct Fit {
     base_ms: f64,

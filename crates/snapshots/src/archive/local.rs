@@ -12,6 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// The location the store records for its local archive (see `crate::location`).
+pub const LOCAL_LOCATION: &str = "local";
+
 /// Copies read and written per batch while compacting.
 const COMPACT_BATCH_COPIES: usize = 64;
 
@@ -153,6 +156,10 @@ impl Archive for LocalArchive {
                 .insert(copy.time_us, offset);
         }
         Ok(())
+    }
+
+    fn location(&self) -> String {
+        LOCAL_LOCATION.into()
     }
 
     fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>> {

@@ -13,6 +13,8 @@ pub use lodestore_protocol::archive::{Archive, PageCopy};
 pub struct UnavailableArchive {
     pub path: std::path::PathBuf,
     pub reason: String,
+    /// The location of the archive it stands for (see `crate::location`).
+    pub location: String,
 }
 
 impl UnavailableArchive {
@@ -27,6 +29,10 @@ impl UnavailableArchive {
 impl Archive for UnavailableArchive {
     fn name(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
     }
 
     fn put(&self, _copies: &[PageCopy<'_>]) -> Result<()> {

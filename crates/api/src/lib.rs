@@ -30,6 +30,7 @@
 #[cfg(doctest)]
 pub struct ReadmeExamples;
 
+pub mod archive_url;
 mod as_of;
 pub mod collections;
 pub mod counters;
@@ -43,6 +44,7 @@ mod retry;
 mod store;
 mod transaction;
 
+pub use archive_url::archive_from_url;
 pub use as_of::{AsOf, AsOfTransaction};
 pub use collections::key::{Key, KeyBytes, Packed, Value};
 pub use collections::map::{BTreeMap, BTreeSet, Keys};

@@ -124,6 +124,8 @@ pub(crate) enum Command {
         /// (2026-11-25T01:02:03Z) or microseconds since the Unix epoch.
         #[arg(long, value_parser = snapshots::parse_time)]
         as_of: Option<std::time::SystemTime>,
+        #[command(flatten)]
+        archive: security::ArchiveArgs,
     },
     /// Take a snapshot of the store in PATH (or of the server at --connect): it holds exactly
     /// the transactions committed before it, survives any crash, and can be read later with
@@ -149,6 +151,8 @@ pub(crate) enum Command {
         json: bool,
         #[command(flatten)]
         security: security::ClientSecurityArgs,
+        #[command(flatten)]
+        archive: security::ArchiveArgs,
     },
     /// List the snapshots of the store in PATH (or of the server at --connect): id, time and
     /// place in the log, and for a local store the size of its archive and snapshot log.
@@ -165,6 +169,8 @@ pub(crate) enum Command {
         json: bool,
         #[command(flatten)]
         security: security::ClientSecurityArgs,
+        #[command(flatten)]
+        archive: security::ArchiveArgs,
     },
     /// Recover the store in PATH if it was not closed cleanly (redo committed changes, roll
     /// back unfinished transactions, drop a torn log tail) and close it, writing the result:
@@ -528,9 +534,12 @@ fn main() -> ExitCode {
             json,
             snapshot,
             as_of,
+            archive,
         } => match (snapshot, as_of) {
-            (Some(id), _) => snapshots::dump(&path, lodestore::AsOf::Snapshot(id), json),
-            (None, Some(time)) => snapshots::dump(&path, lodestore::AsOf::Time(time), json),
+            (Some(id), _) => snapshots::dump(&path, &archive, lodestore::AsOf::Snapshot(id), json),
+            (None, Some(time)) => {
+                snapshots::dump(&path, &archive, lodestore::AsOf::Time(time), json)
+            }
             (None, None) => inspect::dump(&path, json),
         },
         Command::Snapshot {
@@ -540,11 +549,13 @@ fn main() -> ExitCode {
             delete_before,
             json,
             security,
+            archive,
         } => snapshots::snapshot(
             &snapshots::Target {
                 path: path.as_deref(),
                 connect: connect.as_deref(),
                 security: &security,
+                archive: &archive,
             },
             &delete,
             delete_before,
@@ -555,8 +566,10 @@ fn main() -> ExitCode {
             connect,
             json,
             security,
+            archive,
         } => snapshots::list(
             &snapshots::Target {
+                archive: &archive,
                 path: path.as_deref(),
                 connect: connect.as_deref(),
                 security: &security,

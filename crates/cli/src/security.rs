@@ -53,6 +53,36 @@ impl ClientSecurityArgs {
     }
 }
 
+/// Where a store's snapshot pages are archived, when not in the local archive beside it.
+#[derive(clap::Args, Debug, Default)]
+pub struct ArchiveArgs {
+    /// Archive snapshot pages on archive nodes (see `archive-serve`) instead of the local
+    /// archive beside the store: lodestore://HOST:PORT,HOST:PORT?factor=N (a page is archived
+    /// once N nodes hold it; N defaults to 2, or 1 with one node). A store that archived its
+    /// pages there must be opened with the same URL to read its past.
+    #[arg(long, value_name = "URL")]
+    pub archive: Option<String>,
+    /// With --archive: file holding the token the archive nodes require.
+    #[arg(long, requires = "archive")]
+    pub archive_token_file: Option<PathBuf>,
+}
+
+impl ArchiveArgs {
+    /// `options` with the archive these arguments name, if any.
+    pub fn apply(&self, options: lodestore::Options) -> Result<lodestore::Options> {
+        let Some(url) = &self.archive else {
+            return Ok(options);
+        };
+        let token = self
+            .archive_token_file
+            .as_deref()
+            .map(Token::from_file)
+            .transpose()?;
+        let archive = lodestore::archive_from_url(url, Credentials { token, tls: None })?;
+        Ok(options.snapshot_archive(archive))
+    }
+}
+
 /// `lodestore certs DIR`: writes a certificate set and says how to use it.
 pub fn certs(dir: &Path, names: &[String]) -> Result<ExitCode> {
     let set = lodestore::tls_certs::write_set(dir, names)?;

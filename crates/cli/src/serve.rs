@@ -30,6 +30,8 @@ pub struct ServeArgs {
     method: Option<String>,
     #[command(flatten)]
     network: NetworkArgs,
+    #[command(flatten)]
+    archive: crate::security::ArchiveArgs,
 }
 
 /// Arguments of `lodestore archive-serve`.
@@ -227,7 +229,7 @@ pub fn run_archive(args: &ArchiveServeArgs) -> Result<ExitCode> {
 
 pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     let (path, listen) = (args.path.as_path(), args.listen.as_str());
-    let mut options = Options::new();
+    let mut options = args.archive.apply(Options::new())?;
     if let Some(method) = &args.method {
         options = options.recovery_method(method.parse::<RecoveryMethodKind>()?);
     }

@@ -1,24 +1,32 @@
 //! `snapshot`, `snapshots` and `dump --as-of/--snapshot`: taking, listing, deleting and
 //! reading snapshots from the command line.
 
-use crate::security::ClientSecurityArgs;
+use crate::security::{ArchiveArgs, ClientSecurityArgs};
 use lodestore::{AsOf, Error, Options, OverlayFileSystem, RealFileSystem, Result, Snapshot, Store};
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Where the store is: a folder, or a server.
+/// Where the store is: a folder (with its archive), or a server.
 pub struct Target<'a> {
     pub path: Option<&'a Path>,
     pub connect: Option<&'a str>,
     pub security: &'a ClientSecurityArgs,
+    pub archive: &'a ArchiveArgs,
 }
 
 impl Target<'_> {
     /// The store, opened for writing (`snapshot`) or over an in-memory overlay that leaves
     /// its files untouched (`snapshots`, `dump`).
     fn open(&self, writes: bool) -> Result<Store> {
+        if self.connect.is_some() && self.archive.archive.is_some() {
+            return Err(Error::InvalidArgument(
+                "--archive names a folder store's archive; a server at --connect has its own \
+                 (give it to `serve`)"
+                    .into(),
+            ));
+        }
         match (self.path, self.connect) {
             (_, Some(address)) => {
                 let credentials = self.security.credentials()?;
@@ -31,15 +39,13 @@ impl Target<'_> {
                 }
                 Store::connect(address, options)
             }
-            (Some(path), None) if writes => Store::open(path, Options::new()),
+            (Some(path), None) if writes => Store::open(path, self.archive.apply(Options::new())?),
             (Some(path), None) => {
                 let overlay = Arc::new(OverlayFileSystem::new(Arc::new(RealFileSystem)));
-                Store::open(
-                    path,
-                    Options::new()
-                        .file_system(overlay)
-                        .background_install(false),
-                )
+                let options = Options::new()
+                    .file_system(overlay)
+                    .background_install(false);
+                Store::open(path, self.archive.apply(options)?)
             }
             (None, None) => Err(Error::InvalidArgument(
                 "give a store folder PATH or --connect ADDRESS".into(),
@@ -154,11 +160,12 @@ pub fn list(target: &Target<'_>, as_json: bool) -> Result<ExitCode> {
 
 /// `lodestore dump PATH --snapshot ID | --as-of TIME`: every object as it was, in the format
 /// of `dump`, so two dumps compare with `diff`.
-pub fn dump(path: &Path, at: AsOf, as_json: bool) -> Result<ExitCode> {
+pub fn dump(path: &Path, archive: &ArchiveArgs, at: AsOf, as_json: bool) -> Result<ExitCode> {
     let target = Target {
         path: Some(path),
         connect: None,
         security: &ClientSecurityArgs::default(),
+        archive,
     };
     let store = target.open(false)?;
     let mut session = store.session()?;

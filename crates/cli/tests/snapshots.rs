@@ -41,26 +41,29 @@ fn total_balance(dump: &str) -> (usize, i64) {
     (balances.len(), balances.iter().sum())
 }
 
+/// `stress` on `store`: transfers between 40 accounts for `seconds`, from three threads.
+fn bank_transfers(store: &Path, acks: &Path, seconds: &str) -> String {
+    ok(&[
+        "stress",
+        arg(store),
+        "--accounts",
+        "40",
+        "--threads",
+        "3",
+        "--seconds",
+        seconds,
+        "--acks",
+        arg(acks),
+    ])
+}
+
 #[test]
 fn snapshots_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("store");
     let acks = dir.path().join("acks");
     ok(&["init", arg(&store), "--snapshots"]);
-    let stress = |seconds: &str| {
-        ok(&[
-            "stress",
-            arg(&store),
-            "--accounts",
-            "40",
-            "--threads",
-            "3",
-            "--seconds",
-            seconds,
-            "--acks",
-            arg(&acks),
-        ])
-    };
+    let stress = |seconds: &str| bank_transfers(&store, &acks, seconds);
     stress("0.3");
     let before = ok(&["dump", arg(&store)]);
     let taken = ok(&["snapshot", arg(&store), "--json"]);
@@ -141,4 +144,81 @@ fn every_snapshot_of_the_bank_taken_while_transfers_run_balances_to_the_same_tot
         ids.len(),
         "transfers ran between the snapshots"
     );
+}
+
+/// `--archive` on the command line: a store's snapshot pages archived on an archive node
+/// (`archive-serve`, with a token) read back by `dump --snapshot --archive` as the store was;
+/// without the URL, or with the node gone, the past is refused by name.
+#[test]
+fn snapshot_pages_on_an_archive_node_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, acks, token) = (
+        dir.path().join("store"),
+        dir.path().join("acks"),
+        dir.path().join("token"),
+    );
+    std::fs::write(&token, "archive-node-cli-test-token").unwrap();
+    let token_arg = token.as_os_str();
+    let (mut node, address) = common::spawn_listening(
+        "archive-serve",
+        &dir.path().join("node"),
+        "127.0.0.1:0",
+        &[
+            "--page-size".as_ref(),
+            "8192".as_ref(),
+            "--token-file".as_ref(),
+            token_arg,
+        ],
+    )
+    .expect("the archive node starts");
+    let url = format!("lodestore://{address}");
+    let with_archive = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--archive", &url, "--archive-token-file", arg(&token)]);
+        all.iter().map(|s| s.to_string()).collect::<Vec<String>>()
+    };
+    let run = |args: Vec<String>| {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(&args)
+    };
+    ok(&["init", arg(&store), "--snapshots"]);
+    let stress = || bank_transfers(&store, &acks, "1");
+    stress();
+    let took = run(with_archive(&["snapshot", arg(&store), "--json"]));
+    let id = serde_json::from_str::<serde_json::Value>(&took).unwrap()["id"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let then = ok(&["dump", arg(&store)]);
+    // Transfers change every account page; their copies wait in the snapshot log (stress
+    // names no archive) until an open with the archive ships them to the node: the next
+    // snapshot's, which closes the store with nothing left waiting.
+    stress();
+    run(with_archive(&["snapshot", arg(&store)]));
+    let listed = run(with_archive(&["snapshots", arg(&store), "--json"]));
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    assert_eq!(listed["copies_waiting"], 0, "{listed}");
+    assert!(listed["archive_bytes"].as_u64().unwrap() > 8192, "{listed}");
+    let past = run(with_archive(&["dump", arg(&store), "--snapshot", &id]));
+    assert_eq!(past, then, "as of the snapshot, from the archive node");
+    assert_ne!(
+        ok(&["dump", arg(&store)]),
+        then,
+        "the transfers changed the store"
+    );
+
+    // Without the URL the store knows its pages are elsewhere.
+    let out = lodestore(&["dump", arg(&store), "--snapshot", &id]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&format!("archived at {url}")), "{stderr}");
+    // With the node gone, the read fails naming it.
+    node.kill().unwrap();
+    node.wait().unwrap();
+    let args = with_archive(&["dump", arg(&store), "--snapshot", &id]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = lodestore(&args);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(&address), "{stderr}");
 }

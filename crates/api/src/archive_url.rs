@@ -1,0 +1,99 @@
+//! Snapshot archives named by URL, as the command line takes them (`--archive`):
+//! `lodestore://host:port,host:port?factor=2` for archive nodes (`ArchiveNodes`; the factor
+//! defaults to two, or one with a single node). The local archive beside the store is the
+//! default and needs no URL; object storage and peer-to-peer archives are not built yet.
+
+use lodestore_core::{Error, Result};
+use lodestore_net::archive::nodes::NODES_MAX;
+use lodestore_net::archive::ArchiveNodes;
+use lodestore_net::auth::Credentials;
+use lodestore_snapshots::Archive;
+use std::sync::Arc;
+
+/// The URL scheme of archive nodes.
+pub const NODES_SCHEME: &str = "lodestore://";
+
+/// The archive `url` names, reached with `credentials` (the nodes' token and TLS).
+pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn Archive>> {
+    let (addresses, factor) = parse_nodes_url(url)?;
+    Ok(Arc::new(ArchiveNodes::new(
+        &addresses,
+        factor,
+        credentials,
+    )?))
+}
+
+/// The nodes and the replication factor of a `lodestore://` URL.
+fn parse_nodes_url(url: &str) -> Result<(Vec<String>, usize)> {
+    let bad = |why: String| Error::InvalidArgument(format!("archive URL {url:?}: {why}"));
+    let Some(rest) = url.strip_prefix(NODES_SCHEME) else {
+        return Err(match url.split_once("://") {
+            Some(("s3" | "p2p" | "file", _)) => Error::Unsupported(format!(
+                "archive URL {url:?}: only archive nodes ({NODES_SCHEME}host:port,...) are \
+                 built; the local archive beside the store needs no URL"
+            )),
+            _ => bad(format!(
+                "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..."
+            )),
+        });
+    };
+    let (nodes, query) = match rest.split_once('?') {
+        Some((nodes, query)) => (nodes, Some(query)),
+        None => (rest, None),
+    };
+    let addresses: Vec<String> = nodes.split(',').map(str::to_string).collect();
+    if let Some(empty) = addresses.iter().find(|a| a.is_empty() || !a.contains(':')) {
+        return Err(bad(format!("{empty:?} is not host:port")));
+    }
+    if addresses.len() > NODES_MAX {
+        return Err(bad(format!(
+            "{} nodes; at most {NODES_MAX}",
+            addresses.len()
+        )));
+    }
+    let mut factor = addresses.len().min(2);
+    if let Some(query) = query {
+        for pair in query.split('&') {
+            match pair.split_once('=') {
+                Some(("factor", value)) => {
+                    factor = value
+                        .parse()
+                        .map_err(|_| bad(format!("factor {value:?} is not a whole number")))?;
+                }
+                _ => return Err(bad(format!("{pair:?}: the only setting is factor=N"))),
+            }
+        }
+    }
+    Ok((addresses, factor))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_nodes_and_a_factor_and_bad_ones_say_why() {
+        let (nodes, factor) = parse_nodes_url("lodestore://a:1,b:2,c:3").unwrap();
+        assert_eq!((nodes.len(), factor), (3, 2));
+        assert_eq!(parse_nodes_url("lodestore://a:1").unwrap().1, 1);
+        assert_eq!(
+            parse_nodes_url("lodestore://a:1,b:2,c:3?factor=3")
+                .unwrap()
+                .1,
+            3
+        );
+        for (url, says) in [
+            ("http://a:1", "not an archive URL"),
+            ("lodestore://", "is not host:port"),
+            ("lodestore://a:1,,b:2", "is not host:port"),
+            ("lodestore://a:1?factor=x", "not a whole number"),
+            ("lodestore://a:1?copies=2", "the only setting"),
+            ("s3://bucket/prefix", "only archive nodes"),
+        ] {
+            let err = parse_nodes_url(url).unwrap_err();
+            assert!(err.to_string().contains(says), "{url}: {err}");
+        }
+        // A factor the nodes cannot meet is the archive's to refuse.
+        assert!(archive_from_url("lodestore://a:1?factor=2", Credentials::default()).is_err());
+    }
+}

@@ -65,6 +65,10 @@ pub struct ArchiveArgs {
     /// With --archive: file holding the token the archive nodes require.
     #[arg(long, requires = "archive")]
     pub archive_token_file: Option<PathBuf>,
+    /// With --archive: talk TLS to the archive nodes, trusting the certificate authorities in
+    /// this PEM file to have signed their certificates (`certs` makes one: ca.pem).
+    #[arg(long, requires = "archive")]
+    pub archive_tls_ca: Option<PathBuf>,
 }
 
 impl ArchiveArgs {
@@ -78,7 +82,12 @@ impl ArchiveArgs {
             .as_deref()
             .map(Token::from_file)
             .transpose()?;
-        let archive = lodestore::archive_from_url(url, Credentials { token, tls: None })?;
+        let tls = self
+            .archive_tls_ca
+            .as_deref()
+            .map(|ca| TlsClient::builder(ca).build())
+            .transpose()?;
+        let archive = lodestore::archive_from_url(url, Credentials { token, tls })?;
         Ok(options.snapshot_archive(archive))
     }
 }

@@ -147,7 +147,7 @@ fn every_snapshot_of_the_bank_taken_while_transfers_run_balances_to_the_same_tot
 }
 
 /// `--archive` on the command line: a store's snapshot pages archived on an archive node
-/// (`archive-serve`, with a token) read back by `dump --snapshot --archive` as the store was;
+/// (`archive-serve`, with a token, over TLS) read back by `dump --snapshot --archive` as the store was;
 /// without the URL, or with the node gone, the past is refused by name.
 #[test]
 fn snapshot_pages_on_an_archive_node_from_the_command_line() {
@@ -158,7 +158,13 @@ fn snapshot_pages_on_an_archive_node_from_the_command_line() {
         dir.path().join("token"),
     );
     std::fs::write(&token, "archive-node-cli-test-token").unwrap();
-    let token_arg = token.as_os_str();
+    let tls = dir.path().join("tls");
+    ok(&["certs", arg(&tls)]);
+    let (cert, key, ca) = (
+        tls.join("server.pem"),
+        tls.join("server.key"),
+        tls.join("ca.pem"),
+    );
     let (mut node, address) = common::spawn_listening(
         "archive-serve",
         &dir.path().join("node"),
@@ -167,7 +173,11 @@ fn snapshot_pages_on_an_archive_node_from_the_command_line() {
             "--page-size".as_ref(),
             "8192".as_ref(),
             "--token-file".as_ref(),
-            token_arg,
+            token.as_os_str(),
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
         ],
     )
     .expect("the archive node starts");
@@ -175,6 +185,7 @@ fn snapshot_pages_on_an_archive_node_from_the_command_line() {
     let with_archive = |args: &[&str]| {
         let mut all = args.to_vec();
         all.extend(["--archive", &url, "--archive-token-file", arg(&token)]);
+        all.extend(["--archive-tls-ca", arg(&ca)]);
         all.iter().map(|s| s.to_string()).collect::<Vec<String>>()
     };
     let run = |args: Vec<String>| {

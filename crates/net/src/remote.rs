@@ -19,6 +19,9 @@ use lodestore_storage::large::Extent;
 use lodestore_storage::page;
 use lodestore_wal::LogStats;
 
+/// Characters of an unexpected response an error message shows.
+const UNEXPECTED_SHOWN_MAX: usize = 200;
+
 /// Most bytes a log record's key, offset and length take in a frame (three varints).
 const WIRE_RECORD_FIXED_BYTES: usize = 20;
 
@@ -468,9 +471,15 @@ impl RemotePageServer {
     }
 
     pub(crate) fn unexpected(&self, what: &str, response: &Response) -> Error {
+        // A response may carry a page or more: the message shows its start only.
+        let mut shown = format!("{response:?}");
+        if let Some((cut, _)) = shown.char_indices().nth(UNEXPECTED_SHOWN_MAX) {
+            shown.truncate(cut);
+            shown.push_str("...");
+        }
         connection(
             &self.peer,
-            format!("unexpected response to {what}: {response:?}"),
+            format!("unexpected response to {what}: {shown}"),
         )
     }
 

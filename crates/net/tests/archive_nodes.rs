@@ -219,6 +219,15 @@ fn a_node_requires_its_token_and_refuses_a_stores_requests() {
     let remote = RemotePageServer::connect_with(&node.address, "test", Some(&token)).unwrap();
     use lodestore_server::PageServer;
     assert!(matches!(remote.begin(), Err(Error::Unsupported(_))));
+    // A read into a buffer of another page size: the answer does not fit, and the error
+    // says so in a line, not with the page's bytes.
+    let mut large = vec![0u8; PAGE * 2];
+    let err = with_token
+        .get(PageId(1), 0, &mut large)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("answered a read of page 1"), "{err}");
+    assert!(err.len() < 1000, "{err}");
     // A copy of another page size is refused by name.
     let err = with_token
         .put(&[PageCopy {

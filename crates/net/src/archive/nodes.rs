@@ -305,12 +305,21 @@ impl Archive for ArchiveNodes {
         let page_size = buf.len();
         let answers = self.gather("a read", |remote| match remote.call(&request)? {
             Response::Copy(None) => Ok(None),
-            Response::Copy(Some(copy))
-                if copy.page == page.0
-                    && copy.time_us >= time_us
-                    && copy.image.len() == page_size =>
-            {
-                Ok(Some(copy))
+            Response::Copy(Some(copy)) => {
+                if copy.page == page.0 && copy.time_us >= time_us && copy.image.len() == page_size {
+                    Ok(Some(copy))
+                } else {
+                    // Named without the image: a page of bytes is no message.
+                    Err(Error::Remote(format!(
+                        "archive node {} answered a read of page {page} at or after \
+                         {time_us} with the copy of page {} at {} ({} bytes; pages here have \
+                         {page_size})",
+                        remote.peer(),
+                        copy.page,
+                        copy.time_us,
+                        copy.image.len()
+                    )))
+                }
             }
             other => Err(remote.unexpected("archive-get", &other)),
         })?;

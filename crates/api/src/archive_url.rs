@@ -1,7 +1,10 @@
 //! Snapshot archives named by URL, as the command line takes them (`--archive`):
 //! `lodestore://host:port,host:port?factor=2` for archive nodes (`ArchiveNodes`; the factor
-//! defaults to two, or one with a single node). The local archive beside the store is the
-//! default and needs no URL; object storage and peer-to-peer archives are not built yet.
+//! defaults to two, or one with a single node) and, with the `s3` feature,
+//! `s3://bucket/prefix?endpoint=http://host:port&region=name` for S3-compatible object
+//! storage (`S3Archive`; keys from `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`). The
+//! local archive beside the store is the default and needs no URL; peer-to-peer archives are
+//! not built yet.
 
 use lodestore_core::{Error, Result};
 use lodestore_net::archive::nodes::NODES_MAX;
@@ -15,6 +18,9 @@ pub const NODES_SCHEME: &str = "lodestore://";
 
 /// The archive `url` names, reached with `credentials` (the nodes' token and TLS).
 pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn Archive>> {
+    if url.starts_with(S3_SCHEME) {
+        return s3_archive(url);
+    }
     let (addresses, factor) = parse_nodes_url(url)?;
     Ok(Arc::new(ArchiveNodes::new(
         &addresses,
@@ -23,17 +29,35 @@ pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn A
     )?))
 }
 
+/// The URL scheme of archives on S3-compatible object storage.
+pub const S3_SCHEME: &str = "s3://";
+
+#[cfg(feature = "s3")]
+fn s3_archive(url: &str) -> Result<Arc<dyn Archive>> {
+    Ok(Arc::new(lodestore_archive_s3::S3Archive::open(url)?))
+}
+
+#[cfg(not(feature = "s3"))]
+fn s3_archive(url: &str) -> Result<Arc<dyn Archive>> {
+    Err(Error::Unsupported(format!(
+        "archive URL {url:?}: this build has no S3 archives (the lodestore crate's `s3` \
+         feature)"
+    )))
+}
+
 /// The nodes and the replication factor of a `lodestore://` URL.
 fn parse_nodes_url(url: &str) -> Result<(Vec<String>, usize)> {
     let bad = |why: String| Error::InvalidArgument(format!("archive URL {url:?}: {why}"));
     let Some(rest) = url.strip_prefix(NODES_SCHEME) else {
         return Err(match url.split_once("://") {
-            Some(("s3" | "p2p" | "file", _)) => Error::Unsupported(format!(
-                "archive URL {url:?}: only archive nodes ({NODES_SCHEME}host:port,...) are \
-                 built; the local archive beside the store needs no URL"
+            Some(("p2p" | "file", _)) => Error::Unsupported(format!(
+                "archive URL {url:?}: archive nodes ({NODES_SCHEME}host:port,...) and S3 \
+                 ({S3_SCHEME}bucket/prefix?endpoint=...) are built; the local archive beside \
+                 the store needs no URL"
             )),
             _ => bad(format!(
-                "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..."
+                "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..., object \
+                 storage {S3_SCHEME}bucket/prefix?endpoint=..."
             )),
         });
     };
@@ -88,7 +112,7 @@ mod tests {
             ("lodestore://a:1,,b:2", "is not host:port"),
             ("lodestore://a:1?factor=x", "not a whole number"),
             ("lodestore://a:1?copies=2", "the only setting"),
-            ("s3://bucket/prefix", "only archive nodes"),
+            ("p2p://peer", "are built"),
         ] {
             let err = parse_nodes_url(url).unwrap_err();
             assert!(err.to_string().contains(says), "{url}: {err}");

@@ -51,6 +51,8 @@ pub use collections::map::{BTreeMap, BTreeSet, Keys};
 pub use collections::range::Range;
 pub use collections::tree::TreeReport;
 pub use counters::{Counters, CountersByScheme};
+#[cfg(feature = "s3")]
+pub use lodestore_archive_s3::{S3Archive, Traffic as S3Traffic};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};
 pub use lodestore_client::{DetectionStats, Detector, ObjectInfo, Placement, Scheme};
 pub use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED};
@@ -65,7 +67,8 @@ pub use lodestore_server::log_inspect::LogSummary;
 pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use lodestore_snapshots::{
-    Archive, LocalArchive, PageCopy, SnapshotStats, Snapshots, LOCAL_LOCATION,
+    Archive, LocalArchive, PageCopy, ReadAhead, SnapshotStats, Snapshots, LOCAL_LOCATION,
+    READ_AHEAD_MAX,
 };
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{

@@ -97,6 +97,8 @@ pub struct Options {
     pub(crate) snapshots: bool,
     /// Where snapshot pages are archived; `None`: the local archive beside the store.
     pub(crate) archive: Option<Arc<dyn lodestore_snapshots::Archive>>,
+    /// Copies per read of the past (`ReadAhead`); `None`: as the archive prefers.
+    pub(crate) archive_read_ahead: Option<usize>,
     pub(crate) recovery_buffer_bytes: usize,
     pub(crate) file_system: Arc<dyn FileSystem>,
     /// How a remote client proves who it is, and whether it talks TLS (`connect` only).
@@ -126,6 +128,7 @@ impl Default for Options {
             warn_outgrown: true,
             snapshots: false,
             archive: None,
+            archive_read_ahead: None,
             recovery_buffer_bytes: 4 << 20,
             file_system: Arc::new(RealFileSystem),
             credentials: Default::default(),
@@ -342,6 +345,15 @@ impl Options {
         self
     }
 
+    /// Copies a read of the past asks the archive for at once: the one wanted and those of
+    /// the next pages changed since the snapshot, which wait in a small cache until read
+    /// (`ReadAhead`). By default as the archive prefers: 1 (none) for the local archive and
+    /// archive nodes, 32 for S3, whose requests overlap. At most `READ_AHEAD_MAX`.
+    pub fn archive_read_ahead(mut self, copies: usize) -> Options {
+        self.archive_read_ahead = Some(copies);
+        self
+    }
+
     /// Memory of each session's recovery buffer, which holds pre-images of what the running
     /// transaction changed (default 4 MiB, as in QuickStore's experiments; at least a page).
     /// When it is full, log records of the oldest pre-images are generated and shipped early.
@@ -379,6 +391,14 @@ impl Options {
             if !page_size_is_supported(size) {
                 return invalid(format!(
                     "page_size {size} is not one of {PAGE_SIZES_SUPPORTED:?}"
+                ));
+            }
+        }
+        if let Some(copies) = self.archive_read_ahead {
+            if !(1..=lodestore_snapshots::READ_AHEAD_MAX).contains(&copies) {
+                return invalid(format!(
+                    "archive_read_ahead {copies}: 1 (no reading ahead) to {}",
+                    lodestore_snapshots::READ_AHEAD_MAX
                 ));
             }
         }
@@ -501,6 +521,23 @@ mod tests {
             libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
         };
         assert!(memory_bytes_max() <= machine);
+    }
+
+    #[test]
+    fn read_ahead_out_of_bounds_is_refused_by_name() {
+        for copies in [0, lodestore_snapshots::READ_AHEAD_MAX + 1] {
+            let err = Options::new()
+                .archive_read_ahead(copies)
+                .validate()
+                .unwrap_err();
+            assert!(err.to_string().contains("archive_read_ahead"), "{err}");
+        }
+        for copies in [1, 32, lodestore_snapshots::READ_AHEAD_MAX] {
+            Options::new()
+                .archive_read_ahead(copies)
+                .validate()
+                .unwrap();
+        }
     }
 
     #[test]

@@ -110,12 +110,10 @@ impl Store {
                 lodestore_storage::OpenMode::ReadOnly,
             )?
             .page_size();
-            let snapshots = Arc::new(Snapshots::open(
-                fs.clone(),
-                &path,
-                page_size,
-                options.archive.clone(),
-            )?);
+            let archive = options.archive.clone().map(|archive| {
+                lodestore_snapshots::ReadAhead::wrap(archive, options.archive_read_ahead)
+            });
+            let snapshots = Arc::new(Snapshots::open(fs.clone(), &path, page_size, archive)?);
             server_options.versions = Some(snapshots.clone());
             Some(snapshots)
         } else {

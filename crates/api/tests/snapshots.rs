@@ -640,6 +640,87 @@ fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
     store.close().unwrap();
 }
 
+/// One workload, one seed, its snapshot pages archived on each backend in turn (the local
+/// archive, an archive node, S3 on s3s-fs and on moto): every snapshot read back, after a
+/// reopening too, is the same dump whichever backend held its pages.
+#[cfg(feature = "s3")]
+#[test]
+fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
+    use lodestore_archive_s3::servers::{S3Server, ServerKind, ACCESS_KEY, SECRET_KEY};
+    let node = archive_node(4096);
+    let servers: Vec<S3Server> = ServerKind::ALL
+        .into_iter()
+        .filter_map(|kind| S3Server::start(kind).unwrap())
+        .collect();
+    let mut backends: Vec<(String, Option<Arc<dyn lodestore::Archive>>)> =
+        vec![("local".into(), None)];
+    backends.push((
+        "archive node".into(),
+        Some(Arc::new(
+            lodestore::ArchiveNodes::new(
+                &[node.address().to_string()],
+                1,
+                lodestore::Credentials::default(),
+            )
+            .unwrap(),
+        )),
+    ));
+    let s3_url = |server: &S3Server| {
+        server.create_bucket("snapshots").unwrap();
+        server.url("snapshots", "stores/a")
+    };
+    for server in &servers {
+        let archive =
+            lodestore::S3Archive::open_with_keys(&s3_url(server), ACCESS_KEY, SECRET_KEY).unwrap();
+        backends.push((server.kind().name().into(), Some(Arc::new(archive))));
+    }
+    let mut dumps_by_backend: Vec<(String, Vec<Dump>)> = Vec::new();
+    for (name, archive) in backends {
+        let fs = Arc::new(MemoryFileSystem::new());
+        let path = Path::new("/store");
+        let opts = || {
+            let options = options(&fs, RecoveryMethodKind::Esm, Scheme::SD_ESM);
+            match &archive {
+                Some(archive) => options.snapshot_archive(archive.clone()),
+                None => options,
+            }
+        };
+        let store = Store::create(path, opts()).unwrap();
+        let mut rng = StdRng::seed_from_u64(2525);
+        let mut taken = Vec::new();
+        for _ in 0..4 {
+            for _ in 0..6 {
+                random_transaction(&store, &mut rng);
+            }
+            taken.push((store.snapshot().unwrap(), current_dump(&store)));
+        }
+        random_transaction(&store, &mut rng);
+        store.archive_snapshot_pages().unwrap();
+        let stats = store.snapshot_stats().unwrap();
+        assert_eq!(stats.staged_copies, 0, "{name}: every copy archived");
+        assert!(stats.archive_bytes > 0, "{name}");
+        check_every_snapshot(&store, &taken, &name);
+        store.close().unwrap();
+        // Reopened: the page map comes back from the backend's listing.
+        let store = Store::open(path, opts()).unwrap();
+        check_every_snapshot(&store, &taken, &format!("{name}, reopened"));
+        let dumps = taken
+            .iter()
+            .map(|(snapshot, _)| dump_as_of(&store, snapshot.id))
+            .collect();
+        dumps_by_backend.push((name, dumps));
+        store.close().unwrap();
+    }
+    let (first, expected) = &dumps_by_backend[0];
+    for (name, dumps) in &dumps_by_backend[1..] {
+        assert!(
+            dumps == expected,
+            "the as-of dumps on {name} differ from those on {first}"
+        );
+    }
+    assert_eq!(dumps_by_backend.len(), 2 + servers.len());
+}
+
 /// The local archive with a gate in `get`: once armed, a read waits inside the archive until
 /// the gate opens, as a read from an archive across a slow network does.
 struct GatedArchive {

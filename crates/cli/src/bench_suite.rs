@@ -135,9 +135,15 @@ pub struct ThorArgs {
     pub delays: Vec<f64>,
     /// Archive backends T1 as of a snapshot reads from, comma separated: local (the file
     /// beside the store), node (an archive node on loopback holding the same copies, every
-    /// read a request over TCP).
+    /// read a request over TCP), s3 (an s3s-fs server on loopback holding them as objects,
+    /// every read a listing and a GET over HTTP; scripts/test-servers.sh installs s3s-fs).
     #[arg(long, value_delimiter = ',', default_value = "local")]
     pub backends: Vec<String>,
+    /// Copies per archive read for T1 as of a snapshot, comma separated, each measured in
+    /// turn: 1 reads one page at a time as Thor does; more reads that many at once (the page
+    /// wanted and the next ones changed since the snapshot, requests overlapped on S3).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub read_ahead: Vec<usize>,
     /// Client cache size.
     #[arg(long, default_value = "64MiB")]
     pub cache: String,
@@ -354,9 +360,48 @@ fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
         server_pool_bytes: parse_size(&args.server_pool)?,
         delays_ms: args.delays.clone(),
         backends: backends(&args.backends)?,
+        read_ahead: read_ahead(&args.read_ahead)?,
         out: args.out.clone(),
         quiet: false,
     })
+}
+
+/// The suite's archive backends: the local archive and a node, and S3 where s3s-fs is
+/// installed (said when it is not).
+fn suite_backends() -> Vec<String> {
+    let mut backends = vec!["local".to_string(), "node".to_string()];
+    #[cfg(feature = "s3")]
+    {
+        use lodestore_archive_s3::servers::ServerKind;
+        if ServerKind::S3sFs.installed() {
+            backends.push("s3".into());
+        } else {
+            eprintln!(
+                "Thor as of a snapshot on S3 left out: s3s-fs is not installed \
+                 (scripts/test-servers.sh installs it)"
+            );
+        }
+    }
+    backends
+}
+
+/// The read-ahead settings named, each within bounds.
+fn read_ahead(copies: &[usize]) -> Result<Vec<usize>> {
+    if copies.is_empty() {
+        return Err(lodestore::Error::InvalidArgument(
+            "--read-ahead names no setting".into(),
+        ));
+    }
+    if let Some(bad) = copies
+        .iter()
+        .find(|&&c| !(1..=lodestore::READ_AHEAD_MAX).contains(&c))
+    {
+        return Err(lodestore::Error::InvalidArgument(format!(
+            "--read-ahead {bad}: 1 (none) to {}",
+            lodestore::READ_AHEAD_MAX
+        )));
+    }
+    Ok(copies.to_vec())
 }
 
 /// The archive backends named, each once.
@@ -459,7 +504,8 @@ pub fn suite(args: &SuiteArgs) -> Result<ExitCode> {
         scheme: "SD-ESM".into(),
         runs: if args.smoke { 1 } else { 3 },
         delays: vec![0.0, 1.0],
-        backends: vec!["local".into(), "node".into()],
+        backends: suite_backends(),
+        read_ahead: vec![1, 32],
         parts: vec!["overhead".into(), "as-of".into()],
         cache: "64MiB".into(),
         server_pool: "128MiB".into(),

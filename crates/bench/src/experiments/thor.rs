@@ -10,8 +10,9 @@
 //!   snapshot whose changed pages come from the archive, with a delay injected into every
 //!   archive read (0, 1 and 10 ms by default) to stand for a remote archive; the time is
 //!   then fitted as a + reads x delay, as the thesis does. Per archive backend: the local
-//!   archive, and an archive node over loopback holding the same copies (Table 6.2's
-//!   "network storage").
+//!   archive, an archive node over loopback holding the same copies (Table 6.2's
+//!   "network storage"), and S3 on an `s3s-fs` server over loopback (feature `s3`) holding
+//!   them as objects. Requests and bytes per backend are counted.
 
 use crate::oo7::{self, Oo7Params, Traversal};
 use crate::workspace;
@@ -46,6 +47,11 @@ pub enum ArchiveBackend {
     /// An archive node on loopback (`serve_archive`) holding the same file, reached through
     /// `ArchiveNodes`: every read a request over TCP.
     Node,
+    /// S3 on an `s3s-fs` server over loopback started for the experiment, the copies
+    /// uploaded to it first: every read a listing and a GET over HTTP.
+    S3,
+    /// The same on a `moto` server.
+    S3Moto,
 }
 
 impl ArchiveBackend {
@@ -53,6 +59,8 @@ impl ArchiveBackend {
         match self {
             ArchiveBackend::Local => "local",
             ArchiveBackend::Node => "node",
+            ArchiveBackend::S3 => "s3",
+            ArchiveBackend::S3Moto => "s3-moto",
         }
     }
 }
@@ -64,8 +72,14 @@ impl std::str::FromStr for ArchiveBackend {
         match text {
             "local" => Ok(ArchiveBackend::Local),
             "node" => Ok(ArchiveBackend::Node),
+            "s3" if cfg!(feature = "s3") => Ok(ArchiveBackend::S3),
+            "s3-moto" if cfg!(feature = "s3") => Ok(ArchiveBackend::S3Moto),
+            "s3" | "s3-moto" => Err(lodestore::Error::Unsupported(format!(
+                "archive backend {text}: this build has no S3 archives (feature `s3`)"
+            ))),
             other => Err(lodestore::Error::InvalidArgument(format!(
-                "archive backend {other:?}: the backends are local and node"
+                "archive backend {other:?}: the backends are local, node, s3 (s3s-fs) and \
+                 s3-moto"
             ))),
         }
     }
@@ -85,6 +99,9 @@ pub struct ThorConfig {
     pub delays_ms: Vec<f64>,
     /// Archive backends of the as-of part.
     pub backends: Vec<ArchiveBackend>,
+    /// Copies per archive read of the as-of part (`Options::archive_read_ahead`; 1: none),
+    /// each measured in turn.
+    pub read_ahead: Vec<usize>,
     /// Run the overhead part (sections 6.3 to 6.5).
     pub overhead: bool,
     /// Run the as-of part (section 6.6).
@@ -111,6 +128,9 @@ pub struct ThorRecord {
     pub backend: String,
     /// As-of: the delay injected into every archive read.
     pub delay_ms: f64,
+    /// As-of: copies asked for per archive read (1: no reading ahead).
+    #[serde(default = "no_read_ahead")]
+    pub read_ahead: u32,
     pub run: u32,
     /// Traversal and commit.
     pub elapsed_ms: f64,
@@ -118,8 +138,19 @@ pub struct ThorRecord {
     pub commit_ms: f64,
     /// As-of: archive reads the transaction made.
     pub archive_reads: u64,
+    /// As-of: requests those reads cost the backend (a read of the local archive or of a
+    /// node is one; of S3, a listing and a GET).
+    #[serde(default)]
+    pub archive_requests: u64,
+    /// As-of: bytes those reads brought back (page copies; S3's listings not counted).
+    #[serde(default)]
+    pub archive_bytes: u64,
     /// As-of: pages the transaction fetched from the server.
     pub pages_fetched: u64,
+}
+
+fn no_read_ahead() -> u32 {
+    1
 }
 
 fn local_backend() -> String {
@@ -170,6 +201,7 @@ fn record(config: &ThorConfig, part: &str, traversal: Traversal, mode: &str) -> 
         scheme: config.scheme.name().into(),
         traversal: traversal.name().into(),
         mode: mode.into(),
+        read_ahead: 1,
         ..ThorRecord::default()
     }
 }
@@ -269,25 +301,50 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
         store.close()?;
         size
     };
-    let total =
-        u64::from(config.runs) * config.delays_ms.len() as u64 * config.backends.len() as u64 * 2;
+    let total = u64::from(config.runs)
+        * (config.delays_ms.len() * config.backends.len() * config.read_ahead.len()) as u64
+        * 2;
+    // The S3 servers, started once and filled with the store's copies.
+    let mut buckets = Vec::new();
+    for (backend, server) in [
+        (ArchiveBackend::S3, s3::Server::S3sFs),
+        (ArchiveBackend::S3Moto, s3::Server::Moto),
+    ] {
+        if config.backends.contains(&backend) {
+            buckets.push((backend, s3::Bucket::filled_from(server, &path, page_size)?));
+        }
+    }
     let bar = workspace::progress_bar(total, "Thor T1 as of a snapshot", config.quiet);
     let mut records = Vec::new();
     for run in 1..=config.runs {
-        for &backend in &config.backends {
+        for (&backend, &read_ahead) in config
+            .backends
+            .iter()
+            .flat_map(|b| config.read_ahead.iter().map(move |r| (b, r)))
+        {
             for &delay_ms in &config.delays_ms {
                 for mode in ["current", "as-of"] {
                     let delay = Duration::from_secs_f64(delay_ms / 1000.0);
-                    let (inner, node) = open_backend(backend, &path, page_size)?;
-                    let archive = Arc::new(SlowArchive::new(inner, delay));
-                    let measured = t1_cold(config, &path, &archive, mode, snapshot.id);
-                    if let Some(mut node) = node {
+                    let bucket = buckets.iter().find(|(b, _)| *b == backend).map(|(_, b)| b);
+                    let opened = open_backend(backend, &path, page_size, bucket)?;
+                    let archive = Arc::new(SlowArchive::new(opened.archive, delay, page_size));
+                    let measured = t1_cold(config, &path, &archive, read_ahead, mode, snapshot.id);
+                    if let Some(mut node) = opened.node {
                         node.stop()?;
                     }
                     let mut measured = measured?;
+                    measured.archive_requests = archive.asked();
+                    measured.archive_bytes = archive.bytes_read();
+                    #[cfg(feature = "s3")]
+                    if let Some(s3) = &opened.s3 {
+                        let traffic = s3.traffic();
+                        (measured.archive_requests, measured.archive_bytes) =
+                            (traffic.requests, traffic.bytes_received);
+                    }
                     measured.run = run;
                     measured.backend = backend.name().into();
                     measured.delay_ms = delay_ms;
+                    measured.read_ahead = read_ahead as u32;
                     records.push(measured);
                     bar.inc(1);
                 }
@@ -334,7 +391,7 @@ fn archive_down(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>>
     let mut node = start_node("127.0.0.1:0")?;
     let address = node.address().to_string();
     let nodes = ArchiveNodes::new(std::slice::from_ref(&address), 1, Credentials::default())?;
-    let (store, module) = open_with_archive(config, &path, Arc::new(nodes))?;
+    let (store, module) = open_with_archive(&path, Arc::new(nodes), options(config))?;
     let mut session = store.session()?;
     let total = u64::from(config.runs * ARCHIVE_DOWN_TRANSACTIONS) * 2;
     let bar = workspace::progress_bar(total, "Thor commits, archive up and down", config.quiet);
@@ -382,12 +439,17 @@ fn t1_cold(
     config: &ThorConfig,
     path: &Path,
     archive: &Arc<SlowArchive>,
+    read_ahead: usize,
     mode: &str,
     snapshot: u64,
 ) -> Result<ThorRecord> {
     // Cold: the store opened afresh (an empty server pool), a new session (an empty client
     // cache).
-    let (store, module) = open_with_archive(config, path, archive.clone())?;
+    let (store, module) = open_with_archive(
+        path,
+        archive.clone(),
+        options(config).archive_read_ahead(read_ahead),
+    )?;
     let mut session = store.session()?;
     let reads_before = archive.reads();
     let mut measured = record(config, "as-of", Traversal::T1, mode);
@@ -414,16 +476,14 @@ fn t1_cold(
     Ok(measured)
 }
 
-/// The store at `path` with snapshots archived in `archive`, and its first module.
+/// The store at `path` opened with `options` and snapshots archived in `archive`, and its
+/// first module.
 fn open_with_archive(
-    config: &ThorConfig,
     path: &Path,
     archive: Arc<dyn Archive>,
+    options: Options,
 ) -> Result<(Store, lodestore::Oid<oo7::schema::Module>)> {
-    let store = Store::open(
-        path,
-        options(config).snapshots(true).snapshot_archive(archive),
-    )?;
+    let store = Store::open(path, options.snapshots(true).snapshot_archive(archive))?;
     let module = {
         let mut session = store.session()?;
         let mut txn = session.begin()?;
@@ -434,20 +494,46 @@ fn open_with_archive(
     Ok((store, module))
 }
 
-/// The archive of `backend` over the store's local archive file, and the node serving it
-/// (to be stopped after the measurement) for `ArchiveBackend::Node`.
+/// An archive backend opened for one measurement.
+struct Opened {
+    archive: Arc<dyn Archive>,
+    /// The node serving it, to be stopped after the measurement (`ArchiveBackend::Node`).
+    node: Option<RunningNode>,
+    /// The S3 archive, for its request counts (`ArchiveBackend::S3`).
+    #[cfg(feature = "s3")]
+    s3: Option<Arc<lodestore::S3Archive>>,
+}
+
+impl Opened {
+    fn of(archive: Arc<dyn Archive>, node: Option<RunningNode>) -> Opened {
+        Opened {
+            archive,
+            node,
+            #[cfg(feature = "s3")]
+            s3: None,
+        }
+    }
+}
+
+/// The archive of `backend` over the store's local archive file (or over the copies
+/// uploaded to `s3` from it).
 fn open_backend(
     backend: ArchiveBackend,
     store: &Path,
     page_size: usize,
-) -> Result<(Arc<dyn Archive>, Option<RunningNode>)> {
+    s3: Option<&s3::Bucket>,
+) -> Result<Opened> {
     let local = LocalArchive::open(
         Arc::new(RealFileSystem),
         &Snapshots::local_archive_path(store),
         page_size,
     )?;
     match backend {
-        ArchiveBackend::Local => Ok((Arc::new(local), None)),
+        ArchiveBackend::Local => Ok(Opened::of(Arc::new(local), None)),
+        ArchiveBackend::S3 | ArchiveBackend::S3Moto => {
+            let bucket = s3.expect("the bucket is filled before S3 is measured");
+            bucket.open()
+        }
         ArchiveBackend::Node => {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")
                 .map_err(|e| lodestore::Error::io("127.0.0.1:0", "listen", e))?;
@@ -460,7 +546,7 @@ fn open_backend(
             )?;
             let nodes =
                 ArchiveNodes::new(&[node.address().to_string()], 1, Credentials::default())?;
-            Ok((Arc::new(nodes), Some(node)))
+            Ok(Opened::of(Arc::new(nodes), Some(node)))
         }
     }
 }
@@ -474,20 +560,37 @@ fn ms(duration: Duration) -> f64 {
 struct SlowArchive {
     inner: Arc<dyn Archive>,
     delay: Duration,
+    /// Round trips: a `get`, or a `get_many` (one delay for the lot).
     reads: AtomicU64,
+    /// Copies asked for, one request each on the local archive or a node.
+    asked: AtomicU64,
+    copies_found: AtomicU64,
+    page_size: usize,
 }
 
 impl SlowArchive {
-    fn new(inner: Arc<dyn Archive>, delay: Duration) -> SlowArchive {
+    fn new(inner: Arc<dyn Archive>, delay: Duration, page_size: usize) -> SlowArchive {
         SlowArchive {
             inner,
             delay,
             reads: AtomicU64::new(0),
+            asked: AtomicU64::new(0),
+            copies_found: AtomicU64::new(0),
+            page_size,
         }
     }
 
     fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    fn asked(&self) -> u64 {
+        self.asked.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of the copies the reads found.
+    fn bytes_read(&self) -> u64 {
+        self.copies_found.load(Ordering::Relaxed) * self.page_size as u64
     }
 }
 
@@ -508,10 +611,31 @@ impl Archive for SlowArchive {
 
     fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>> {
         self.reads.fetch_add(1, Ordering::Relaxed);
+        self.asked.fetch_add(1, Ordering::Relaxed);
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
-        self.inner.get(page, time_us, buf)
+        let found = self.inner.get(page, time_us, buf)?;
+        self.copies_found
+            .fetch_add(u64::from(found.is_some()), Ordering::Relaxed);
+        Ok(found)
+    }
+
+    fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
+        // One round trip: the delay once, as for a batch a backend sends at once.
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.asked.fetch_add(wants.len() as u64, Ordering::Relaxed);
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        let found = self.inner.get_many(wants, bufs)?;
+        let copies = found.iter().filter(|f| f.is_some()).count() as u64;
+        self.copies_found.fetch_add(copies, Ordering::Relaxed);
+        Ok(found)
+    }
+
+    fn read_ahead(&self) -> usize {
+        self.inner.read_ahead()
     }
 
     fn get_ts(&self, page: PageId) -> Result<Option<u64>> {
@@ -532,5 +656,121 @@ impl Archive for SlowArchive {
 
     fn bytes(&self) -> u64 {
         self.inner.bytes()
+    }
+}
+
+/// The S3 backend of the as-of part: an `s3s-fs` server on loopback, started for the
+/// experiment, holding the store's archived copies as objects.
+mod s3 {
+    #[cfg(feature = "s3")]
+    pub use with_s3::Bucket;
+
+    /// Which S3 server.
+    #[derive(Clone, Copy)]
+    pub enum Server {
+        S3sFs,
+        Moto,
+    }
+
+    #[cfg(not(feature = "s3"))]
+    pub struct Bucket;
+
+    #[cfg(not(feature = "s3"))]
+    impl Bucket {
+        pub fn filled_from(
+            _server: Server,
+            _store: &std::path::Path,
+            _page_size: usize,
+        ) -> lodestore::Result<Bucket> {
+            Err(lodestore::Error::Unsupported(
+                "archive backend s3: this build has no S3 archives (feature `s3`)".into(),
+            ))
+        }
+
+        pub fn open(&self) -> lodestore::Result<super::Opened> {
+            unreachable!("no bucket is made without the s3 feature")
+        }
+    }
+
+    #[cfg(feature = "s3")]
+    mod with_s3 {
+        use super::super::Opened;
+        use super::Server;
+        use lodestore::{
+            Archive, LocalArchive, PageCopy, RealFileSystem, Result, S3Archive, Snapshots,
+        };
+        use lodestore_archive_s3::servers::{S3Server, ServerKind, ACCESS_KEY, SECRET_KEY};
+        use std::path::Path;
+        use std::sync::Arc;
+
+        /// Copies uploaded per put.
+        const UPLOAD_BATCH: usize = 256;
+
+        pub struct Bucket {
+            url: String,
+            _server: S3Server,
+        }
+
+        impl Bucket {
+            /// Starts the server and uploads every copy of the store's local archive.
+            pub fn filled_from(server: Server, store: &Path, page_size: usize) -> Result<Bucket> {
+                let kind = match server {
+                    Server::S3sFs => ServerKind::S3sFs,
+                    Server::Moto => ServerKind::Moto,
+                };
+                let server = S3Server::start(kind)?.ok_or_else(|| {
+                    lodestore::Error::Unsupported(format!(
+                        "archive backend on {}: it is not installed (scripts/test-servers.sh \
+                         installs it)",
+                        kind.name()
+                    ))
+                })?;
+                server.create_bucket("thor")?;
+                let url = server.url("thor", "as-of");
+                let s3 = S3Archive::open_with_keys(&url, ACCESS_KEY, SECRET_KEY)?;
+                let local = LocalArchive::open(
+                    Arc::new(RealFileSystem),
+                    &Snapshots::local_archive_path(store),
+                    page_size,
+                )?;
+                let copies = local.list().unwrap_or_default();
+                for batch in copies.chunks(UPLOAD_BATCH) {
+                    let mut images = Vec::with_capacity(batch.len());
+                    for &(page, time) in batch {
+                        let mut image = vec![0u8; page_size];
+                        let found = local.get(page, time, &mut image)?;
+                        debug_assert_eq!(found, Some(time), "a listed copy reads back");
+                        images.push(image);
+                    }
+                    let put: Vec<PageCopy<'_>> = batch
+                        .iter()
+                        .zip(&images)
+                        .map(|(&(page, time_us), image)| PageCopy {
+                            page,
+                            time_us,
+                            image,
+                        })
+                        .collect();
+                    s3.put(&put)?;
+                }
+                tracing::info!(copies = copies.len(), %url, server = kind.name(), "snapshot copies uploaded");
+                Ok(Bucket {
+                    url,
+                    _server: server,
+                })
+            }
+
+            /// A new archive on the bucket (cold: nothing cached, new connections).
+            pub fn open(&self) -> Result<Opened> {
+                let s3 = Arc::new(S3Archive::open_with_keys(
+                    &self.url, ACCESS_KEY, SECRET_KEY,
+                )?);
+                Ok(Opened {
+                    archive: s3.clone(),
+                    node: None,
+                    s3: Some(s3),
+                })
+            }
+        }
     }
 }

@@ -86,21 +86,29 @@ pub fn as_of_tables(records: &[ThorRecord]) -> Vec<Titled> {
         .collect()
 }
 
-/// The archive backends of the as-of records, in order of appearance.
+/// The archive backends of the as-of records with their read-ahead (`s3`, `s3, read-ahead
+/// 32`), in order of appearance.
 fn backends(records: &[ThorRecord]) -> Vec<String> {
     distinct(
         records
             .iter()
             .filter(|r| r.part == "as-of")
-            .map(|r| r.backend.clone()),
+            .map(backend_label),
     )
+}
+
+fn backend_label(record: &ThorRecord) -> String {
+    match record.read_ahead {
+        0 | 1 => record.backend.clone(),
+        copies => format!("{}, read-ahead {copies}", record.backend),
+    }
 }
 
 /// The as-of records of one backend.
 fn of_backend(records: &[ThorRecord], backend: &str) -> Vec<ThorRecord> {
     records
         .iter()
-        .filter(|r| r.part == "as-of" && r.backend == backend)
+        .filter(|r| r.part == "as-of" && backend_label(r) == backend)
         .cloned()
         .collect()
 }
@@ -117,7 +125,7 @@ fn as_of_table(records: &[ThorRecord]) -> Option<Titled> {
         format!(
             "Thor 6.6 (Table 6.2): T1 cold, current against as of a snapshot, per archive \
              delay ({} archive, {}, {}); fit: {} ms + reads x delay",
-            as_of[0].backend,
+            backend_label(as_of[0]),
             as_of[0].preset,
             as_of[0].scheme,
             fmt_ms(fit.base_ms)
@@ -128,6 +136,8 @@ fn as_of_table(records: &[ThorRecord]) -> Option<Titled> {
             "as of ms (min-max)",
             "as of/current",
             "archive reads",
+            "requests",
+            "KiB back",
             "pages fetched",
             "fitted ms",
             "measured/fitted",
@@ -147,6 +157,8 @@ fn as_of_table(records: &[ThorRecord]) -> Option<Titled> {
         let past = spread(of("as-of").map(|r| r.elapsed_ms));
         let reads = median_of(of("as-of"), |r| r.archive_reads as f64);
         let fetched = median_of(of("as-of"), |r| r.pages_fetched as f64);
+        let requests = median_of(of("as-of"), |r| r.archive_requests as f64);
+        let kib = median_of(of("as-of"), |r| r.archive_bytes as f64) / 1024.0;
         let fitted = fit.base_ms + reads * delay;
         titled.table.add_row(vec![
             fmt_ms(delay),
@@ -164,6 +176,8 @@ fn as_of_table(records: &[ThorRecord]) -> Option<Titled> {
             ),
             ratio(past.median, current.median),
             format!("{reads:.0}"),
+            format!("{requests:.0}"),
+            format!("{kib:.0}"),
             format!("{fetched:.0}"),
             fmt_ms(fitted),
             ratio(past.median, fitted),
@@ -338,9 +352,10 @@ fn plots(out: &Path, records: &[ThorRecord]) -> Result<()> {
             .map(|&(d, n)| (d, fit.base_ms + n * d))
             .collect();
         // The local archive's plot keeps the name it always had.
-        let stem = match backend.as_str() {
-            "local" => "thor-as-of".to_string(),
-            other => format!("thor-as-of-{other}"),
+        let stem = match (records[0].backend.as_str(), records[0].read_ahead) {
+            ("local", 0 | 1) => "thor-as-of".to_string(),
+            (other, 0 | 1) => format!("thor-as-of-{other}"),
+            (other, copies) => format!("thor-as-of-{other}-read-ahead-{copies}"),
         };
         plot::lines(
             &out.join(stem),

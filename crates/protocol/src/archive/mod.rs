@@ -6,6 +6,10 @@
 //! reached through it: the backends live with what they need (the local archive in
 //! `lodestore-snapshots`, archive nodes in `lodestore-net`).
 
+mod read_ahead;
+
+pub use read_ahead::{ReadAhead, READ_AHEAD_MAX};
+
 use lodestore_core::{PageId, Result};
 
 /// A page copy to archive.
@@ -40,6 +44,34 @@ pub trait Archive: Send + Sync {
     /// The newest time held for `page`, if any.
     fn get_ts(&self, page: PageId) -> Result<Option<u64>>;
 
+    /// `get` for each of `wants`, the images in the page-sized chunks of `bufs` in turn.
+    /// Backends whose reads are round trips override it to overlap them (object storage sends
+    /// them at once); the default reads one after the other.
+    fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
+        if wants.is_empty() {
+            return Ok(Vec::new());
+        }
+        assert_eq!(
+            bufs.len() % wants.len(),
+            0,
+            "one page-sized buffer per copy"
+        );
+        let page_size = bufs.len() / wants.len();
+        wants
+            .iter()
+            .zip(bufs.chunks_exact_mut(page_size))
+            .map(|(&(page, time_us), buf)| self.get(page, time_us, buf))
+            .collect()
+    }
+
+    /// Copies worth reading per read of the past by default (`ReadAhead`): the copy asked
+    /// for and those of the next pages a traversal is likely to want. 1, no reading ahead,
+    /// where a read is cheap (a local file); more where each read is a round trip that
+    /// `get_many` overlaps.
+    fn read_ahead(&self) -> usize {
+        1
+    }
+
     /// The newest time held for every page, when the backend can list them cheaply (a local
     /// index can; a remote store would answer `get_ts` page by page instead).
     fn newest_times(&self) -> Option<Vec<(PageId, u64)>> {
@@ -63,6 +95,107 @@ pub trait Archive: Send + Sync {
     /// Why the archive cannot serve at all, if it cannot (missing or damaged beyond use).
     fn unavailable(&self) -> Option<String> {
         None
+    }
+}
+
+/// A page copy as one self-checking blob, for backends that keep copies as opaque objects
+/// (object storage, peer-to-peer records): a header naming the page and the time, so a blob
+/// stored or served under the wrong key is caught, and a checksum over header and image.
+pub mod sealed {
+    use lodestore_core::checksum::crc32c_two;
+    use lodestore_core::PageId;
+
+    /// First bytes of every sealed copy.
+    pub const MAGIC: [u8; 8] = *b"LSPGCOPY";
+    /// The format version written; readers refuse others by name.
+    pub const VERSION: u32 = 1;
+    /// Header bytes before the image: magic, version, page, time, image length, checksum.
+    pub const HEADER_BYTES: usize = 8 + 4 + 4 + 8 + 4 + 4;
+
+    /// The blob for the copy of `page` at `time_us`.
+    pub fn seal(page: PageId, time_us: u64, image: &[u8]) -> Vec<u8> {
+        let len = u32::try_from(image.len()).expect("a page image is far below 4 GiB");
+        let mut blob = Vec::with_capacity(HEADER_BYTES + image.len());
+        blob.extend_from_slice(&MAGIC);
+        blob.extend_from_slice(&VERSION.to_le_bytes());
+        blob.extend_from_slice(&page.0.to_le_bytes());
+        blob.extend_from_slice(&time_us.to_le_bytes());
+        blob.extend_from_slice(&len.to_le_bytes());
+        let crc = crc32c_two(&blob, image);
+        blob.extend_from_slice(&crc.to_le_bytes());
+        blob.extend_from_slice(image);
+        debug_assert_eq!(blob.len(), HEADER_BYTES + image.len());
+        blob
+    }
+
+    /// The image of `blob`, checked to be the copy of `page` at `time_us` of `page_size`
+    /// bytes; the reason when it is not.
+    pub fn open(
+        blob: &[u8],
+        page: PageId,
+        time_us: u64,
+        page_size: usize,
+    ) -> Result<&[u8], String> {
+        if blob.len() < HEADER_BYTES || blob[..8] != MAGIC {
+            return Err(format!(
+                "not a sealed page copy ({} bytes, no {:?} header)",
+                blob.len(),
+                std::str::from_utf8(&MAGIC).unwrap_or("magic")
+            ));
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(blob[at..at + 4].try_into().expect("4 bytes"));
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(format!(
+                "sealed copy format version {version}; this build reads version {VERSION}"
+            ));
+        }
+        let (held_page, len, crc) = (u32_at(12), u32_at(24) as usize, u32_at(28));
+        let held_time = u64::from_le_bytes(blob[16..24].try_into().expect("8 bytes"));
+        let image = &blob[HEADER_BYTES..];
+        if crc != crc32c_two(&blob[..HEADER_BYTES - 4], image) {
+            return Err("checksum mismatch".into());
+        }
+        if (held_page, held_time) != (page.0, time_us) {
+            return Err(format!(
+                "holds the copy of page {held_page} at time {held_time}"
+            ));
+        }
+        if len != image.len() || len != page_size {
+            return Err(format!(
+                "image of {} bytes (header says {len}); pages here have {page_size}",
+                image.len()
+            ));
+        }
+        Ok(image)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// A sealed copy opens to its image; any flipped bit or wrong label is refused.
+            #[test]
+            fn sealed_copies_open_to_their_image_and_refuse_damage(
+                page in 0u32..1000,
+                time in 0u64..u64::MAX / 2,
+                image in proptest::collection::vec(any::<u8>(), 8..64),
+                flip in any::<prop::sample::Index>(),
+            ) {
+                let blob = seal(PageId(page), time, &image);
+                prop_assert_eq!(open(&blob, PageId(page), time, image.len()).unwrap(), &image[..]);
+                prop_assert!(open(&blob, PageId(page + 1), time, image.len()).is_err());
+                prop_assert!(open(&blob, PageId(page), time + 1, image.len()).is_err());
+                prop_assert!(open(&blob, PageId(page), time, image.len() + 1).is_err());
+                prop_assert!(open(&blob[..blob.len() - 1], PageId(page), time, image.len()).is_err());
+                let mut damaged = blob.clone();
+                let bit = flip.index(damaged.len() * 8);
+                damaged[bit / 8] ^= 1 << (bit % 8);
+                prop_assert!(open(&damaged, PageId(page), time, image.len()).is_err());
+            }
+        }
     }
 }
 
@@ -123,6 +256,19 @@ pub mod conformance {
         expect(p, 21, None)?; // after the last: the current page serves
         expect(q, 0, Some(15))?;
         expect(never, 0, None)?; // never archived
+                                 // Several at once, answers in the order asked.
+        let mut bufs = vec![0u8; 3 * page_size];
+        let found = archive
+            .get_many(&[(p, 15), (never, 0), (q, 0)], &mut bufs)
+            .map_err(|e| format!("get_many: {e}"))?;
+        if found != [Some(20), None, Some(15)] {
+            return Err(format!("get_many: times {found:?}"));
+        }
+        if bufs[..page_size] != image(p, 20, page_size)[..]
+            || bufs[2 * page_size..] != image(q, 15, page_size)[..]
+        {
+            return Err("get_many: wrong bytes".into());
+        }
         let ts = |page: PageId| {
             archive
                 .get_ts(page)

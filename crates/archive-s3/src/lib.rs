@@ -11,10 +11,12 @@
 //!
 //! The body is the copy sealed with its page, time and checksum
 //! (`lodestore_protocol::archive::sealed`), so a damaged object or one under the wrong key is
-//! refused by name, never served. "The oldest copy at or after a time" is two requests: a
-//! listing of the page's keys (one request while a page has fewer than 1,000 copies), then a
-//! GET of the chosen key. `get_ts` is the listing alone. Listing the whole prefix gives every
-//! page's newest time when a store opens (one request per 1,000 copies).
+//! refused by name, never served. Listing the whole prefix gives every page's newest time
+//! when a store opens (one request per 1,000 copies) and an index of every copy, which this
+//! archive's puts and removals keep up to date: "the oldest copy at or after a time" is then
+//! one GET of the key the index names. Without the index, or when that object is gone
+//! (removed by another process), it is two requests: a listing of the page's keys, then a GET
+//! of the chosen one. `get_ts` is a listing of the page's keys.
 //!
 //! `object_store` is asynchronous and the engine is not: each archive keeps one tokio runtime
 //! on threads of its own, and a call hands its work to that runtime and waits on a channel, so
@@ -32,10 +34,11 @@ use lodestore_protocol::archive::{sealed, Archive, PageCopy};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Longest one HTTP request may take before it counts as failed (and is retried).
@@ -84,7 +87,13 @@ pub struct S3Archive {
     runtime: Option<tokio::runtime::Runtime>,
     url: S3Url,
     counters: Arc<Counters>,
+    /// Every page's copy times, from the last full listing and this archive's puts and
+    /// removals since (`None` until listed), so that a read of a copy it names is one GET.
+    index: Mutex<Option<Index>>,
 }
+
+/// Page -> the times of its copies.
+type Index = HashMap<PageId, BTreeSet<u64>>;
 
 impl S3Archive {
     /// An archive at `url` (`s3://bucket/prefix?endpoint=http://host:port&region=...`).
@@ -147,6 +156,7 @@ impl S3Archive {
             runtime: Some(runtime),
             url,
             counters: Arc::default(),
+            index: Mutex::new(None),
         })
     }
 
@@ -219,8 +229,13 @@ impl S3Archive {
         }
     }
 
+    fn index(&self) -> MutexGuard<'_, Option<Index>> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The oldest copy of `page` at or after `time_us` (its time, key and sealed bytes), as
-    /// work for the runtime: a listing of the page's keys, then a GET of the one chosen.
+    /// work for the runtime: a GET of the copy the index names; without one (or when the
+    /// object is gone), a listing of the page's keys, then a GET of the one chosen.
     fn fetch(
         &self,
         page: PageId,
@@ -229,7 +244,24 @@ impl S3Archive {
         let store = self.store.clone();
         let counters = self.counters.clone();
         let prefix = self.page_prefix(page);
+        let indexed = self
+            .index()
+            .as_ref()
+            .and_then(|index| index.get(&page)?.range(time_us..).next().copied());
         async move {
+            if let Some(time) = indexed {
+                let key = format!("{prefix}{time:016x}");
+                match store.get(&Path::from(key.as_str())).await {
+                    Ok(reply) => {
+                        let blob = reply.bytes().await?;
+                        counters.count(1, 0, blob.len() as u64);
+                        return Ok(Some(Found { time, key, blob }));
+                    }
+                    // Removed since the listing (by another process): the listing decides.
+                    Err(object_store::Error::NotFound { .. }) => counters.count(1, 0, 0),
+                    Err(e) => return Err(e),
+                }
+            }
             let listed: Vec<_> = store
                 .list(Some(&Path::from(prefix.as_str())))
                 .try_collect()
@@ -296,7 +328,7 @@ impl S3Archive {
         })
     }
 
-    /// Every copy held, as (page, time, size).
+    /// Every copy held, as (page, time, size); the index is made afresh from it.
     fn list_all(&self) -> Result<Vec<(PageId, u64, u64)>> {
         let prefix = self.pages_prefix();
         let listed = self.list_prefix("a listing of the archive", &prefix)?;
@@ -309,6 +341,11 @@ impl S3Archive {
                 }
             }
         }
+        let mut index = Index::new();
+        for &(page, time, _) in &copies {
+            index.entry(page).or_default().insert(time);
+        }
+        *self.index() = Some(index);
         Ok(copies)
     }
 }
@@ -385,7 +422,10 @@ impl Archive for S3Archive {
             .collect();
         let store = self.store.clone();
         let counters = self.counters.clone();
-        // A PUT is durable when S3 answers it; the put returns when every one has answered.
+        let added: Vec<(PageId, u64)> = copies.iter().map(|c| (c.page, c.time_us)).collect();
+        // A PUT is durable when S3 answers it; the put returns when every one has answered,
+        // and the index names the copies before it returns (before the snapshot log lets
+        // them go, so a read never finds a copy in neither).
         self.run("a put", async move {
             futures::stream::iter(blobs)
                 .map(|(path, blob)| {
@@ -401,7 +441,13 @@ impl Archive for S3Archive {
                 .try_collect::<Vec<()>>()
                 .await
                 .map(|_| ())
-        })
+        })?;
+        if let Some(index) = self.index().as_mut() {
+            for (page, time) in added {
+                index.entry(page).or_default().insert(time);
+            }
+        }
+        Ok(())
     }
 
     fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>> {
@@ -490,6 +536,15 @@ impl Archive for S3Archive {
         let store = self.store.clone();
         let counters = self.counters.clone();
         let count = paths.len() as u64;
+        // Out of the index first: a read of a copy the index does not name lists the page,
+        // so a removal that then fails costs a listing, never a copy missed.
+        if let Some(index) = self.index().as_mut() {
+            for (page, time) in copies {
+                if let Some(times) = index.get_mut(page) {
+                    times.remove(time);
+                }
+            }
+        }
         self.run("a removal", async move {
             // Bulk deletes of up to 1,000 keys a request; a key already gone is no error.
             let results: Vec<object_store::Result<Path>> = store

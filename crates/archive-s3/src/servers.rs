@@ -106,33 +106,12 @@ impl S3Server {
         };
         let port = free_port()?;
         let root = match kind {
-            ServerKind::S3sFs => {
-                let root = tempfile::tempdir()
-                    .map_err(|e| Error::io("a temporary directory", "create", e))?;
-                command.args([
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    &port.to_string(),
-                    "--access-key",
-                    ACCESS_KEY,
-                    "--secret-key",
-                    SECRET_KEY,
-                ]);
-                command.arg(root.path());
-                Some(root)
-            }
-            ServerKind::Moto => {
-                command.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
-                None
-            }
+            ServerKind::S3sFs => Some(
+                tempfile::tempdir().map_err(|e| Error::io("a temporary directory", "create", e))?,
+            ),
+            ServerKind::Moto => None,
         };
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| Error::io(kind.name(), "start the S3 server", e))?;
+        let child = spawn(kind, &mut command, port, root.as_ref().map(|r| r.path()))?;
         let mut server = S3Server {
             kind,
             child,
@@ -218,6 +197,18 @@ impl S3Server {
         }
     }
 
+    /// Starts the server again on the same port, over the same files for s3s-fs (moto keeps
+    /// its objects in memory: they are gone), as a machine back from a crash would.
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        let mut command = self.kind.command().ok_or_else(|| {
+            Error::Unsupported(format!("the {} S3 server is gone", self.kind.name()))
+        })?;
+        let root = self._root.as_ref().map(|r| r.path().to_path_buf());
+        self.child = spawn(self.kind, &mut command, self.port, root.as_deref())?;
+        self.wait_listening()
+    }
+
     /// Stops the server (as a crash would: kill -9).
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -229,6 +220,35 @@ impl Drop for S3Server {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Starts `command` (the server `kind`) on `port`, over `root` for s3s-fs.
+fn spawn(kind: ServerKind, command: &mut Command, port: u16, root: Option<&Path>) -> Result<Child> {
+    let port = port.to_string();
+    match kind {
+        ServerKind::S3sFs => {
+            command.args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port,
+                "--access-key",
+                ACCESS_KEY,
+                "--secret-key",
+                SECRET_KEY,
+            ]);
+            command.arg(root.expect("s3s-fs has a root"));
+        }
+        ServerKind::Moto => {
+            command.args(["-H", "127.0.0.1", "-p", &port]);
+        }
+    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io(kind.name(), "start the S3 server", e))
 }
 
 fn free_port() -> Result<u16> {

@@ -578,11 +578,15 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
     assert!(flushes("s2") > flushes("flat") + 0.5, "{text}");
 }
 
-/// `bench thor --parts archive-down`: commits that stage page copies, with the archive node up
-/// and then stopped, all of them going through.
+/// `bench thor --parts archive-down`: commits that stage page copies, with the archive (a node,
+/// and S3 on s3s-fs where the test servers are) up and then stopped, all of them going through.
 #[test]
-fn bench_thor_commits_while_the_archive_node_is_down() {
+fn bench_thor_commits_while_the_archive_is_down() {
     let dir = tempfile::tempdir().unwrap();
+    let mut backends = vec!["node"];
+    if std::env::var_os("LODESTORE_REQUIRE_S3_SERVERS").is_some() {
+        backends.push("s3");
+    }
     let output = lodestore()
         .args([
             "bench",
@@ -593,6 +597,8 @@ fn bench_thor_commits_while_the_archive_node_is_down() {
             "archive-down",
             "--runs",
             "1",
+            "--backends",
+            &backends.join(","),
             "--out",
         ])
         .arg(dir.path())
@@ -601,11 +607,11 @@ fn bench_thor_commits_while_the_archive_node_is_down() {
     let stdout = succeeded(&output);
     assert!(stdout.contains("Thor, archive down"), "{stdout}");
     let csv = std::fs::read_to_string(dir.path().join("thor.csv")).unwrap();
-    for mode in ["archive up", "archive down"] {
-        let commits = csv
-            .lines()
-            .filter(|l| l.starts_with(&format!("archive-down,oo7-small,SD-ESM,t2a,{mode},")))
-            .count();
-        assert_eq!(commits, 20, "{mode}: {csv}");
+    for backend in backends {
+        for mode in ["archive up", "archive down"] {
+            let prefix = format!("archive-down,oo7-small,SD-ESM,t2a,{mode},{backend},");
+            let commits = csv.lines().filter(|l| l.starts_with(&prefix)).count();
+            assert_eq!(commits, 20, "{backend}, {mode}: {csv}");
+        }
     }
 }

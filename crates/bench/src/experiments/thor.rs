@@ -360,77 +360,181 @@ const ARCHIVE_DOWN_TRANSACTIONS: u32 = 20;
 
 /// Commits while the archive is up and while it is down, in turn within every run: T2A on
 /// the first module after a snapshot each time, so that every commit stages page copies, with
-/// the store's pages archived on an archive node (the background archiver ships them as it
-/// goes); then the node stops, and the same again. Copies then wait in the snapshot log: the
-/// archive must never hold a commit up.
+/// the store's pages archived remotely (the background archiver ships them as it goes); then
+/// the archive stops, and the same again. Copies then wait in the snapshot log: the archive
+/// must never hold a commit up. Per remote backend named (an archive node, S3 on s3s-fs; a
+/// node when none is), each on a fresh copy of the database.
 fn archive_down(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
-    let path = workspace::fresh_copies(template, &config.out, &["archive-down"])?.remove(0);
+    let mut remote: Vec<ArchiveBackend> = config
+        .backends
+        .iter()
+        .copied()
+        .filter(|b| matches!(b, ArchiveBackend::Node | ArchiveBackend::S3))
+        .collect();
+    if remote.is_empty() {
+        remote.push(ArchiveBackend::Node);
+    }
+    let names: Vec<String> = remote
+        .iter()
+        .map(|b| format!("archive-down-{}", b.name()))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let paths = workspace::fresh_copies(template, &config.out, &names)?;
     let page_size = {
-        let store = Store::open(&path, options(config))?;
+        let store = Store::open(&paths[0], options(config))?;
         let size = store.page_size();
         store.close()?;
         size
     };
-    let node_archive = path.with_extension("node");
-    let fs: Arc<dyn lodestore::FileSystem> = Arc::new(RealFileSystem);
-    fs.create_dir_all(&node_archive)?;
-    let node_archive = node_archive.join("archive");
-    // The node, on the same port each time it starts again (port 0 the first time).
-    let start_node = |address: &str| -> Result<RunningNode> {
-        let archive = LocalArchive::open(fs.clone(), &node_archive, page_size)?;
-        let listener = std::net::TcpListener::bind(address)
-            .map_err(|e| lodestore::Error::io(address, "listen", e))?;
-        RunningNode::spawn(
-            Arc::new(archive),
-            page_size,
-            listener,
-            ServeLimits::default(),
-            ServerAuth::none(),
-        )
-    };
-    let mut node = start_node("127.0.0.1:0")?;
-    let address = node.address().to_string();
-    let nodes = ArchiveNodes::new(std::slice::from_ref(&address), 1, Credentials::default())?;
-    let (store, module) = open_with_archive(&path, Arc::new(nodes), options(config))?;
-    let mut session = store.session()?;
-    let total = u64::from(config.runs * ARCHIVE_DOWN_TRANSACTIONS) * 2;
+    let total = u64::from(config.runs * ARCHIVE_DOWN_TRANSACTIONS) * 2 * remote.len() as u64;
     let bar = workspace::progress_bar(total, "Thor commits, archive up and down", config.quiet);
     let mut records = Vec::new();
-    // In turn within every run: the archive up (the node started again), then down.
-    for run in 1..=config.runs {
-        for mode in ["archive up", "archive down"] {
-            if mode == "archive down" {
-                node.stop()?;
-            } else if run > 1 {
-                node = start_node(&address)?;
+    for (&backend, path) in remote.iter().zip(&paths) {
+        let mut switch = Switch::start(backend, path, page_size)?;
+        let (store, module) = open_with_archive(path, switch.archive()?, options(config))?;
+        let mut session = store.session()?;
+        // In turn within every run: the archive up (started again), then down.
+        for run in 1..=config.runs {
+            for mode in ["archive up", "archive down"] {
+                if mode == "archive down" {
+                    switch.stop()?;
+                } else if run > 1 {
+                    switch.restart()?;
+                }
+                for _ in 0..ARCHIVE_DOWN_TRANSACTIONS {
+                    store.snapshot()?;
+                    let mut measured = record(config, "archive-down", Traversal::T2a, mode);
+                    measured.backend = backend.name().into();
+                    let started = Instant::now();
+                    let mut txn = session.begin()?;
+                    oo7::traverse(&mut txn, module, Traversal::T2a, config.seed)?;
+                    let committing = Instant::now();
+                    txn.commit()?;
+                    measured.commit_ms = ms(committing.elapsed());
+                    measured.elapsed_ms = ms(started.elapsed());
+                    measured.run = run;
+                    records.push(measured);
+                    bar.inc(1);
+                }
             }
-            for _ in 0..ARCHIVE_DOWN_TRANSACTIONS {
-                store.snapshot()?;
-                let mut measured = record(config, "archive-down", Traversal::T2a, mode);
-                measured.backend = ArchiveBackend::Node.name().into();
-                let started = Instant::now();
-                let mut txn = session.begin()?;
-                oo7::traverse(&mut txn, module, Traversal::T2a, config.seed)?;
-                let committing = Instant::now();
-                txn.commit()?;
-                measured.commit_ms = ms(committing.elapsed());
-                measured.elapsed_ms = ms(started.elapsed());
-                measured.run = run;
-                records.push(measured);
-                bar.inc(1);
+        }
+        let staged = store.snapshot_stats().map_or(0, |s| s.staged_copies);
+        tracing::info!(
+            staged,
+            backend = backend.name(),
+            "page copies waiting for the archive when it went down"
+        );
+        drop(session);
+        // The archive is down: the copies stay in the snapshot log (the close says so).
+        store.close()?;
+    }
+    bar.finish_and_clear();
+    Ok(records)
+}
+
+/// A remote archive the archive-down part stops and starts again: an archive node over a
+/// local archive file, or an S3 server over its files.
+enum Switch {
+    Node {
+        node: Option<RunningNode>,
+        address: String,
+        file: PathBuf,
+        page_size: usize,
+    },
+    #[cfg(feature = "s3")]
+    S3 {
+        server: lodestore_archive_s3::servers::S3Server,
+        url: String,
+    },
+}
+
+impl Switch {
+    fn start(backend: ArchiveBackend, store: &Path, page_size: usize) -> Result<Switch> {
+        match backend {
+            #[cfg(feature = "s3")]
+            ArchiveBackend::S3 => {
+                use lodestore_archive_s3::servers::{S3Server, ServerKind};
+                let server = S3Server::start(ServerKind::S3sFs)?.ok_or_else(|| {
+                    lodestore::Error::Unsupported(
+                        "archive-down on s3: s3s-fs is not installed (scripts/test-servers.sh \
+                         installs it)"
+                            .into(),
+                    )
+                })?;
+                server.create_bucket("thor")?;
+                let url = server.url("thor", "archive-down");
+                Ok(Switch::S3 { server, url })
+            }
+            _ => {
+                let dir = store.with_extension("node");
+                lodestore::FileSystem::create_dir_all(&RealFileSystem, &dir)?;
+                let mut switch = Switch::Node {
+                    node: None,
+                    address: "127.0.0.1:0".into(),
+                    file: dir.join("archive"),
+                    page_size,
+                };
+                switch.restart()?;
+                Ok(switch)
             }
         }
     }
-    bar.finish_and_clear();
-    let staged = store.snapshot_stats().map_or(0, |s| s.staged_copies);
-    tracing::info!(
-        staged,
-        "page copies waiting for the archive when it went down"
-    );
-    drop(session);
-    // The archive is down: the copies stay in the snapshot log (the close says so).
-    store.close()?;
-    Ok(records)
+
+    fn archive(&self) -> Result<Arc<dyn Archive>> {
+        match self {
+            Switch::Node { address, .. } => Ok(Arc::new(ArchiveNodes::new(
+                std::slice::from_ref(address),
+                1,
+                Credentials::default(),
+            )?)),
+            #[cfg(feature = "s3")]
+            Switch::S3 { url, .. } => {
+                use lodestore_archive_s3::servers::{ACCESS_KEY, SECRET_KEY};
+                Ok(Arc::new(lodestore::S3Archive::open_with_keys(
+                    url, ACCESS_KEY, SECRET_KEY,
+                )?))
+            }
+        }
+    }
+
+    fn stop(&mut self) -> Result<()> {
+        match self {
+            Switch::Node { node, .. } => node.take().map_or(Ok(()), |mut n| n.stop()),
+            #[cfg(feature = "s3")]
+            Switch::S3 { server, .. } => {
+                server.kill();
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts the archive (again, on the same port: port 0 the first time).
+    fn restart(&mut self) -> Result<()> {
+        match self {
+            Switch::Node {
+                node,
+                address,
+                file,
+                page_size,
+            } => {
+                let archive = LocalArchive::open(Arc::new(RealFileSystem), file, *page_size)?;
+                let listener = std::net::TcpListener::bind(address.as_str())
+                    .map_err(|e| lodestore::Error::io(address.as_str(), "listen", e))?;
+                let started = RunningNode::spawn(
+                    Arc::new(archive),
+                    *page_size,
+                    listener,
+                    ServeLimits::default(),
+                    ServerAuth::none(),
+                )?;
+                *address = started.address().to_string();
+                *node = Some(started);
+                Ok(())
+            }
+            #[cfg(feature = "s3")]
+            Switch::S3 { server, .. } => server.restart(),
+        }
+    }
 }
 
 /// T1 cold on the store at `path` (opened afresh with `archive`, a new session): on the

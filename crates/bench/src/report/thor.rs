@@ -193,17 +193,18 @@ pub fn archive_down_table(records: &[ThorRecord]) -> Option<Titled> {
         .filter(|r| r.part == "archive-down")
         .collect();
     let first = part.first()?;
+    let backends = distinct(part.iter().map(|r| r.backend.clone()));
     let mut titled = table(
         format!(
             "Thor, archive down: T2A after a snapshot (every commit stages page copies), \
-             the snapshot pages archived on an archive node, up and then down ({}, {}, {} \
-             commits each)",
+             the snapshot pages archived remotely, up and then down ({}, {}, {} commits each)",
             first.preset,
             first.scheme,
-            part.len() / 2
+            part.len() / 2 / backends.len()
         ),
         [
             "archive",
+            "state",
             "commit ms (min-max)",
             "p90 commit ms",
             "traversal and commit ms",
@@ -212,28 +213,34 @@ pub fn archive_down_table(records: &[ThorRecord]) -> Option<Titled> {
         .map(String::from)
         .to_vec(),
     );
-    let up = median_of(
-        part.iter().filter(|r| r.mode == "archive up").copied(),
-        |r| r.commit_ms,
-    );
-    for mode in ["archive up", "archive down"] {
-        let of = || part.iter().filter(move |r| r.mode == mode).copied();
-        let commits = spread(of().map(|r| r.commit_ms));
-        let mut sorted: Vec<f64> = of().map(|r| r.commit_ms).collect();
-        sorted.sort_by(f64::total_cmp);
-        let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
-        titled.table.add_row(vec![
-            mode.to_string(),
-            format!(
-                "{} ({}-{})",
-                fmt_ms(commits.median),
-                fmt_ms(commits.min),
-                fmt_ms(commits.max)
-            ),
-            fmt_ms(p90),
-            fmt_ms(median_of(of(), |r| r.elapsed_ms)),
-            ratio(commits.median, up),
-        ]);
+    for backend in backends {
+        let of_backend = || part.iter().filter(|r| r.backend == backend).copied();
+        let up = median_of(of_backend().filter(|r| r.mode == "archive up"), |r| {
+            r.commit_ms
+        });
+        for mode in ["archive up", "archive down"] {
+            let of = || of_backend().filter(move |r| r.mode == mode);
+            let commits = spread(of().map(|r| r.commit_ms));
+            let mut sorted: Vec<f64> = of().map(|r| r.commit_ms).collect();
+            if sorted.is_empty() {
+                continue;
+            }
+            sorted.sort_by(f64::total_cmp);
+            let p90 = sorted[(sorted.len() * 9 / 10).min(sorted.len() - 1)];
+            titled.table.add_row(vec![
+                backend.clone(),
+                mode.trim_start_matches("archive ").to_string(),
+                format!(
+                    "{} ({}-{})",
+                    fmt_ms(commits.median),
+                    fmt_ms(commits.min),
+                    fmt_ms(commits.max)
+                ),
+                fmt_ms(p90),
+                fmt_ms(median_of(of(), |r| r.elapsed_ms)),
+                ratio(commits.median, up),
+            ]);
+        }
     }
     Some(titled)
 }

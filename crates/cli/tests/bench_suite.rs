@@ -116,19 +116,31 @@ fn smoke_suite_writes_tables_csv_summary_and_plots() {
     assert!(peers.contains(",commits x16,commits/s,"), "{peers}");
 
     // Thor's T1 as of a snapshot, from the local archive, from an archive node on loopback
-    // and from S3 on s3s-fs (required where the test servers are: scripts/test.sh), which
-    // read the same pages.
+    // and from S3 on s3s-fs (required where the test servers are: scripts/test.sh), one copy
+    // a read and 32: the same copies (bytes) in fewer round trips.
     let thor = std::fs::read_to_string(out.join("thor.csv")).unwrap();
     let mut backends = vec!["local", "node"];
     if std::env::var_os("LODESTORE_REQUIRE_S3_SERVERS").is_some() {
         backends.push("s3");
     }
+    let header: Vec<&str> = thor.lines().next().unwrap().split(',').collect();
+    let column = |name: &str| header.iter().position(|c| *c == name).unwrap();
+    let (reads_at, read_ahead_at) = (column("archive_reads"), column("read_ahead"));
     for backend in backends {
-        let reads: Vec<&str> = thor
+        let rows: Vec<Vec<&str>> = thor
             .lines()
-            .filter(|l| l.starts_with("as-of,") && l.contains(&format!(",as-of,{backend},")))
+            .filter(|l| l.starts_with(&format!("as-of,oo7-small,SD-ESM,t1,as-of,{backend},")))
+            .map(|l| l.split(',').collect())
             .collect();
-        assert_eq!(reads.len(), 2, "{backend}: {thor}");
+        assert_eq!(rows.len(), 4, "{backend}: {thor}");
+        let reads = |read_ahead: &str| -> u64 {
+            rows.iter()
+                .filter(|r| r[read_ahead_at] == read_ahead)
+                .map(|r| r[reads_at].parse::<u64>().unwrap())
+                .max()
+                .unwrap()
+        };
+        assert!(reads("32") * 4 < reads("1"), "{backend}: {thor}");
     }
     assert!(stdout.contains("(node archive, oo7-small"), "{stdout}");
     for plot in [

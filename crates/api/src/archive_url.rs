@@ -2,15 +2,16 @@
 //! `lodestore://host:port,host:port?factor=2` for archive nodes (`ArchiveNodes`; the factor
 //! defaults to two, or one with a single node) and, with the `s3` feature,
 //! `s3://bucket/prefix?endpoint=http://host:port&region=name` for S3-compatible object
-//! storage (`S3Archive`; keys from `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`). The
-//! local archive beside the store is the default and needs no URL; peer-to-peer archives are
-//! not built yet.
+//! storage (`S3Archive`; keys from `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`), and
+//! `file://PATH` for a local archive in a folder of one's choosing (`FileArchive`). The local
+//! archive beside the store is the default and needs no URL; peer-to-peer archives are not
+//! built yet.
 
 use lodestore_core::{Error, Result};
 use lodestore_net::archive::nodes::NODES_MAX;
 use lodestore_net::archive::ArchiveNodes;
 use lodestore_net::auth::Credentials;
-use lodestore_snapshots::Archive;
+use lodestore_snapshots::{Archive, FileArchive, FILE_SCHEME};
 use std::sync::Arc;
 
 /// The URL scheme of archive nodes.
@@ -20,6 +21,10 @@ pub const NODES_SCHEME: &str = "lodestore://";
 pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn Archive>> {
     if url.starts_with(S3_SCHEME) {
         return s3_archive(url);
+    }
+    if url.starts_with(FILE_SCHEME) {
+        let fs = Arc::new(lodestore_storage::RealFileSystem);
+        return Ok(Arc::new(FileArchive::from_url(fs, url)?));
     }
     let (addresses, factor) = parse_nodes_url(url)?;
     Ok(Arc::new(ArchiveNodes::new(
@@ -50,14 +55,14 @@ fn parse_nodes_url(url: &str) -> Result<(Vec<String>, usize)> {
     let bad = |why: String| Error::InvalidArgument(format!("archive URL {url:?}: {why}"));
     let Some(rest) = url.strip_prefix(NODES_SCHEME) else {
         return Err(match url.split_once("://") {
-            Some(("p2p" | "file", _)) => Error::Unsupported(format!(
-                "archive URL {url:?}: archive nodes ({NODES_SCHEME}host:port,...) and S3 \
-                 ({S3_SCHEME}bucket/prefix?endpoint=...) are built; the local archive beside \
-                 the store needs no URL"
+            Some(("p2p", _)) => Error::Unsupported(format!(
+                "archive URL {url:?}: peer-to-peer archives are not built; archive nodes \
+                 ({NODES_SCHEME}host:port,...), S3 ({S3_SCHEME}bucket/prefix?endpoint=...) and \
+                 folders ({FILE_SCHEME}PATH) are"
             )),
             _ => bad(format!(
                 "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..., object \
-                 storage {S3_SCHEME}bucket/prefix?endpoint=..."
+                 storage {S3_SCHEME}bucket/prefix?endpoint=..., a folder {FILE_SCHEME}PATH"
             )),
         });
     };
@@ -112,7 +117,7 @@ mod tests {
             ("lodestore://a:1,,b:2", "is not host:port"),
             ("lodestore://a:1?factor=x", "not a whole number"),
             ("lodestore://a:1?copies=2", "the only setting"),
-            ("p2p://peer", "are built"),
+            ("p2p://peer", "not built"),
         ] {
             let err = parse_nodes_url(url).unwrap_err();
             assert!(err.to_string().contains(says), "{url}: {err}");

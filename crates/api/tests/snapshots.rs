@@ -641,7 +641,7 @@ fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
 }
 
 /// One workload, one seed, its snapshot pages archived on each backend in turn (the local
-/// archive, an archive node, S3 on s3s-fs and on moto): every snapshot read back, after a
+/// archive, an archive node, a folder elsewhere, S3 on s3s-fs and on moto): every snapshot read back, after a
 /// reopening too, is the same dump whichever backend held its pages.
 #[cfg(feature = "s3")]
 #[test]
@@ -669,6 +669,13 @@ fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
         server.create_bucket("snapshots").unwrap();
         server.url("snapshots", "stores/a")
     };
+    let folder_fs = Arc::new(MemoryFileSystem::new());
+    backends.push((
+        "a folder".into(),
+        Some(Arc::new(
+            lodestore::FileArchive::new(folder_fs, Path::new("/history")).unwrap(),
+        )),
+    ));
     for server in &servers {
         let archive =
             lodestore::S3Archive::open_with_keys(&s3_url(server), ACCESS_KEY, SECRET_KEY).unwrap();
@@ -718,7 +725,7 @@ fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
             "the as-of dumps on {name} differ from those on {first}"
         );
     }
-    assert_eq!(dumps_by_backend.len(), 2 + servers.len());
+    assert_eq!(dumps_by_backend.len(), 3 + servers.len());
 }
 
 /// The local archive with a gate in `get`: once armed, a read waits inside the archive until

@@ -233,3 +233,60 @@ fn snapshot_pages_on_an_archive_node_from_the_command_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&address), "{stderr}");
 }
+
+/// `--archive file://DIR` and `--archive s3://...` (keys from the environment, an s3s-fs server
+/// where the test servers are installed): the pages a snapshot needs are archived there, read
+/// back by `dump --snapshot` as the store was, and refused by name without the URL.
+#[test]
+fn snapshot_pages_in_a_folder_and_in_s3_from_the_command_line() {
+    use lodestore_archive_s3::servers::{S3Server, ServerKind, ACCESS_KEY, SECRET_KEY};
+    let dir = tempfile::tempdir().unwrap();
+    let server = S3Server::start(ServerKind::S3sFs).unwrap();
+    let mut archives = vec![format!("file://{}", dir.path().join("history").display())];
+    if let Some(server) = &server {
+        server.create_bucket("cli-history").unwrap();
+        archives.push(server.url("cli-history", "bank"));
+    }
+    for (n, url) in archives.iter().enumerate() {
+        let store = dir.path().join(format!("store-{n}"));
+        let acks = dir.path().join(format!("acks-{n}"));
+        let run = |args: &[&str]| -> String {
+            let out = Command::new(env!("CARGO_BIN_EXE_lodestore"))
+                .args(args)
+                .args(["--archive", url])
+                .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+                .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+                .env("AWS_REGION", "us-east-1")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{url}: {args:?}: {stderr}");
+            assert!(!stderr.contains(SECRET_KEY), "{stderr}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        ok(&["init", arg(&store), "--snapshots"]);
+        bank_transfers(&store, &acks, "1");
+        let took = run(&["snapshot", arg(&store), "--json"]);
+        let id = serde_json::from_str::<serde_json::Value>(&took).unwrap()["id"]
+            .as_u64()
+            .unwrap()
+            .to_string();
+        let then = ok(&["dump", arg(&store)]);
+        bank_transfers(&store, &acks, "1");
+        run(&["snapshot", arg(&store)]);
+        let listed: serde_json::Value =
+            serde_json::from_str(&run(&["snapshots", arg(&store), "--json"])).unwrap();
+        assert_eq!(listed["copies_waiting"], 0, "{url}: {listed}");
+        assert!(
+            listed["archive_bytes"].as_u64().unwrap() > 8192,
+            "{url}: {listed}"
+        );
+        let past = run(&["dump", arg(&store), "--snapshot", &id]);
+        assert_eq!(past, then, "{url}: as of the snapshot");
+        let out = lodestore(&["dump", arg(&store), "--snapshot", &id]);
+        assert!(!out.status.success(), "{url}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("archived at"), "{url}: {stderr}");
+    }
+    assert_eq!(archives.len(), 1 + usize::from(server.is_some()));
+}

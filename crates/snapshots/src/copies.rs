@@ -106,6 +106,30 @@ impl CopyFile {
         &self.path
     }
 
+    /// The page size the file at `path` holds copies of, from its header; `None` when there
+    /// is no file.
+    pub fn page_size_of(fs: &dyn FileSystem, path: &Path) -> Result<Option<usize>> {
+        if !fs.exists(path) {
+            return Ok(None);
+        }
+        let file = fs.open(path, OpenMode::Existing)?;
+        let corrupt = |reason: String| Error::CorruptFile {
+            path: path.to_path_buf(),
+            reason,
+        };
+        if file.len()? < FILE_HEADER_BYTES {
+            return Err(corrupt("shorter than its header".into()));
+        }
+        let mut header = [0u8; FILE_HEADER_BYTES as usize];
+        file.read_at(0, &mut header)?;
+        if &header[0..8] != FILE_MAGIC || get_u32(&header, 28) != crc32c(&header[..28]) {
+            return Err(corrupt(
+                "not a file of page copies (wrong magic or header checksum)".into(),
+            ));
+        }
+        Ok(Some(get_u32(&header, 12) as usize))
+    }
+
     /// Bytes of the file.
     pub fn len(&self) -> u64 {
         self.end

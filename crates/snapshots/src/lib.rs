@@ -19,6 +19,7 @@ pub mod location;
 pub mod snapshot_log;
 
 pub use archive::{
+    file::{FileArchive, FILE_SCHEME},
     local::{LocalArchive, LOCAL_LOCATION},
     Archive, PageCopy,
 };

@@ -77,6 +77,11 @@ impl LocalArchive {
         Ok((file, index, garbage))
     }
 
+    /// Bytes of the pages it holds copies of.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
     /// Copies held and copies whose bytes wait to be reclaimed.
     pub fn counts(&self) -> (u64, u64) {
         let inner = self.lock();

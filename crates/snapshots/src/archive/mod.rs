@@ -1,7 +1,9 @@
 //! Where snapshot pages live once archived (Moh chapter 4), behind the interface of
-//! `lodestore_protocol::archive`: [`local::LocalArchive`] here, archive nodes over the network
-//! in `lodestore-net`.
+//! `lodestore_protocol::archive`: [`local::LocalArchive`] here (beside the store, or in a folder
+//! of one's choosing: [`file::FileArchive`]), archive nodes over the network in
+//! `lodestore-net`, S3 in `lodestore-archive-s3`.
 
+pub mod file;
 pub mod local;
 
 use lodestore_core::{PageId, Result};

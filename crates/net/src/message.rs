@@ -119,6 +119,11 @@ pub enum Request {
         page: u32,
         time_us: u64,
     },
+    /// Archive node: for each (page, time), the oldest copy at or after the time, in one
+    /// round trip (a store reading ahead).
+    ArchiveGetMany {
+        wants: Vec<(u32, u64)>,
+    },
     /// Archive node: the newest time held for `page`.
     ArchiveGetTs {
         page: u32,
@@ -173,6 +178,7 @@ impl Request {
             Request::ReleaseReservation { .. } => "release-reservation",
             Request::ArchivePut { .. } => "archive-put",
             Request::ArchiveGet { .. } => "archive-get",
+            Request::ArchiveGetMany { .. } => "archive-get-many",
             Request::ArchiveGetTs { .. } => "archive-get-ts",
             Request::ArchiveRemove { .. } => "archive-remove",
             Request::ArchiveBytes => "archive-bytes",
@@ -213,6 +219,7 @@ impl Request {
             | Request::Snapshots
             | Request::SnapshotNews { .. }
             | Request::ArchiveGet { .. }
+            | Request::ArchiveGetMany { .. }
             | Request::ArchiveGetTs { .. }
             | Request::ArchiveBytes
             | Request::ArchiveNewestTimes => false,
@@ -418,6 +425,8 @@ pub enum Response {
     News(WireNews),
     /// An archive node's copy (`ArchiveGet`), if it holds one.
     Copy(Option<WireCopy>),
+    /// An archive node's copies (`ArchiveGetMany`), in the order asked.
+    Copies(Vec<Option<WireCopy>>),
     /// An archive node's newest time of a page (`ArchiveGetTs`), if it holds a copy.
     Time(Option<u64>),
     /// Bytes an archive node holds (`ArchiveBytes`).

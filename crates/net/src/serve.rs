@@ -463,6 +463,7 @@ impl StoreService {
             }
             Request::ArchivePut { .. }
             | Request::ArchiveGet { .. }
+            | Request::ArchiveGetMany { .. }
             | Request::ArchiveGetTs { .. }
             | Request::ArchiveRemove { .. }
             | Request::ArchiveBytes

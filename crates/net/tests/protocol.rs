@@ -64,9 +64,9 @@ fn frames_round_trip_and_bad_headers_are_named() {
         Err(FrameError::BadMagic(_))
     ));
     let mut bad = wire.clone();
-    bad[4] = 9;
+    bad[4] = 99;
     let err = read_frame(&mut bad.as_slice()).unwrap_err();
-    assert!(err.to_string().contains("protocol version 9"), "{err}");
+    assert!(err.to_string().contains("protocol version 99"), "{err}");
     let mut bad = wire.clone();
     bad[16..20].copy_from_slice(&((MAX_FRAME_BODY + 1) as u32).to_le_bytes());
     assert!(matches!(

@@ -18,6 +18,15 @@ use std::sync::Arc;
 /// refuses such a server, and a store's archive client refuses anything else.
 pub const ARCHIVE_NODE_METHOD: &str = "archive-node";
 
+/// Most copies one `ArchiveGetMany` asks for; the answer must also fit half a frame.
+pub const GET_MANY_MAX: usize = 256;
+
+/// Copies of `page_size` bytes one `ArchiveGetMany` may ask for: at most `GET_MANY_MAX`, and
+/// few enough that the answer stays within half a frame.
+pub fn get_many_max(page_size: usize) -> usize {
+    (crate::frame::MAX_FRAME_BODY / 2 / page_size.max(1)).clamp(1, GET_MANY_MAX)
+}
+
 /// Most copies one removal request names.
 pub const REMOVE_COPIES_MAX: usize = 1 << 16;
 
@@ -91,6 +100,33 @@ impl Service for ArchiveService {
                     time_us,
                     image,
                 }))
+            }
+            Request::ArchiveGetMany { wants } => {
+                let max = get_many_max(self.page_size);
+                if wants.len() > max {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} copies in one read; at most {max} of {}-byte pages",
+                        wants.len(),
+                        self.page_size
+                    )));
+                }
+                let wants: Vec<(PageId, u64)> =
+                    wants.into_iter().map(|(p, t)| (PageId(p), t)).collect();
+                let mut images = vec![0u8; wants.len() * self.page_size];
+                let found = self.archive.get_many(&wants, &mut images)?;
+                let copies = wants
+                    .iter()
+                    .zip(found)
+                    .zip(images.chunks_exact(self.page_size.max(1)))
+                    .map(|((&(page, _), time), image)| {
+                        time.map(|time_us| WireCopy {
+                            page: page.0,
+                            time_us,
+                            image: image.to_vec(),
+                        })
+                    })
+                    .collect();
+                Response::Copies(copies)
             }
             Request::ArchiveGetTs { page } => Response::Time(self.archive.get_ts(PageId(page))?),
             Request::ArchiveRemove { copies } => {
@@ -199,5 +235,55 @@ impl Drop for RunningNode {
         if let Err(e) = self.stop() {
             tracing::warn!(address = %self.address, error = %e, "archive node stopped with an error");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lodestore_protocol::archive::conformance::image;
+
+    /// A batch of reads answers in the order asked, and one past the bound is refused by
+    /// name before anything is read.
+    #[test]
+    fn a_batch_of_reads_is_answered_in_order_and_bounded() {
+        let fs = Arc::new(lodestore_storage::MemoryFileSystem::new());
+        let local =
+            lodestore_snapshots::LocalArchive::open(fs, std::path::Path::new("/a"), 512).unwrap();
+        let bytes = image(PageId(3), 7, 512);
+        local
+            .put(&[PageCopy {
+                page: PageId(3),
+                time_us: 7,
+                image: &bytes,
+            }])
+            .unwrap();
+        let mut service = ArchiveService {
+            archive: Arc::new(local),
+            page_size: 512,
+        };
+        let answer = service
+            .handle(Request::ArchiveGetMany {
+                wants: vec![(4, 0), (3, 1), (3, 8)],
+            })
+            .unwrap();
+        match answer {
+            Response::Copies(copies) => {
+                assert_eq!(copies.len(), 3);
+                assert!(copies[0].is_none() && copies[2].is_none());
+                let copy = copies[1].as_ref().unwrap();
+                assert_eq!((copy.page, copy.time_us, &copy.image), (3, 7, &bytes));
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = service
+            .handle(Request::ArchiveGetMany {
+                wants: vec![(3, 0); GET_MANY_MAX + 1],
+            })
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 256"), "{err}");
+        // Large pages: fewer copies fit a frame.
+        assert!(get_many_max(1 << 20) < GET_MANY_MAX);
+        assert!(get_many_max(1 << 20) >= 1);
     }
 }

@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 pub const NODES_MAX: usize = 64;
 /// Longest a node may take to answer a request before it counts as down for that request.
 pub const NODE_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Copies a read of the past asks the nodes for at once by default (`Archive::read_ahead`).
+pub const READ_AHEAD: usize = 32;
 /// Bytes a put request's copies may take, so its frame stays under the limit.
 const PUT_BATCH_BYTES: usize = MAX_FRAME_BODY / 2;
 
@@ -331,6 +333,75 @@ impl Archive for ArchiveNodes {
             buf.copy_from_slice(&copy.image);
             copy.time_us
         }))
+    }
+
+    fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
+        if wants.is_empty() {
+            return Ok(Vec::new());
+        }
+        assert_eq!(
+            bufs.len() % wants.len(),
+            0,
+            "one page-sized buffer per copy"
+        );
+        let page_size = bufs.len() / wants.len();
+        let mut found = Vec::with_capacity(wants.len());
+        // A request per batch a frame holds; each batch one round trip per node asked.
+        let batch = crate::archive::node::get_many_max(page_size);
+        for (chunk, chunk_bufs) in wants.chunks(batch).zip(bufs.chunks_mut(batch * page_size)) {
+            let request = Request::ArchiveGetMany {
+                wants: chunk.iter().map(|&(p, t)| (p.0, t)).collect(),
+            };
+            let answers = self.gather("a batch of reads", |remote| {
+                match remote.call(&request)? {
+                    Response::Copies(copies) if copies.len() == chunk.len() => {
+                        for (copy, &(page, time_us)) in copies.iter().zip(chunk) {
+                            if let Some(copy) = copy {
+                                if copy.page != page.0
+                                    || copy.time_us < time_us
+                                    || copy.image.len() != page_size
+                                {
+                                    return Err(Error::Remote(format!(
+                                        "archive node {} answered a read of page {page} at or \
+                                         after {time_us} with the copy of page {} at {} ({} \
+                                         bytes; pages here have {page_size})",
+                                        remote.peer(),
+                                        copy.page,
+                                        copy.time_us,
+                                        copy.image.len()
+                                    )));
+                                }
+                            }
+                        }
+                        Ok(copies)
+                    }
+                    other => Err(remote.unexpected("archive-get-many", &other)),
+                }
+            })?;
+            // Per copy asked, the oldest among the answers, as `get` takes it.
+            let mut best: Vec<Option<WireCopy>> = vec![None; chunk.len()];
+            for copies in answers {
+                for (held, copy) in best.iter_mut().zip(copies) {
+                    if let Some(copy) = copy {
+                        if held.as_ref().is_none_or(|h| copy.time_us < h.time_us) {
+                            *held = Some(copy);
+                        }
+                    }
+                }
+            }
+            for (copy, buf) in best.into_iter().zip(chunk_bufs.chunks_exact_mut(page_size)) {
+                found.push(copy.map(|copy| {
+                    buf.copy_from_slice(&copy.image);
+                    copy.time_us
+                }));
+            }
+        }
+        Ok(found)
+    }
+
+    fn read_ahead(&self) -> usize {
+        // A batch is one request per node asked, as one copy is.
+        READ_AHEAD
     }
 
     fn get_ts(&self, page: PageId) -> Result<Option<u64>> {

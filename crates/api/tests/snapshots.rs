@@ -728,8 +728,8 @@ fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
     assert_eq!(dumps_by_backend.len(), 3 + servers.len());
 }
 
-/// The local archive with a gate in `get`: once armed, a read waits inside the archive until
-/// the gate opens, as a read from an archive across a slow network does.
+/// The local archive with a gate in `get`, `list` and `bytes`: once armed, a call waits inside
+/// the archive until the gate opens, as one to an archive across a slow network does.
 struct GatedArchive {
     inner: lodestore::LocalArchive,
     /// (armed, a read is waiting inside, open)
@@ -753,16 +753,12 @@ impl lodestore::Archive for GatedArchive {
         time_us: u64,
         buf: &mut [u8],
     ) -> lodestore::Result<Option<u64>> {
-        let mut state = self.state.lock().unwrap();
-        if state.0 {
-            state.1 = true;
-            self.changed.notify_all();
-            while !state.2 {
-                state = self.changed.wait(state).unwrap();
-            }
-        }
-        drop(state);
+        self.gate();
         self.inner.get(page, time_us, buf)
+    }
+    fn list(&self) -> Option<Vec<(lodestore::PageId, u64)>> {
+        self.gate();
+        self.inner.list()
     }
     fn get_ts(&self, page: lodestore::PageId) -> lodestore::Result<Option<u64>> {
         self.inner.get_ts(page)
@@ -774,7 +770,39 @@ impl lodestore::Archive for GatedArchive {
         self.inner.remove(copies)
     }
     fn bytes(&self) -> u64 {
+        self.gate();
         self.inner.bytes()
+    }
+}
+
+impl GatedArchive {
+    /// Waits here while the gate is armed and shut.
+    fn gate(&self) {
+        let mut state = self.state.lock().unwrap();
+        if state.0 {
+            state.1 = true;
+            self.changed.notify_all();
+            while !state.2 {
+                state = self.changed.wait(state).unwrap();
+            }
+        }
+    }
+
+    fn wait_until_inside(&self) {
+        let mut state = self.state.lock().unwrap();
+        while !state.1 {
+            state = self.changed.wait(state).unwrap();
+        }
+    }
+
+    fn arm(&self) {
+        *self.state.lock().unwrap() = (true, false, false);
+    }
+
+    fn open(&self) {
+        let mut state = self.state.lock().unwrap();
+        *state = (false, state.1, true);
+        self.changed.notify_all();
     }
 }
 
@@ -857,4 +885,42 @@ fn a_reader_waiting_on_a_slow_archive_holds_up_no_commit() {
     assert!(went_through.is_ok(), "the commit waited for the archive");
     writer.join().unwrap();
     assert_eq!(reader.join().unwrap(), vec![1u8; 100]);
+
+    // The figures of the snapshots (the archive's size asked of it), and a deletion (the
+    // archive listed to reclaim copies), each waiting inside the archive: commits that stage
+    // copies go through meanwhile.
+    let third = store.snapshot().unwrap();
+    for asking in ["stats", "delete"] {
+        store.snapshot().unwrap();
+        archive.arm();
+        let waiting = {
+            let store = store.clone();
+            std::thread::spawn(move || match asking {
+                "stats" => drop(store.snapshot_stats().unwrap()),
+                _ => drop(store.delete_snapshot(third.id).unwrap()),
+            })
+        };
+        archive.wait_until_inside();
+        let (done, committed) = mpsc::channel();
+        let writer = {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                write(&store, oid, 4);
+                done.send(()).unwrap();
+            })
+        };
+        let went_through = committed.recv_timeout(Duration::from_secs(20));
+        archive.open();
+        assert!(
+            went_through.is_ok(),
+            "{asking}: the commit waited for the archive"
+        );
+        writer.join().unwrap();
+        waiting.join().unwrap();
+    }
+    // The past still reads as it was.
+    let mut session = store.session().unwrap();
+    let mut past = session.begin_as_of(AsOf::Snapshot(first.id)).unwrap();
+    assert_eq!(past.read_all(oid).unwrap(), vec![1u8; 100]);
+    past.finish().unwrap();
 }

@@ -264,12 +264,17 @@ impl Snapshots {
     /// Drops every copy no remaining snapshot reads, from the snapshot log and the archive,
     /// and lowers the page map to the copies left.
     fn collect_garbage(&self) -> Result<()> {
+        // The archive is listed before the locks are taken: a remote listing may take
+        // seconds, and commits staging copies need the log. A copy archived meanwhile is in
+        // neither the listing nor the log; it is left alone (space, not a wrong page: the
+        // decision on each copy seen depends only on the snapshots and the copies older than
+        // it), and the page map is never lowered below a newer copy staged since.
+        let archived = self.archive.list();
+        let listed = archived.is_some();
         let mut log = self.log();
         let mut inner = self.inner();
         let mut times: Vec<u64> = inner.snapshots.iter().map(|t| t.snapshot.time_us).collect();
         times.sort_unstable();
-        let archived = self.archive.list();
-        let listed = archived.is_some();
         let mut by_page: HashMap<PageId, Vec<(u64, bool)>> = HashMap::new();
         for (page, time, _) in log.staged() {
             by_page.entry(page).or_default().push((time, true));
@@ -280,6 +285,7 @@ impl Snapshots {
         let (mut from_log, mut from_archive) = (Vec::new(), Vec::new());
         for (page, mut copies) in by_page {
             copies.sort_unstable();
+            let newest_seen = copies.last().map(|&(time, _)| time);
             let copy_times: Vec<u64> = copies.iter().map(|&(time, _)| time).collect();
             let mut newest_kept = None;
             for ((time, staged), read) in copies.into_iter().zip(copies_read(&copy_times, &times)) {
@@ -291,7 +297,11 @@ impl Snapshots {
                     from_archive.push((page, time));
                 }
             }
-            if listed {
+            let newer_since = inner
+                .page_map
+                .get(&page)
+                .is_some_and(|&mapped| Some(mapped) > newest_seen);
+            if listed && !newer_since {
                 match newest_kept {
                     Some(time) => inner.page_map.insert(page, time),
                     None => inner.page_map.remove(&page),
@@ -342,15 +352,18 @@ impl Snapshots {
     }
 
     pub fn stats(&self) -> SnapshotStats {
+        // The archive is asked first, without the locks: a remote one may take seconds.
+        let archive_bytes = self.archive.bytes();
+        let archive_unavailable = self.archive.unavailable();
         let log = self.log();
         let inner = self.inner();
         SnapshotStats {
             snapshots: inner.snapshots.iter().filter(|t| t.durable).count(),
             staged_copies: log.len(),
             snapshot_log_bytes: log.bytes(),
-            archive_bytes: self.archive.bytes(),
+            archive_bytes,
             pre_images: inner.pre_images.values().map(HashMap::len).sum(),
-            archive_unavailable: self.archive.unavailable(),
+            archive_unavailable,
         }
     }
 

@@ -30,7 +30,7 @@ pub use url::{S3Url, S3_SCHEME};
 
 use futures::stream::{StreamExt, TryStreamExt};
 use lodestore_core::{Error, PageId, Result};
-use lodestore_protocol::archive::{sealed, Archive, PageCopy};
+use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
@@ -459,15 +459,9 @@ impl Archive for S3Archive {
     }
 
     fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
-        if wants.is_empty() {
+        let Some(page_size) = batch_page_size(wants, bufs) else {
             return Ok(Vec::new());
-        }
-        assert_eq!(
-            bufs.len() % wants.len(),
-            0,
-            "one page-sized buffer per copy"
-        );
-        let page_size = bufs.len() / wants.len();
+        };
         let fetches: Vec<_> = wants
             .iter()
             .map(|&(page, time_us)| self.fetch(page, time_us))

@@ -17,7 +17,7 @@ use crate::frame::MAX_FRAME_BODY;
 use crate::message::{Request, Response, WireCopy};
 use crate::remote::RemotePageServer;
 use lodestore_core::{Error, PageId, Result};
-use lodestore_protocol::archive::{Archive, PageCopy};
+use lodestore_protocol::archive::{batch_page_size, Archive, PageCopy};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -336,15 +336,9 @@ impl Archive for ArchiveNodes {
     }
 
     fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
-        if wants.is_empty() {
+        let Some(page_size) = batch_page_size(wants, bufs) else {
             return Ok(Vec::new());
-        }
-        assert_eq!(
-            bufs.len() % wants.len(),
-            0,
-            "one page-sized buffer per copy"
-        );
-        let page_size = bufs.len() / wants.len();
+        };
         let mut found = Vec::with_capacity(wants.len());
         // A request per batch a frame holds; each batch one round trip per node asked.
         let batch = crate::archive::node::get_many_max(page_size);

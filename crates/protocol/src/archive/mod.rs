@@ -12,6 +12,20 @@ pub use read_ahead::{ReadAhead, READ_AHEAD_MAX};
 
 use lodestore_core::{PageId, Result};
 
+/// The page size of a batch of reads into `bufs`, one page-sized buffer per copy wanted;
+/// `None` for an empty batch.
+pub fn batch_page_size(wants: &[(PageId, u64)], bufs: &[u8]) -> Option<usize> {
+    if wants.is_empty() {
+        return None;
+    }
+    assert_eq!(
+        bufs.len() % wants.len(),
+        0,
+        "one page-sized buffer per copy"
+    );
+    Some(bufs.len() / wants.len())
+}
+
 /// A page copy to archive.
 #[derive(Clone, Copy, Debug)]
 pub struct PageCopy<'a> {
@@ -48,15 +62,9 @@ pub trait Archive: Send + Sync {
     /// Backends whose reads are round trips override it to overlap them (object storage sends
     /// them at once); the default reads one after the other.
     fn get_many(&self, wants: &[(PageId, u64)], bufs: &mut [u8]) -> Result<Vec<Option<u64>>> {
-        if wants.is_empty() {
+        let Some(page_size) = batch_page_size(wants, bufs) else {
             return Ok(Vec::new());
-        }
-        assert_eq!(
-            bufs.len() % wants.len(),
-            0,
-            "one page-sized buffer per copy"
-        );
-        let page_size = bufs.len() / wants.len();
+        };
         wants
             .iter()
             .zip(bufs.chunks_exact_mut(page_size))

@@ -10,7 +10,8 @@
 //! time order and archived in the order made, so when the archive holds a copy at `a`, every
 //! copy between the snapshot and `a` was archived before it; a copy made later has a later
 //! time. Removal takes only copies no snapshot reads, and a cached answer is dropped when its
-//! copy is removed all the same.
+//! copy is removed all the same, and when a copy of its page is put (the retry of a put that
+//! failed part way may bring an older copy after the newer one was read ahead).
 
 use super::{Archive, PageCopy};
 use lodestore_core::{PageId, Result};
@@ -124,8 +125,17 @@ impl Archive for ReadAhead {
     }
 
     fn put(&self, copies: &[PageCopy<'_>]) -> Result<()> {
-        self.inner.put(copies)?;
-        if let Some(newest) = &mut self.state().newest {
+        let put = self.inner.put(copies);
+        // Whatever the outcome, answers cached for these pages go: a put that failed part
+        // way may have stored a newer copy without an older one, and an answer read ahead
+        // then (the newer copy) is wrong once the older one arrives.
+        let mut state = self.state();
+        let pages: std::collections::HashSet<PageId> = copies.iter().map(|c| c.page).collect();
+        let State { cached, order, .. } = &mut *state;
+        cached.retain(|(page, _), _| !pages.contains(page));
+        order.retain(|key| cached.contains_key(key));
+        put?;
+        if let Some(newest) = &mut state.newest {
             for copy in copies {
                 let held = newest.entry(copy.page).or_insert(copy.time_us);
                 *held = (*held).max(copy.time_us);
@@ -349,5 +359,18 @@ mod tests {
         archive.get(PageId(0), 150, &mut buf).unwrap();
         archive.remove(&[(PageId(1), 200)]).unwrap();
         assert_eq!(archive.get(PageId(1), 150, &mut buf).unwrap(), None);
+        // Read ahead, then an older copy put (as the retry of a put that stored only the
+        // newer one): the cache does not serve the newer one.
+        archive.get(PageId(4), 150, &mut buf).unwrap();
+        let older = image(PageId(5), 160, size);
+        archive
+            .put(&[PageCopy {
+                page: PageId(5),
+                time_us: 160,
+                image: &older,
+            }])
+            .unwrap();
+        assert_eq!(archive.get(PageId(5), 150, &mut buf).unwrap(), Some(160));
+        assert_eq!(buf, older);
     }
 }

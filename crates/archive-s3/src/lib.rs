@@ -233,14 +233,18 @@ impl S3Archive {
         self.index.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The oldest copy of `page` at or after `time_us` (its time, key and sealed bytes), as
-    /// work for the runtime: a GET of the copy the index names; without one (or when the
-    /// object is gone), a listing of the page's keys, then a GET of the one chosen.
+    /// The oldest copy of `page` (of `page_size` bytes) at or after `time_us` (its time, key
+    /// and sealed bytes), as work for the runtime: a GET of the copy the index names; without
+    /// one (or when the object is gone), a listing of the page's keys, then a GET of the one
+    /// chosen. An object longer than a sealed copy is refused before its body is read: a
+    /// hostile or confused endpoint does not get to fill memory.
     fn fetch(
         &self,
         page: PageId,
         time_us: u64,
+        page_size: usize,
     ) -> impl Future<Output = object_store::Result<Option<Found>>> + Send + 'static {
+        let longest = (sealed::HEADER_BYTES + page_size) as u64;
         let store = self.store.clone();
         let counters = self.counters.clone();
         let prefix = self.page_prefix(page);
@@ -253,7 +257,7 @@ impl S3Archive {
                 let key = format!("{prefix}{time:016x}");
                 match store.get(&Path::from(key.as_str())).await {
                     Ok(reply) => {
-                        let blob = reply.bytes().await?;
+                        let blob = bounded_body(reply, longest).await?;
                         counters.count(1, 0, blob.len() as u64);
                         return Ok(Some(Found { time, key, blob }));
                     }
@@ -278,7 +282,7 @@ impl S3Archive {
             let Some((time, key)) = best else {
                 return Ok(None);
             };
-            let blob = store.get(&Path::from(key.as_str())).await?.bytes().await?;
+            let blob = bounded_body(store.get(&Path::from(key.as_str())).await?, longest).await?;
             counters.count(1, 0, blob.len() as u64);
             Ok(Some(Found { time, key, blob }))
         }
@@ -348,6 +352,25 @@ impl S3Archive {
         *self.index() = Some(index);
         Ok(copies)
     }
+}
+
+/// The body of a GET's `reply`, refused unread when it is longer than `longest` bytes (the
+/// length is the reply's Content-Length, which the HTTP client holds the body to).
+async fn bounded_body(
+    reply: object_store::GetResult,
+    longest: u64,
+) -> object_store::Result<bytes::Bytes> {
+    if reply.meta.size > longest {
+        return Err(object_store::Error::Generic {
+            store: "S3",
+            source: format!(
+                "{}: an object of {} bytes where a page copy has at most {longest}",
+                reply.meta.location, reply.meta.size
+            )
+            .into(),
+        });
+    }
+    reply.bytes().await
 }
 
 /// A copy read: its time, its key and its sealed bytes.
@@ -451,7 +474,7 @@ impl Archive for S3Archive {
     }
 
     fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>> {
-        let fetch = self.fetch(page, time_us);
+        let fetch = self.fetch(page, time_us, buf.len());
         match self.run("a read of a page copy", fetch)? {
             Some(found) => self.open_copy(page, found, buf).map(Some),
             None => Ok(None),
@@ -464,7 +487,7 @@ impl Archive for S3Archive {
         };
         let fetches: Vec<_> = wants
             .iter()
-            .map(|&(page, time_us)| self.fetch(page, time_us))
+            .map(|&(page, time_us)| self.fetch(page, time_us, page_size))
             .collect();
         // The reads at once, REQUESTS_IN_FLIGHT at a time, answers in the order asked.
         let found = self.run("reads of page copies", async move {

@@ -85,6 +85,10 @@ fn damaged_and_misplaced_copies_are_refused_by_name() {
         archive.overwrite_object(&key, vec![1, 2, 3]).unwrap();
         let err = archive.get(page, 0, &mut buf).unwrap_err().to_string();
         assert!(err.contains("not a sealed page copy"), "{err}");
+        // An object far longer than a page copy: refused before its body is read.
+        archive.overwrite_object(&key, vec![7; 8 * PAGE]).unwrap();
+        let err = archive.get(page, 0, &mut buf).unwrap_err().to_string();
+        assert!(err.contains("where a page copy has at most"), "{err}");
     }
 }
 

@@ -3,9 +3,9 @@
 //! defaults to two, or one with a single node) and, with the `s3` feature,
 //! `s3://bucket/prefix?endpoint=http://host:port&region=name` for S3-compatible object
 //! storage (`S3Archive`; keys from `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`), and
-//! `file://PATH` for a local archive in a folder of one's choosing (`FileArchive`). The local
-//! archive beside the store is the default and needs no URL; peer-to-peer archives are not
-//! built yet.
+//! `file://PATH` for a local archive in a folder of one's choosing (`FileArchive`), and, with
+//! the `p2p` feature, `p2p://ID@host:port,.../namespace?replicas=N` for a DHT of archive
+//! peers (`P2pArchive`). The local archive beside the store is the default and needs no URL.
 
 use lodestore_core::{Error, Result};
 use lodestore_net::archive::nodes::NODES_MAX;
@@ -21,6 +21,9 @@ pub const NODES_SCHEME: &str = "lodestore://";
 pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn Archive>> {
     if url.starts_with(S3_SCHEME) {
         return s3_archive(url);
+    }
+    if url.starts_with(P2P_SCHEME) {
+        return p2p_archive(url);
     }
     if url.starts_with(FILE_SCHEME) {
         let fs = Arc::new(lodestore_storage::RealFileSystem);
@@ -50,21 +53,31 @@ fn s3_archive(url: &str) -> Result<Arc<dyn Archive>> {
     )))
 }
 
+/// The URL scheme of archives on a DHT of archive peers.
+pub const P2P_SCHEME: &str = "p2p://";
+
+#[cfg(feature = "p2p")]
+fn p2p_archive(url: &str) -> Result<Arc<dyn Archive>> {
+    Ok(Arc::new(lodestore_archive_p2p::P2pArchive::open(url)?))
+}
+
+#[cfg(not(feature = "p2p"))]
+fn p2p_archive(url: &str) -> Result<Arc<dyn Archive>> {
+    Err(Error::Unsupported(format!(
+        "archive URL {url:?}: this build has no peer-to-peer archives (the lodestore crate's \
+         `p2p` feature)"
+    )))
+}
+
 /// The nodes and the replication factor of a `lodestore://` URL.
 fn parse_nodes_url(url: &str) -> Result<(Vec<String>, usize)> {
     let bad = |why: String| Error::InvalidArgument(format!("archive URL {url:?}: {why}"));
     let Some(rest) = url.strip_prefix(NODES_SCHEME) else {
-        return Err(match url.split_once("://") {
-            Some(("p2p", _)) => Error::Unsupported(format!(
-                "archive URL {url:?}: peer-to-peer archives are not built; archive nodes \
-                 ({NODES_SCHEME}host:port,...), S3 ({S3_SCHEME}bucket/prefix?endpoint=...) and \
-                 folders ({FILE_SCHEME}PATH) are"
-            )),
-            _ => bad(format!(
-                "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..., object \
-                 storage {S3_SCHEME}bucket/prefix?endpoint=..., a folder {FILE_SCHEME}PATH"
-            )),
-        });
+        return Err(bad(format!(
+            "not an archive URL; archive nodes are {NODES_SCHEME}host:port,..., object \
+             storage {S3_SCHEME}bucket/prefix?endpoint=..., a DHT \
+             {P2P_SCHEME}ID@host:port,.../namespace, a folder {FILE_SCHEME}PATH"
+        )));
     };
     let (nodes, query) = match rest.split_once('?') {
         Some((nodes, query)) => (nodes, Some(query)),
@@ -117,11 +130,20 @@ mod tests {
             ("lodestore://a:1,,b:2", "is not host:port"),
             ("lodestore://a:1?factor=x", "not a whole number"),
             ("lodestore://a:1?copies=2", "the only setting"),
-            ("p2p://peer", "not built"),
         ] {
             let err = parse_nodes_url(url).unwrap_err();
             assert!(err.to_string().contains(says), "{url}: {err}");
         }
+        // A DHT URL is parsed by the DHT archive, which names what is wrong with it.
+        let dht = archive_from_url("p2p://peer", Credentials::default())
+            .err()
+            .unwrap();
+        let says = if cfg!(feature = "p2p") {
+            "ID@host:port"
+        } else {
+            "no peer-to-peer"
+        };
+        assert!(dht.to_string().contains(says), "{dht}");
         // A factor the nodes cannot meet is the archive's to refuse.
         assert!(archive_from_url("lodestore://a:1?factor=2", Credentials::default()).is_err());
     }

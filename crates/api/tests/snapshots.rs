@@ -641,8 +641,9 @@ fn snapshot_pages_on_archive_nodes_read_back_while_a_node_is_down() {
 }
 
 /// One workload, one seed, its snapshot pages archived on each backend in turn (the local
-/// archive, an archive node, a folder elsewhere, S3 on s3s-fs and on moto): every snapshot read back, after a
-/// reopening too, is the same dump whichever backend held its pages.
+/// archive, an archive node, a folder elsewhere, S3 on s3s-fs and on moto, a DHT of archive
+/// peers): every snapshot read back, after a reopening too, is the same dump whichever backend
+/// held its pages.
 #[cfg(feature = "s3")]
 #[test]
 fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
@@ -681,6 +682,15 @@ fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
             lodestore::S3Archive::open_with_keys(&s3_url(server), ACCESS_KEY, SECRET_KEY).unwrap();
         backends.push((server.kind().name().into(), Some(Arc::new(archive))));
     }
+    // A DHT of eight archive peers, each page on two of them.
+    let peers = lodestore_archive_p2p::peers::PeerSet::start(
+        lodestore_archive_p2p::peers::PeerCommand::find().unwrap(),
+        8,
+        2,
+    )
+    .unwrap();
+    let dht = lodestore_archive_p2p::P2pArchive::open(&peers.url("store-a", 2)).unwrap();
+    backends.push(("a DHT of 8 peers".into(), Some(Arc::new(dht))));
     let mut dumps_by_backend: Vec<(String, Vec<Dump>)> = Vec::new();
     for (name, archive) in backends {
         let fs = Arc::new(MemoryFileSystem::new());
@@ -725,7 +735,7 @@ fn an_as_of_dump_is_the_same_whichever_backend_holds_the_pages() {
             "the as-of dumps on {name} differ from those on {first}"
         );
     }
-    assert_eq!(dumps_by_backend.len(), 3 + servers.len());
+    assert_eq!(dumps_by_backend.len(), 4 + servers.len());
 }
 
 /// The local archive with a gate in `get`, `list` and `bytes`: once armed, a call waits inside

@@ -136,7 +136,9 @@ pub struct ThorArgs {
     /// Archive backends T1 as of a snapshot reads from, comma separated: local (the file
     /// beside the store), node (an archive node on loopback holding the same copies, every
     /// read a request over TCP), s3 (an s3s-fs server on loopback holding them as objects,
-    /// every read a listing and a GET over HTTP; scripts/test-servers.sh installs s3s-fs).
+    /// every read a listing and a GET over HTTP; scripts/test-servers.sh installs s3s-fs),
+    /// s3-moto (the same on moto), p2p (a DHT of 16 archive peers, each a process on
+    /// loopback, every page on two of them; every read a Kademlia lookup).
     #[arg(long, value_delimiter = ',', default_value = "local")]
     pub backends: Vec<String>,
     /// Copies per archive read for T1 as of a snapshot, comma separated, each measured in
@@ -363,13 +365,26 @@ fn thor_config(args: &ThorArgs) -> Result<ThorConfig> {
         read_ahead: read_ahead(&args.read_ahead)?,
         out: args.out.clone(),
         quiet: false,
+        peer_program: peer_program(),
     })
+}
+
+/// This program's `archive-peer`, for the DHT backend's peers.
+fn peer_program() -> Option<(PathBuf, Vec<String>)> {
+    if !cfg!(feature = "p2p") {
+        return None;
+    }
+    let me = std::env::current_exe().ok()?;
+    Some((me, vec!["archive-peer".into()]))
 }
 
 /// The suite's archive backends: the local archive and a node, and S3 where s3s-fs is
 /// installed (said when it is not).
 fn suite_backends() -> Vec<String> {
     let mut backends = vec!["local".to_string(), "node".to_string()];
+    if cfg!(feature = "p2p") {
+        backends.push("p2p".into());
+    }
     #[cfg(feature = "s3")]
     {
         use lodestore_archive_s3::servers::ServerKind;

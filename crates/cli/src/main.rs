@@ -263,6 +263,13 @@ pub(crate) enum Command {
     /// replication factor) in one checksummed file in DIR, with the same tokens, TLS and
     /// limits as `serve`.
     ArchiveServe(serve::ArchiveServeArgs),
+    /// Run a peer of a snapshot archive DHT (libp2p Kademlia) until killed: it keeps the page
+    /// records stores archive there (`--archive p2p://ID@HOST:PORT,.../NAMESPACE?replicas=N`)
+    /// in DIR, with its key, and writes ID@HOST:PORT to DIR/peer.addr and standard output
+    /// once it listens. Join other peers with --peer ID@HOST:PORT; peers find one another
+    /// from there.
+    #[cfg(feature = "p2p")]
+    ArchivePeer(lodestore_archive_p2p::PeerArgs),
     /// The benchmark suite. Alone, `lodestore bench` runs the QuickStore experiments (OO7
     /// T1, T2A, T2B, T2C on the oo7-small database, recovery buffers of 4 MiB and 0.5 MiB) and
     /// the Hosking experiments (OO1 lookup, traversal, update at p = 0 to 1, long-running
@@ -607,6 +614,10 @@ fn main() -> ExitCode {
         ),
         Command::Serve(args) => serve::run(&args),
         Command::ArchiveServe(args) => serve::run_archive(&args),
+        #[cfg(feature = "p2p")]
+        Command::ArchivePeer(args) => {
+            lodestore_archive_p2p::peer::run(&args).map(|()| ExitCode::SUCCESS)
+        }
         Command::Certs { dir, names } => security::certs(&dir, &names),
         Command::Bench { which, suite } => match which {
             None => bench_suite::suite(&suite),

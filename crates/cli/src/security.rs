@@ -56,12 +56,14 @@ impl ClientSecurityArgs {
 /// Where a store's snapshot pages are archived, when not in the local archive beside it.
 #[derive(clap::Args, Debug, Default)]
 pub struct ArchiveArgs {
-    /// Archive snapshot pages on archive nodes (see `archive-serve`) or S3-compatible object
-    /// storage instead of the local archive beside the store:
-    /// lodestore://HOST:PORT,HOST:PORT?factor=N (a page is archived once N nodes hold it; N
-    /// defaults to 2, or 1 with one node), or s3://BUCKET/PREFIX?endpoint=URL&region=NAME
-    /// (keys from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). A store that archived its
-    /// pages there must be opened with the same URL to read its past.
+    /// Archive snapshot pages on archive nodes (see `archive-serve`), S3-compatible object
+    /// storage, a DHT of archive peers (see `archive-peer`) or a folder instead of the local
+    /// archive beside the store: lodestore://HOST:PORT,HOST:PORT?factor=N (a page is archived
+    /// once N nodes hold it; N defaults to 2, or 1 with one node),
+    /// s3://BUCKET/PREFIX?endpoint=URL&region=NAME (keys from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY), p2p://ID@HOST:PORT,.../NAMESPACE?replicas=N (each page on N
+    /// peers; N defaults as for nodes), or file://PATH. A store that archived its pages there
+    /// must be opened with the same URL to read its past.
     #[arg(long, value_name = "URL")]
     pub archive: Option<String>,
     /// With --archive: file holding the token the archive nodes require.

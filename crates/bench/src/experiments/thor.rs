@@ -52,7 +52,15 @@ pub enum ArchiveBackend {
     S3,
     /// The same on a `moto` server.
     S3Moto,
+    /// A DHT of `DHT_PEERS` archive peers (libp2p Kademlia), each a process on loopback,
+    /// every page on two of them: every read a lookup of several round trips.
+    P2p,
 }
+
+/// Peers of the DHT backend (Thor's peer-to-peer experiment had 16 too, Moh section 6.6).
+pub const DHT_PEERS: usize = 16;
+/// Peers holding each page in the DHT backend.
+pub const DHT_REPLICAS: usize = 2;
 
 impl ArchiveBackend {
     pub fn name(self) -> &'static str {
@@ -61,6 +69,7 @@ impl ArchiveBackend {
             ArchiveBackend::Node => "node",
             ArchiveBackend::S3 => "s3",
             ArchiveBackend::S3Moto => "s3-moto",
+            ArchiveBackend::P2p => "p2p",
         }
     }
 }
@@ -77,9 +86,13 @@ impl std::str::FromStr for ArchiveBackend {
             "s3" | "s3-moto" => Err(lodestore::Error::Unsupported(format!(
                 "archive backend {text}: this build has no S3 archives (feature `s3`)"
             ))),
+            "p2p" if cfg!(feature = "p2p") => Ok(ArchiveBackend::P2p),
+            "p2p" => Err(lodestore::Error::Unsupported(
+                "archive backend p2p: this build has no DHT archives (feature `p2p`)".into(),
+            )),
             other => Err(lodestore::Error::InvalidArgument(format!(
-                "archive backend {other:?}: the backends are local, node, s3 (s3s-fs) and \
-                 s3-moto"
+                "archive backend {other:?}: the backends are local, node, s3 (s3s-fs), \
+                 s3-moto and p2p (a DHT of {DHT_PEERS} peers)"
             ))),
         }
     }
@@ -109,6 +122,10 @@ pub struct ThorConfig {
     /// Run the archive-down part: commits that make page copies while the archive (an
     /// archive node) is up, then down.
     pub archive_down: bool,
+    /// How to start an archive peer of the DHT backend: a program and the arguments before
+    /// the peer's own (the CLI passes itself and `archive-peer`); `None` looks for the
+    /// `lodestore-archive-peer` program.
+    pub peer_program: Option<(PathBuf, Vec<String>)>,
     pub out: PathBuf,
     pub quiet: bool,
 }
@@ -314,6 +331,11 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
             buckets.push((backend, s3::Bucket::filled_from(server, &path, page_size)?));
         }
     }
+    let dht = if config.backends.contains(&ArchiveBackend::P2p) {
+        Some(dht::Dht::filled_from(config, &path, page_size)?)
+    } else {
+        None
+    };
     let bar = workspace::progress_bar(total, "Thor T1 as of a snapshot", config.quiet);
     let mut records = Vec::new();
     for run in 1..=config.runs {
@@ -326,20 +348,18 @@ fn as_of(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>> {
                 for mode in ["current", "as-of"] {
                     let delay = Duration::from_secs_f64(delay_ms / 1000.0);
                     let bucket = buckets.iter().find(|(b, _)| *b == backend).map(|(_, b)| b);
-                    let opened = open_backend(backend, &path, page_size, bucket)?;
-                    let archive = Arc::new(SlowArchive::new(opened.archive, delay, page_size));
+                    let mut opened = open_backend(backend, &path, page_size, bucket, dht.as_ref())?;
+                    let archive =
+                        Arc::new(SlowArchive::new(opened.archive.clone(), delay, page_size));
                     let measured = t1_cold(config, &path, &archive, read_ahead, mode, snapshot.id);
-                    if let Some(mut node) = opened.node {
+                    if let Some(mut node) = opened.node.take() {
                         node.stop()?;
                     }
                     let mut measured = measured?;
                     measured.archive_requests = archive.asked();
                     measured.archive_bytes = archive.bytes_read();
-                    #[cfg(feature = "s3")]
-                    if let Some(s3) = &opened.s3 {
-                        let traffic = s3.traffic();
-                        (measured.archive_requests, measured.archive_bytes) =
-                            (traffic.requests, traffic.bytes_received);
+                    if let Some((requests, bytes)) = opened.traffic() {
+                        (measured.archive_requests, measured.archive_bytes) = (requests, bytes);
                     }
                     measured.run = run;
                     measured.backend = backend.name().into();
@@ -369,7 +389,12 @@ fn archive_down(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>>
         .backends
         .iter()
         .copied()
-        .filter(|b| matches!(b, ArchiveBackend::Node | ArchiveBackend::S3))
+        .filter(|b| {
+            matches!(
+                b,
+                ArchiveBackend::Node | ArchiveBackend::S3 | ArchiveBackend::P2p
+            )
+        })
         .collect();
     if remote.is_empty() {
         remote.push(ArchiveBackend::Node);
@@ -390,7 +415,7 @@ fn archive_down(config: &ThorConfig, template: &Path) -> Result<Vec<ThorRecord>>
     let bar = workspace::progress_bar(total, "Thor commits, archive up and down", config.quiet);
     let mut records = Vec::new();
     for (&backend, path) in remote.iter().zip(&paths) {
-        let mut switch = Switch::start(backend, path, page_size)?;
+        let mut switch = Switch::start(config, backend, path, page_size)?;
         let (store, module) = open_with_archive(path, switch.archive()?, options(config))?;
         let mut session = store.session()?;
         // In turn within every run: the archive up (started again), then down.
@@ -446,11 +471,34 @@ enum Switch {
         server: lodestore_archive_s3::servers::S3Server,
         url: String,
     },
+    /// Every peer of the DHT stopped and started together.
+    #[cfg(feature = "p2p")]
+    P2p {
+        peers: lodestore_archive_p2p::peers::PeerSet,
+        url: String,
+    },
 }
 
 impl Switch {
-    fn start(backend: ArchiveBackend, store: &Path, page_size: usize) -> Result<Switch> {
+    // Only the DHT needs the configuration (its peer program).
+    #[cfg_attr(not(feature = "p2p"), allow(unused_variables))]
+    fn start(
+        config: &ThorConfig,
+        backend: ArchiveBackend,
+        store: &Path,
+        page_size: usize,
+    ) -> Result<Switch> {
         match backend {
+            #[cfg(feature = "p2p")]
+            ArchiveBackend::P2p => {
+                let peers = lodestore_archive_p2p::peers::PeerSet::start(
+                    dht::peer_command(config)?,
+                    DHT_PEERS,
+                    DHT_REPLICAS,
+                )?;
+                let url = peers.url("archive-down", 3);
+                Ok(Switch::P2p { peers, url })
+            }
             #[cfg(feature = "s3")]
             ArchiveBackend::S3 => {
                 use lodestore_archive_s3::servers::{S3Server, ServerKind};
@@ -487,6 +535,8 @@ impl Switch {
                 1,
                 Credentials::default(),
             )?)),
+            #[cfg(feature = "p2p")]
+            Switch::P2p { url, .. } => Ok(Arc::new(lodestore_archive_p2p::P2pArchive::open(url)?)),
             #[cfg(feature = "s3")]
             Switch::S3 { url, .. } => {
                 use lodestore_archive_s3::servers::{ACCESS_KEY, SECRET_KEY};
@@ -503,6 +553,11 @@ impl Switch {
             #[cfg(feature = "s3")]
             Switch::S3 { server, .. } => {
                 server.kill();
+                Ok(())
+            }
+            #[cfg(feature = "p2p")]
+            Switch::P2p { peers, .. } => {
+                (0..peers.len()).for_each(|i| peers.kill(i));
                 Ok(())
             }
         }
@@ -533,6 +588,8 @@ impl Switch {
             }
             #[cfg(feature = "s3")]
             Switch::S3 { server, .. } => server.restart(),
+            #[cfg(feature = "p2p")]
+            Switch::P2p { peers, .. } => (0..peers.len()).try_for_each(|i| peers.restart(i)),
         }
     }
 }
@@ -603,9 +660,9 @@ struct Opened {
     archive: Arc<dyn Archive>,
     /// The node serving it, to be stopped after the measurement (`ArchiveBackend::Node`).
     node: Option<RunningNode>,
-    /// The S3 archive, for its request counts (`ArchiveBackend::S3`).
-    #[cfg(feature = "s3")]
-    s3: Option<Arc<lodestore::S3Archive>>,
+    /// Requests made and bytes received so far, where the backend counts its own (S3, the
+    /// DHT: their requests are not one per copy).
+    traffic: Option<Box<dyn Fn() -> (u64, u64)>>,
 }
 
 impl Opened {
@@ -613,19 +670,56 @@ impl Opened {
         Opened {
             archive,
             node,
-            #[cfg(feature = "s3")]
-            s3: None,
+            traffic: None,
         }
+    }
+
+    fn traffic(&self) -> Option<(u64, u64)> {
+        self.traffic.as_ref().map(|traffic| traffic())
     }
 }
 
+/// Uploads every copy of the store's local archive to `to`; returns how many.
+#[cfg_attr(not(any(feature = "s3", feature = "p2p")), allow(dead_code))]
+fn upload_local_copies(store: &Path, page_size: usize, to: &dyn Archive) -> Result<usize> {
+    /// Copies uploaded per put.
+    const UPLOAD_BATCH: usize = 256;
+    let local = LocalArchive::open(
+        Arc::new(RealFileSystem),
+        &Snapshots::local_archive_path(store),
+        page_size,
+    )?;
+    let copies = local.list().unwrap_or_default();
+    for batch in copies.chunks(UPLOAD_BATCH) {
+        let mut images = Vec::with_capacity(batch.len());
+        for &(page, time) in batch {
+            let mut image = vec![0u8; page_size];
+            let found = local.get(page, time, &mut image)?;
+            debug_assert_eq!(found, Some(time), "a listed copy reads back");
+            images.push(image);
+        }
+        let put: Vec<PageCopy<'_>> = batch
+            .iter()
+            .zip(&images)
+            .map(|(&(page, time_us), image)| PageCopy {
+                page,
+                time_us,
+                image,
+            })
+            .collect();
+        to.put(&put)?;
+    }
+    Ok(copies.len())
+}
+
 /// The archive of `backend` over the store's local archive file (or over the copies
-/// uploaded to `s3` from it).
+/// uploaded from it to `s3` or `dht`).
 fn open_backend(
     backend: ArchiveBackend,
     store: &Path,
     page_size: usize,
     s3: Option<&s3::Bucket>,
+    dht: Option<&dht::Dht>,
 ) -> Result<Opened> {
     let local = LocalArchive::open(
         Arc::new(RealFileSystem),
@@ -638,6 +732,7 @@ fn open_backend(
             let bucket = s3.expect("the bucket is filled before S3 is measured");
             bucket.open()
         }
+        ArchiveBackend::P2p => dht.expect("the DHT is filled before it is measured").open(),
         ArchiveBackend::Node => {
             let listener = std::net::TcpListener::bind("127.0.0.1:0")
                 .map_err(|e| lodestore::Error::io("127.0.0.1:0", "listen", e))?;
@@ -800,15 +895,10 @@ mod s3 {
     mod with_s3 {
         use super::super::Opened;
         use super::Server;
-        use lodestore::{
-            Archive, LocalArchive, PageCopy, RealFileSystem, Result, S3Archive, Snapshots,
-        };
+        use lodestore::{Result, S3Archive};
         use lodestore_archive_s3::servers::{S3Server, ServerKind, ACCESS_KEY, SECRET_KEY};
         use std::path::Path;
         use std::sync::Arc;
-
-        /// Copies uploaded per put.
-        const UPLOAD_BATCH: usize = 256;
 
         pub struct Bucket {
             url: String,
@@ -832,32 +922,8 @@ mod s3 {
                 server.create_bucket("thor")?;
                 let url = server.url("thor", "as-of");
                 let s3 = S3Archive::open_with_keys(&url, ACCESS_KEY, SECRET_KEY)?;
-                let local = LocalArchive::open(
-                    Arc::new(RealFileSystem),
-                    &Snapshots::local_archive_path(store),
-                    page_size,
-                )?;
-                let copies = local.list().unwrap_or_default();
-                for batch in copies.chunks(UPLOAD_BATCH) {
-                    let mut images = Vec::with_capacity(batch.len());
-                    for &(page, time) in batch {
-                        let mut image = vec![0u8; page_size];
-                        let found = local.get(page, time, &mut image)?;
-                        debug_assert_eq!(found, Some(time), "a listed copy reads back");
-                        images.push(image);
-                    }
-                    let put: Vec<PageCopy<'_>> = batch
-                        .iter()
-                        .zip(&images)
-                        .map(|(&(page, time_us), image)| PageCopy {
-                            page,
-                            time_us,
-                            image,
-                        })
-                        .collect();
-                    s3.put(&put)?;
-                }
-                tracing::info!(copies = copies.len(), %url, server = kind.name(), "snapshot copies uploaded");
+                let copies = super::super::upload_local_copies(store, page_size, &s3)?;
+                tracing::info!(copies, %url, server = kind.name(), "snapshot copies uploaded");
                 Ok(Bucket {
                     url,
                     _server: server,
@@ -869,10 +935,97 @@ mod s3 {
                 let s3 = Arc::new(S3Archive::open_with_keys(
                     &self.url, ACCESS_KEY, SECRET_KEY,
                 )?);
+                let counted = s3.clone();
                 Ok(Opened {
-                    archive: s3.clone(),
+                    archive: s3,
                     node: None,
-                    s3: Some(s3),
+                    traffic: Some(Box::new(move || {
+                        let traffic = counted.traffic();
+                        (traffic.requests, traffic.bytes_received)
+                    })),
+                })
+            }
+        }
+    }
+}
+
+/// The DHT backend: `DHT_PEERS` archive peers on loopback, each a process, started for the
+/// experiment and holding the store's archived copies, each page on `DHT_REPLICAS` of them.
+mod dht {
+    #[cfg(not(feature = "p2p"))]
+    use super::{Opened, ThorConfig};
+    #[cfg(not(feature = "p2p"))]
+    use lodestore::Result;
+    #[cfg(not(feature = "p2p"))]
+    use std::path::Path;
+
+    #[cfg(not(feature = "p2p"))]
+    pub struct Dht;
+
+    #[cfg(not(feature = "p2p"))]
+    impl Dht {
+        pub fn filled_from(_: &ThorConfig, _: &Path, _: usize) -> Result<Dht> {
+            Err(lodestore::Error::Unsupported(
+                "archive backend p2p: this build has no DHT archives (feature `p2p`)".into(),
+            ))
+        }
+
+        pub fn open(&self) -> Result<Opened> {
+            unreachable!("no DHT is made without the p2p feature")
+        }
+    }
+
+    #[cfg(feature = "p2p")]
+    pub use with_p2p::{peer_command, Dht};
+
+    #[cfg(feature = "p2p")]
+    mod with_p2p {
+        use super::super::{Opened, ThorConfig, DHT_PEERS, DHT_REPLICAS};
+        use lodestore::Result;
+        use lodestore_archive_p2p::peers::{PeerCommand, PeerSet};
+        use lodestore_archive_p2p::P2pArchive;
+        use std::path::Path;
+        use std::sync::Arc;
+
+        /// How the configuration says to start a peer.
+        pub fn peer_command(config: &ThorConfig) -> Result<PeerCommand> {
+            match &config.peer_program {
+                Some((program, args)) => Ok(PeerCommand {
+                    program: program.clone(),
+                    args: args.clone(),
+                }),
+                None => PeerCommand::find(),
+            }
+        }
+
+        pub struct Dht {
+            url: String,
+            _peers: PeerSet,
+        }
+
+        impl Dht {
+            /// Starts the peers and uploads every copy of the store's local archive.
+            pub fn filled_from(config: &ThorConfig, store: &Path, page_size: usize) -> Result<Dht> {
+                let peers = PeerSet::start(peer_command(config)?, DHT_PEERS, DHT_REPLICAS)?;
+                // A store names a few peers; the DHT leads it to the rest.
+                let url = peers.url("thor", 3);
+                let dht = P2pArchive::open(&url)?;
+                let copies = super::super::upload_local_copies(store, page_size, &dht)?;
+                tracing::info!(copies, held = ?peers.bytes_held(), "snapshot copies stored in the DHT");
+                Ok(Dht { url, _peers: peers })
+            }
+
+            /// A new reader of the DHT (cold: no connections, an empty routing table).
+            pub fn open(&self) -> Result<Opened> {
+                let dht = Arc::new(P2pArchive::open(&self.url)?);
+                let counted = dht.clone();
+                Ok(Opened {
+                    archive: dht,
+                    node: None,
+                    traffic: Some(Box::new(move || {
+                        let traffic = counted.traffic();
+                        (traffic.requests, traffic.bytes_received)
+                    })),
                 })
             }
         }

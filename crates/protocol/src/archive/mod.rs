@@ -136,6 +136,18 @@ pub mod sealed {
         blob
     }
 
+    /// The page, time and image length `blob`'s header claims, unchecked (`open` with them
+    /// checks them): for holders of copies that know neither the key nor the page size (a
+    /// peer-to-peer archive's peers). `None` when `blob` is too short to have a header.
+    pub fn label(blob: &[u8]) -> Option<(PageId, u64, usize)> {
+        if blob.len() < HEADER_BYTES {
+            return None;
+        }
+        let u32_at = |at: usize| u32::from_le_bytes(blob[at..at + 4].try_into().expect("4 bytes"));
+        let time = u64::from_le_bytes(blob[16..24].try_into().expect("8 bytes"));
+        Some((PageId(u32_at(12)), time, u32_at(24) as usize))
+    }
+
     /// The image of `blob`, checked to be the copy of `page` at `time_us` of `page_size`
     /// bytes; the reason when it is not.
     pub fn open(
@@ -193,6 +205,7 @@ pub mod sealed {
                 flip in any::<prop::sample::Index>(),
             ) {
                 let blob = seal(PageId(page), time, &image);
+                prop_assert_eq!(label(&blob), Some((PageId(page), time, image.len())));
                 prop_assert_eq!(open(&blob, PageId(page), time, image.len()).unwrap(), &image[..]);
                 prop_assert!(open(&blob, PageId(page + 1), time, image.len()).is_err());
                 prop_assert!(open(&blob, PageId(page), time + 1, image.len()).is_err());

@@ -1,0 +1,162 @@
+//! The archive contract, damaged records, and peers killed with SIGKILL, on DHTs of 8 and 16
+//! archive peers started here as processes on loopback.
+
+use lodestore_archive_p2p::peers::{PeerCommand, PeerSet};
+use lodestore_archive_p2p::P2pArchive;
+use lodestore_core::{Error, PageId};
+use lodestore_protocol::archive::conformance::{check_contract, image};
+use lodestore_protocol::archive::{Archive, PageCopy};
+
+const PAGE: usize = 4096;
+
+fn peers(count: usize, replicas: usize) -> PeerSet {
+    let command = PeerCommand {
+        program: env!("CARGO_BIN_EXE_lodestore-archive-peer").into(),
+        args: Vec::new(),
+    };
+    PeerSet::start(command, count, replicas).unwrap()
+}
+
+fn put_pages(archive: &P2pArchive, pages: u32, times: &[u64]) {
+    let images: Vec<(PageId, u64, Vec<u8>)> = (0..pages)
+        .flat_map(|p| times.iter().map(move |&t| (PageId(p), t)))
+        .map(|(page, time)| (page, time, image(page, time, PAGE)))
+        .collect();
+    let copies: Vec<PageCopy<'_>> = images
+        .iter()
+        .map(|(page, time_us, image)| PageCopy {
+            page: *page,
+            time_us: *time_us,
+            image,
+        })
+        .collect();
+    archive.put(&copies).unwrap();
+}
+
+/// Every copy of `pages` pages reads back at every time, one at a time and in batches.
+fn read_all(archive: &P2pArchive, pages: u32, times: &[u64]) {
+    let mut buf = vec![0u8; PAGE];
+    for p in 0..pages {
+        let page = PageId(p);
+        for &time in times {
+            let got = archive.get(page, time, &mut buf).unwrap();
+            assert_eq!(got, Some(time), "page {p} at {time}");
+            assert_eq!(buf, image(page, time, PAGE), "page {p} at {time}");
+        }
+    }
+    let wants: Vec<(PageId, u64)> = (0..pages).map(|p| (PageId(p), 0)).collect();
+    let mut bufs = vec![0u8; wants.len() * PAGE];
+    let found = archive.get_many(&wants, &mut bufs).unwrap();
+    for (p, (time, buf)) in found.iter().zip(bufs.chunks_exact(PAGE)).enumerate() {
+        assert_eq!(*time, Some(times[0]), "page {p} in a batch");
+        assert_eq!(
+            buf,
+            image(PageId(p as u32), times[0], PAGE),
+            "page {p} in a batch"
+        );
+    }
+}
+
+#[test]
+fn a_dht_of_eight_peers_meets_the_archive_contract() {
+    let set = peers(8, 2);
+    let archive = P2pArchive::open(&set.url("contract", 2)).unwrap();
+    check_contract(&archive, PAGE).unwrap();
+    let traffic = archive.traffic();
+    assert!(
+        traffic.requests > 10 && traffic.bytes_sent >= 3 * PAGE as u64,
+        "{traffic:?}"
+    );
+    // Each page's record sits on exactly its replicas.
+    assert_eq!(
+        set.record_files(archive.page_key(PageId(9)).as_ref()).len(),
+        2
+    );
+    // Another namespace in the same DHT sees none of it.
+    let other = P2pArchive::open(&set.url("elsewhere", 1)).unwrap();
+    assert_eq!(other.get_ts(PageId(9)).unwrap(), None);
+}
+
+#[test]
+fn killed_peers_lose_nothing_at_three_replicas() {
+    let mut set = peers(16, 3);
+    let archive = P2pArchive::open(&set.url("kills", 3)).unwrap();
+    let (pages, times) = (48, [10, 20]);
+    put_pages(&archive, pages, &times);
+    // Two of any page's three replicas may go: kill two peers, then two others after
+    // bringing the first back.
+    set.kill(3);
+    set.kill(11);
+    let reader = P2pArchive::open(&set.url("kills", 3)).unwrap();
+    read_all(&reader, pages, &times);
+    set.restart(3).unwrap();
+    set.restart(11).unwrap();
+    set.kill(5);
+    set.kill(14);
+    // A put while they are down goes to the next closest peers.
+    put_pages(&archive, pages, &[30]);
+    let reader = P2pArchive::open(&set.url("kills", 1)).unwrap();
+    read_all(&reader, pages, &[10, 20, 30]);
+}
+
+#[test]
+fn a_damaged_replica_is_outvoted_and_all_damaged_is_named() {
+    let set = peers(8, 2);
+    let archive = P2pArchive::open(&set.url("damage", 2)).unwrap();
+    let (page, time) = (PageId(4), 77);
+    put_pages(&archive, 5, &[time]);
+    let files = set.record_files(archive.page_key(page).as_ref());
+    assert_eq!(files.len(), 2, "{files:?}");
+    let flip = |path: &std::path::Path| {
+        let mut bytes = std::fs::read(path).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x20;
+        std::fs::write(path, bytes).unwrap();
+    };
+    flip(&files[0]);
+    let mut buf = vec![0u8; PAGE];
+    assert_eq!(archive.get(page, 0, &mut buf).unwrap(), Some(time));
+    assert_eq!(buf, image(page, time, PAGE));
+    flip(&files[1]);
+    // Both replicas' records damaged: an error naming the page, never "no copy" (which
+    // would serve the current page as the past).
+    match archive.get(page, 0, &mut buf) {
+        Err(Error::CorruptArchive {
+            page: p, reason, ..
+        }) => {
+            assert_eq!(p, page);
+            assert!(reason.contains("checksum"), "{reason}");
+        }
+        other => panic!("a page whose replicas are all damaged read as {other:?}"),
+    }
+    // The other pages are unharmed.
+    for p in [0, 1, 2, 3] {
+        assert_eq!(archive.get(PageId(p), 0, &mut buf).unwrap(), Some(time));
+    }
+}
+
+#[test]
+fn a_dht_that_is_down_is_an_error_naming_it_never_no_copy() {
+    let mut set = peers(4, 2);
+    let url = set.url("down", 4);
+    let archive = P2pArchive::open(&url).unwrap();
+    put_pages(&archive, 2, &[5]);
+    for i in 0..4 {
+        set.kill(i);
+    }
+    let mut buf = vec![0u8; PAGE];
+    match archive.get(PageId(0), 0, &mut buf) {
+        Err(e @ Error::Connection { .. }) => {
+            let text = e.to_string();
+            assert!(text.contains("p2p://"), "{text}");
+        }
+        other => panic!("a read with every peer down gave {other:?}"),
+    }
+    assert!(archive
+        .put(&[PageCopy {
+            page: PageId(1),
+            time_us: 9,
+            image: &[0u8; PAGE]
+        }])
+        .is_err());
+}

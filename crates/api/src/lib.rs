@@ -51,6 +51,8 @@ pub use collections::map::{BTreeMap, BTreeSet, Keys};
 pub use collections::range::Range;
 pub use collections::tree::TreeReport;
 pub use counters::{Counters, CountersByScheme};
+#[cfg(feature = "p2p")]
+pub use lodestore_archive_p2p::{P2pArchive, Traffic as P2pTraffic};
 #[cfg(feature = "s3")]
 pub use lodestore_archive_s3::{S3Archive, Traffic as S3Traffic};
 pub use lodestore_client::session::{ClientStats, PhaseTimes};

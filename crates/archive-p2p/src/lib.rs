@@ -2,11 +2,14 @@
 //! many peers), built on libp2p's Kademlia. Peers (`lodestore archive-peer`) hold page
 //! records on disk; a store reaches them as a reader that holds nothing (`P2pArchive`).
 //!
-//! Layout: one record per page, under the key `lodestore/<namespace>/<page>`, holding every
+//! Layout: one record per page, under the key `lodestore/<namespace>/p/<page>`, holding every
 //! copy of the page (and the times of copies removed); see `record`. All copies of a page thus
 //! sit on the same replica set, the `replicas` peers closest to the key, and a read of the
-//! past is one lookup. Records never expire, a put merges into what a peer holds, and a peer
-//! writes a record to disk before it acknowledges it.
+//! past is one lookup. An index, in shards of 65,536 pages (`lodestore/<namespace>/i/<shard>`,
+//! listed under `lodestore/<namespace>/shards`), names every copy: a store builds its page map
+//! from it when it opens (so it asks only for pages that changed, and reads ahead) and
+//! retention lists copies from it. Records never expire, a put merges into what a peer holds,
+//! and a peer writes a record to disk before it acknowledges it.
 //!
 //! A put returns once `replicas` peers hold the page's new copies. A read unites the records
 //! of every replica its lookup reaches, so a copy survives as long as one of its replicas
@@ -31,7 +34,7 @@ pub use url::{P2pUrl, PeerAddr, MAX_REPLICAS, P2P_SCHEME};
 use libp2p::kad::RecordKey;
 use lodestore_core::{Error, PageId, Result};
 use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy};
-use record::PageRecord;
+use record::{IndexShard, KeyKind, PageRecord, ShardList, Value};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
@@ -130,7 +133,11 @@ impl P2pArchive {
 
     /// The key of `page`'s record.
     pub fn page_key(&self, page: PageId) -> RecordKey {
-        RecordKey::new(&format!("lodestore/{}/{}", self.url.namespace, page.0))
+        self.key(KeyKind::Page(page.0))
+    }
+
+    fn key(&self, kind: KeyKind) -> RecordKey {
+        RecordKey::new(&record::key(&self.url.namespace, kind))
     }
 
     fn failed(&self, what: &str, why: &str) -> Error {
@@ -158,83 +165,155 @@ impl P2pArchive {
         }
     }
 
-    /// Stores the records (page, record) on their replicas, `REQUESTS_IN_FLIGHT` at a time.
-    fn put_records(&self, what: &str, records: Vec<PageRecord>) -> Result<()> {
-        let mut records = records.into_iter().peekable();
-        while records.peek().is_some() {
+    /// Stores each value under its key on its replicas, `REQUESTS_IN_FLIGHT` at a time.
+    fn store(&self, what: &str, values: Vec<(KeyKind, Vec<u8>)>) -> Result<()> {
+        let mut values = values.into_iter().peekable();
+        while values.peek().is_some() {
             let mut waiting = Vec::new();
-            for record in records.by_ref().take(REQUESTS_IN_FLIGHT) {
-                let value = record.encode();
+            for (kind, value) in values.by_ref().take(REQUESTS_IN_FLIGHT) {
                 self.counters.requests.fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .bytes_sent
                     .fetch_add(value.len() as u64, Ordering::Relaxed);
                 let (reply, answer) = channel();
-                let key = self.page_key(record.page);
+                let key = self.key(kind);
                 self.send(node::Command::Put { key, value, reply })?;
-                waiting.push((record.page, answer));
+                waiting.push((kind, answer));
             }
-            for (page, answer) in waiting {
-                self.wait(&format!("{what} of page {page}"), &answer)?;
+            for (kind, answer) in waiting {
+                self.wait(&format!("{what} ({kind:?})"), &answer)?;
             }
         }
         Ok(())
     }
 
-    /// The records of `pages`, each the union of what its replicas hold (`None`: no replica
-    /// holds one), looked up `REQUESTS_IN_FLIGHT` at a time.
-    fn records(&self, pages: &[PageId]) -> Result<Vec<Option<PageRecord>>> {
-        let mut out = Vec::with_capacity(pages.len());
-        for batch in pages.chunks(REQUESTS_IN_FLIGHT) {
+    /// The values the replicas of each key hold, united (`None`: no replica holds one),
+    /// looked up `REQUESTS_IN_FLIGHT` at a time.
+    fn look_up(&self, kinds: &[KeyKind]) -> Result<Vec<Option<Value>>> {
+        let mut out = Vec::with_capacity(kinds.len());
+        for batch in kinds.chunks(REQUESTS_IN_FLIGHT) {
             let mut waiting = Vec::new();
-            for &page in batch {
+            for &kind in batch {
                 let (reply, answer) = channel();
                 self.counters.requests.fetch_add(1, Ordering::Relaxed);
                 self.send(node::Command::Get {
-                    key: self.page_key(page),
+                    key: self.key(kind),
                     reply,
                 })?;
-                waiting.push((page, answer));
+                waiting.push((kind, answer));
             }
-            for (page, answer) in waiting {
-                let values = self.wait(&format!("a lookup of page {page}"), &answer)?;
-                out.push(self.unite(page, values)?);
+            for (kind, answer) in waiting {
+                let values = self.wait(&format!("a lookup of {kind:?}"), &answer)?;
+                out.push(self.unite(kind, values)?);
             }
         }
         Ok(out)
     }
 
-    /// The union of the replicas' records of `page`; damaged ones are skipped (another replica
-    /// serves) unless nothing else is left, which is an error naming the damage.
-    fn unite(&self, page: PageId, values: Vec<Vec<u8>>) -> Result<Option<PageRecord>> {
-        let mut united: Option<PageRecord> = None;
+    /// The union of the replicas' values under `kind`'s key; damaged ones are skipped
+    /// (another replica serves) unless nothing else is left, which is an error naming the
+    /// damage.
+    fn unite(&self, kind: KeyKind, values: Vec<Vec<u8>>) -> Result<Option<Value>> {
+        let key = record::key(&self.url.namespace, kind);
+        let mut united: Option<Value> = None;
         let mut damage = None;
-        for value in values {
+        for bytes in values {
             self.counters
                 .bytes_received
-                .fetch_add(value.len() as u64, Ordering::Relaxed);
-            match PageRecord::decode(&value) {
-                Ok(record) if record.page == page => match united.as_mut() {
-                    Some(united) => united.merge(record),
-                    None => united = Some(record),
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            match Value::decode_for(key.as_bytes(), &bytes) {
+                Ok(value) => match united.as_mut() {
+                    Some(united) => united.merge(value),
+                    None => united = Some(value),
                 },
-                Ok(record) => damage = Some(format!("a record of page {} served", record.page)),
                 Err(why) => damage = Some(why),
             }
         }
         match (united, damage) {
             (None, Some(why)) => Err(Error::CorruptArchive {
                 path: self.url.location().into(),
-                page,
+                page: match kind {
+                    KeyKind::Page(page) => PageId(page),
+                    _ => PageId(u32::MAX),
+                },
                 time_us: 0,
-                reason: why,
+                reason: format!("{key}: {why}"),
             }),
             (united, Some(why)) => {
-                tracing::warn!(%page, %why, "a replica's record is damaged; the others served");
+                tracing::warn!(%key, %why, "a replica's record is damaged; the others served");
                 Ok(united)
             }
             (united, None) => Ok(united),
         }
+    }
+
+    /// The page records of `pages`.
+    fn page_records(&self, pages: &[PageId]) -> Result<Vec<Option<PageRecord>>> {
+        let kinds: Vec<KeyKind> = pages.iter().map(|p| KeyKind::Page(p.0)).collect();
+        Ok(self
+            .look_up(&kinds)?
+            .into_iter()
+            .map(|value| match value {
+                Some(Value::Page(record)) => Some(record),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every shard of the index: the shard list, then each shard it names.
+    fn index(&self) -> Result<Vec<IndexShard>> {
+        let shards = match self.look_up(&[KeyKind::Shards])?.pop().flatten() {
+            Some(Value::Shards(list)) => list.0,
+            _ => return Ok(Vec::new()),
+        };
+        let kinds: Vec<KeyKind> = shards.iter().map(|&s| KeyKind::Index(s)).collect();
+        Ok(self
+            .look_up(&kinds)?
+            .into_iter()
+            .filter_map(|value| match value {
+                Some(Value::Index(shard)) => Some(shard),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every copy the index lists; `None` (asked page by page then) when the DHT does not
+    /// answer.
+    fn listed(&self) -> Option<Vec<(PageId, u64)>> {
+        match self.index() {
+            Ok(shards) => Some(shards.iter().flat_map(|s| s.copies()).collect()),
+            Err(e) => {
+                tracing::warn!(error = %e, "the DHT's index is out of reach; pages are asked one by one");
+                None
+            }
+        }
+    }
+
+    /// The index entries of `copies` (added or removed), then the shard list's.
+    fn index_values(
+        copies: impl Iterator<Item = (PageId, u64)>,
+        removed: bool,
+    ) -> Vec<(KeyKind, Vec<u8>)> {
+        let mut shards: BTreeMap<u32, IndexShard> = BTreeMap::new();
+        for (page, time) in copies {
+            let shard = shards
+                .entry(record::shard_of(page))
+                .or_insert_with(|| IndexShard::new(record::shard_of(page)));
+            if removed {
+                shard.remove(page, time);
+            } else {
+                shard.add(page, time);
+            }
+        }
+        let list = ShardList(shards.keys().copied().collect());
+        let mut values: Vec<(KeyKind, Vec<u8>)> = shards
+            .into_values()
+            .map(|shard| (KeyKind::Index(shard.shard), shard.encode()))
+            .collect();
+        if !removed && !values.is_empty() {
+            values.push((KeyKind::Shards, list.encode()));
+        }
+        values
     }
 
     /// Copies the copy of `record` oldest at or after `time_us` into `buf`.
@@ -274,6 +353,8 @@ impl Archive for P2pArchive {
         self.url.location()
     }
 
+    /// The copies' page records, then the index entries naming them: the index never lacks
+    /// a copy a put returned for.
     fn put(&self, copies: &[PageCopy<'_>]) -> Result<()> {
         let mut records: BTreeMap<PageId, PageRecord> = BTreeMap::new();
         for copy in copies {
@@ -282,17 +363,23 @@ impl Archive for P2pArchive {
                 .or_insert_with(|| PageRecord::new(copy.page))
                 .add_copy(copy.time_us, copy.image);
         }
-        self.put_records("a put", records.into_values().collect())
+        let values = records
+            .into_values()
+            .map(|r| (KeyKind::Page(r.page.0), r.encode()))
+            .collect();
+        self.store("a put", values)?;
+        let index = Self::index_values(copies.iter().map(|c| (c.page, c.time_us)), false);
+        self.store("a put's index entries", index)
     }
 
     fn get(&self, page: PageId, time_us: u64, buf: &mut [u8]) -> Result<Option<u64>> {
-        let record = self.records(&[page])?.pop().flatten();
+        let record = self.page_records(&[page])?.pop().flatten();
         self.copy_out(page, record.as_ref(), time_us, buf)
     }
 
     fn get_ts(&self, page: PageId) -> Result<Option<u64>> {
         Ok(self
-            .records(&[page])?
+            .page_records(&[page])?
             .pop()
             .flatten()
             .and_then(|r| r.newest()))
@@ -303,7 +390,7 @@ impl Archive for P2pArchive {
             return Ok(Vec::new());
         };
         let pages: Vec<PageId> = wants.iter().map(|&(page, _)| page).collect();
-        let records = self.records(&pages)?;
+        let records = self.page_records(&pages)?;
         wants
             .iter()
             .zip(records)
@@ -318,6 +405,21 @@ impl Archive for P2pArchive {
         READ_AHEAD
     }
 
+    /// From the index: one lookup for the shard list and one per 65,536 pages.
+    fn newest_times(&self) -> Option<Vec<(PageId, u64)>> {
+        let mut newest: BTreeMap<PageId, u64> = BTreeMap::new();
+        for (page, time) in self.listed()? {
+            let at = newest.entry(page).or_insert(time);
+            *at = (*at).max(time);
+        }
+        Some(newest.into_iter().collect())
+    }
+
+    fn list(&self) -> Option<Vec<(PageId, u64)>> {
+        self.listed()
+    }
+
+    /// Tombstones in the page records, then in the index.
     fn remove(&self, copies: &[(PageId, u64)]) -> Result<()> {
         let mut records: BTreeMap<PageId, PageRecord> = BTreeMap::new();
         for &(page, time_us) in copies {
@@ -326,7 +428,15 @@ impl Archive for P2pArchive {
                 .or_insert_with(|| PageRecord::new(page))
                 .remove(time_us);
         }
-        self.put_records("a removal", records.into_values().collect())
+        let values = records
+            .into_values()
+            .map(|r| (KeyKind::Page(r.page.0), r.encode()))
+            .collect();
+        self.store("a removal", values)?;
+        self.store(
+            "a removal's index entries",
+            Self::index_values(copies.iter().copied(), true),
+        )
     }
 
     /// Bytes this archive has sent to be held (each record once, before replication); the

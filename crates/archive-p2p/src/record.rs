@@ -171,6 +171,289 @@ impl PageRecord {
     }
 }
 
+/// What a key names: `lodestore/<namespace>/p/<page>` (a page's record),
+/// `lodestore/<namespace>/i/<shard>` (a shard of the index), `lodestore/<namespace>/shards`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    Page(u32),
+    Index(u32),
+    Shards,
+}
+
+/// The key of `kind` in `namespace`.
+pub fn key(namespace: &str, kind: KeyKind) -> String {
+    match kind {
+        KeyKind::Page(page) => format!("lodestore/{namespace}/p/{page}"),
+        KeyKind::Index(shard) => format!("lodestore/{namespace}/i/{shard}"),
+        KeyKind::Shards => format!("lodestore/{namespace}/shards"),
+    }
+}
+
+/// What `key` names, if it is one of ours.
+pub fn kind_of_key(key: &[u8]) -> Option<KeyKind> {
+    let key = std::str::from_utf8(key).ok()?;
+    let rest = key.strip_prefix("lodestore/")?;
+    let (_namespace, what) = rest.split_once('/')?;
+    match what.split_once('/') {
+        Some(("p", n)) => n.parse().ok().map(KeyKind::Page),
+        Some(("i", n)) => n.parse().ok().map(KeyKind::Index),
+        None if what == "shards" => Some(KeyKind::Shards),
+        _ => None,
+    }
+}
+
+/// A value a peer holds, of the kind its key names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Value {
+    Page(PageRecord),
+    Index(IndexShard),
+    Shards(ShardList),
+}
+
+impl Value {
+    /// `bytes` decoded as the value `key` names, checked to belong under it.
+    pub fn decode_for(key: &[u8], bytes: &[u8]) -> Result<Value, String> {
+        match kind_of_key(key) {
+            Some(KeyKind::Page(page)) => {
+                let record = PageRecord::decode(bytes)?;
+                if record.page.0 != page {
+                    return Err(format!(
+                        "a record of page {} under page {page}'s key",
+                        record.page
+                    ));
+                }
+                Ok(Value::Page(record))
+            }
+            Some(KeyKind::Index(shard)) => {
+                let index = IndexShard::decode(bytes)?;
+                if index.shard != shard {
+                    return Err(format!(
+                        "index shard {} under shard {shard}'s key",
+                        index.shard
+                    ));
+                }
+                Ok(Value::Index(index))
+            }
+            Some(KeyKind::Shards) => ShardList::decode(bytes).map(Value::Shards),
+            None => Err("a key that names no page record, index shard or shard list".into()),
+        }
+    }
+
+    /// Unites `other` (decoded under the same key) into this value.
+    pub fn merge(&mut self, other: Value) {
+        match (self, other) {
+            (Value::Page(mine), Value::Page(other)) => mine.merge(other),
+            (Value::Index(mine), Value::Index(other)) => mine.merge(other),
+            (Value::Shards(mine), Value::Shards(other)) => mine.0.extend(other.0),
+            (mine, other) => debug_assert!(false, "{mine:?} merged with {other:?} under one key"),
+        }
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Value::Page(v) => v.encoded_len(),
+            Value::Index(v) => v.encoded_len(),
+            Value::Shards(v) => v.encoded_len(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Value::Page(v) => v.encode(),
+            Value::Index(v) => v.encode(),
+            Value::Shards(v) => v.encode(),
+        }
+    }
+}
+
+/// Pages per shard of the index.
+pub const PAGES_PER_SHARD: u32 = 1 << 16;
+
+/// The shard of the index that lists `page`.
+pub fn shard_of(page: PageId) -> u32 {
+    page.0 / PAGES_PER_SHARD
+}
+
+/// One shard of a namespace's index: the copy times of each of its pages, and the times
+/// removed, so that a store learns at open which pages have copies and how new (its page
+/// map) and retention can list every copy, without a lookup per page. It merges as page
+/// records do; it is written after the copies it names, so it never lacks a copy a put
+/// returned for (naming one more than is held costs a lookup, never a wrong page).
+///
+/// ```text
+/// magic "LSP2PIDX" | version u32 | shard u32 | pages n u32
+/// | n x (page u32 | times t u32 | removed r u32 | t times u64 | r times u64) | crc32c u32
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IndexShard {
+    pub shard: u32,
+    /// Page -> (copy times, removed times).
+    pub pages: BTreeMap<u32, (BTreeSet<u64>, BTreeSet<u64>)>,
+}
+
+/// First bytes of every index shard.
+pub const INDEX_MAGIC: [u8; 8] = *b"LSP2PIDX";
+
+impl IndexShard {
+    pub fn new(shard: u32) -> IndexShard {
+        IndexShard {
+            shard,
+            pages: BTreeMap::new(),
+        }
+    }
+
+    pub fn add(&mut self, page: PageId, time_us: u64) {
+        debug_assert_eq!(shard_of(page), self.shard);
+        let (times, removed) = self.pages.entry(page.0).or_default();
+        if !removed.contains(&time_us) {
+            times.insert(time_us);
+        }
+    }
+
+    pub fn remove(&mut self, page: PageId, time_us: u64) {
+        debug_assert_eq!(shard_of(page), self.shard);
+        let (times, removed) = self.pages.entry(page.0).or_default();
+        times.remove(&time_us);
+        removed.insert(time_us);
+    }
+
+    pub fn merge(&mut self, other: IndexShard) {
+        debug_assert_eq!(self.shard, other.shard);
+        for (page, (times, removed)) in other.pages {
+            let (mine, gone) = self.pages.entry(page).or_default();
+            gone.extend(removed);
+            mine.extend(times);
+            mine.retain(|time| !gone.contains(time));
+        }
+    }
+
+    /// Every copy listed, (page, time).
+    pub fn copies(&self) -> impl Iterator<Item = (PageId, u64)> + '_ {
+        self.pages
+            .iter()
+            .flat_map(|(&page, (times, _))| times.iter().map(move |&t| (PageId(page), t)))
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        let entries: usize = self
+            .pages
+            .values()
+            .map(|(times, removed)| 12 + 8 * (times.len() + removed.len()))
+            .sum();
+        8 + 4 + 4 + 4 + entries + 4
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(&INDEX_MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&self.shard.to_le_bytes());
+        out.extend_from_slice(&count(self.pages.len()).to_le_bytes());
+        for (page, (times, removed)) in &self.pages {
+            out.extend_from_slice(&page.to_le_bytes());
+            out.extend_from_slice(&count(times.len()).to_le_bytes());
+            out.extend_from_slice(&count(removed.len()).to_le_bytes());
+            for time in times.iter().chain(removed) {
+                out.extend_from_slice(&time.to_le_bytes());
+            }
+        }
+        let crc = crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        debug_assert_eq!(out.len(), self.encoded_len());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<IndexShard, String> {
+        let mut reader = checked_body(bytes, INDEX_MAGIC, "index shard")?;
+        let shard = reader.u32()?;
+        let pages = reader.u32()?;
+        let mut index = IndexShard::new(shard);
+        for _ in 0..pages {
+            let page = reader.u32()?;
+            if page / PAGES_PER_SHARD != shard {
+                return Err(format!("page {page} listed in index shard {shard}"));
+            }
+            let (times, removed) = (reader.u32()?, reader.u32()?);
+            let entry = index.pages.entry(page).or_default();
+            for _ in 0..times {
+                entry.0.insert(reader.u64()?);
+            }
+            for _ in 0..removed {
+                entry.1.insert(reader.u64()?);
+            }
+        }
+        reader.finish()?;
+        Ok(index)
+    }
+}
+
+/// The index shards a namespace has, so a reader knows which to fetch. Merges by union.
+///
+/// ```text
+/// magic "LSP2PSHD" | version u32 | shards n u32 | n shard numbers u32 | crc32c u32
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShardList(pub BTreeSet<u32>);
+
+/// First bytes of every shard list.
+pub const SHARDS_MAGIC: [u8; 8] = *b"LSP2PSHD";
+
+impl ShardList {
+    pub fn encoded_len(&self) -> usize {
+        8 + 4 + 4 + 4 * self.0.len() + 4
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.encoded_len());
+        out.extend_from_slice(&SHARDS_MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&count(self.0.len()).to_le_bytes());
+        for shard in &self.0 {
+            out.extend_from_slice(&shard.to_le_bytes());
+        }
+        let crc = crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<ShardList, String> {
+        let mut reader = checked_body(bytes, SHARDS_MAGIC, "shard list")?;
+        let n = reader.u32()?;
+        let mut shards = BTreeSet::new();
+        for _ in 0..n {
+            shards.insert(reader.u32()?);
+        }
+        reader.finish()?;
+        Ok(ShardList(shards))
+    }
+}
+
+/// A reader over the body of `bytes` after its magic and version, the size, magic, checksum
+/// and version checked.
+fn checked_body<'a>(bytes: &'a [u8], magic: [u8; 8], what: &str) -> Result<Reader<'a>, String> {
+    if bytes.len() > MAX_RECORD_BYTES {
+        return Err(format!(
+            "{what} of {} bytes, above the limit of {MAX_RECORD_BYTES}",
+            bytes.len()
+        ));
+    }
+    if bytes.len() < 8 + 4 + 4 || bytes[..8] != magic {
+        return Err(format!("not a {what} ({} bytes)", bytes.len()));
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    if crc32c(body) != u32::from_le_bytes(tail.try_into().expect("4 bytes")) {
+        return Err(format!("{what} checksum mismatch"));
+    }
+    let mut reader = Reader { bytes: body, at: 8 };
+    let version = reader.u32()?;
+    if version != VERSION {
+        return Err(format!(
+            "{what} format version {version}; this build reads version {VERSION}"
+        ));
+    }
+    Ok(reader)
+}
+
 fn count(n: usize) -> u32 {
     u32::try_from(n).expect("records are bounded far below 4 GiB")
 }
@@ -204,6 +487,13 @@ impl<'a> Reader<'a> {
 
     fn u64(&mut self) -> Result<u64, String> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+
+    fn finish(&self) -> Result<(), String> {
+        match self.bytes.len() - self.at {
+            0 => Ok(()),
+            extra => Err(format!("{extra} bytes after the last entry")),
+        }
     }
 }
 
@@ -266,6 +556,74 @@ mod tests {
                 prop_assert!(xy.copies.contains_key(time));
             }
         }
+    }
+
+    proptest! {
+        /// Index shards and shard lists decode to themselves and refuse damage; shards merge
+        /// whatever the order, a removal winning.
+        #[test]
+        fn index_shards_round_trip_merge_and_refuse_damage(
+            copies in proptest::collection::vec((0u32..5, 0u64..30), 0..12),
+            more in proptest::collection::vec((0u32..5, 0u64..30), 0..12),
+            gone in proptest::collection::vec((0u32..5, 0u64..30), 0..4),
+            flip in any::<prop::sample::Index>(),
+        ) {
+            let shard = |list: &[(u32, u64)], removed: &[(u32, u64)]| {
+                let mut index = IndexShard::new(0);
+                for &(p, t) in list {
+                    index.add(PageId(p), t);
+                }
+                for &(p, t) in removed {
+                    index.remove(PageId(p), t);
+                }
+                index
+            };
+            let (x, y) = (shard(&copies, &gone), shard(&more, &[]));
+            let bytes = x.encode();
+            prop_assert_eq!(&IndexShard::decode(&bytes).unwrap(), &x);
+            let mut damaged = bytes.clone();
+            let bit = flip.index(damaged.len() * 8);
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            prop_assert!(IndexShard::decode(&damaged).is_err());
+            let mut xy = x.clone();
+            xy.merge(y.clone());
+            let mut yx = y;
+            yx.merge(x);
+            prop_assert_eq!(&xy, &yx);
+            let listed: Vec<(PageId, u64)> = xy.copies().collect();
+            for &(p, t) in copies.iter().chain(&more) {
+                prop_assert_eq!(listed.contains(&(PageId(p), t)), !gone.contains(&(p, t)));
+            }
+            let shards = ShardList(copies.iter().map(|&(p, _)| p).collect());
+            prop_assert_eq!(ShardList::decode(&shards.encode()).unwrap(), shards);
+        }
+    }
+
+    #[test]
+    fn keys_name_their_kind_and_values_must_match_it() {
+        for kind in [KeyKind::Page(7), KeyKind::Index(2), KeyKind::Shards] {
+            assert_eq!(kind_of_key(key("ns", kind).as_bytes()), Some(kind));
+        }
+        for other in [
+            "lodestore/ns/7",
+            "lodestore/ns/p/x",
+            "someone/else",
+            "lodestore/ns/q/1",
+        ] {
+            assert_eq!(kind_of_key(other.as_bytes()), None, "{other}");
+        }
+        let page = record(7, &[1], &[]).encode();
+        assert!(Value::decode_for(key("ns", KeyKind::Page(7)).as_bytes(), &page).is_ok());
+        assert!(Value::decode_for(key("ns", KeyKind::Page(8)).as_bytes(), &page).is_err());
+        assert!(Value::decode_for(key("ns", KeyKind::Index(0)).as_bytes(), &page).is_err());
+    }
+
+    #[test]
+    fn an_index_shard_listing_a_page_of_another_shard_is_refused() {
+        let mut index = IndexShard::new(1);
+        index.pages.insert(3, Default::default());
+        let why = IndexShard::decode(&index.encode()).unwrap_err();
+        assert!(why.contains("page 3"), "{why}");
     }
 
     #[test]

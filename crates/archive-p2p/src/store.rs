@@ -7,7 +7,7 @@
 //! Every value is checked before it is kept (a hostile peer's bytes included): it must decode
 //! as a page record of the page its key names. Provider records are not used and refused.
 
-use crate::record::{PageRecord, MAX_RECORD_BYTES};
+use crate::record::{Value, MAX_RECORD_BYTES};
 use libp2p::kad::store::{Error as StoreError, RecordStore, Result as StoreResult};
 use libp2p::kad::{ProviderRecord, Record, RecordKey};
 use libp2p::PeerId;
@@ -100,14 +100,14 @@ impl CopyStore {
         }
     }
 
-    fn load(&self, key: &RecordKey) -> Option<PageRecord> {
+    fn load(&self, key: &RecordKey) -> Option<Value> {
         let dir = self.dir.as_ref()?;
         if !self.held.contains_key(key) {
             return None;
         }
         let path = Self::path(dir, key);
         let read = fs::read(&path).map_err(|e| e.to_string());
-        match read.and_then(|bytes| PageRecord::decode(&bytes)) {
+        match read.and_then(|bytes| Value::decode_for(key.as_ref(), &bytes)) {
             Ok(record) => Some(record),
             Err(why) => {
                 // Served by no one here; the other replicas still have it.
@@ -130,16 +130,6 @@ impl CopyStore {
     }
 }
 
-/// The page a key names, if it is one of ours.
-pub fn page_of_key(key: &RecordKey) -> Option<u32> {
-    let key = std::str::from_utf8(key.as_ref()).ok()?;
-    key.strip_prefix("lodestore/")?
-        .rsplit_once('/')?
-        .1
-        .parse()
-        .ok()
-}
-
 impl RecordStore for CopyStore {
     type RecordsIter<'a> = Box<dyn Iterator<Item = Cow<'a, Record>> + 'a>;
     type ProvidedIter<'a> = std::iter::Empty<Cow<'a, ProviderRecord>>;
@@ -156,19 +146,14 @@ impl RecordStore for CopyStore {
             return Ok(()); // a reader keeps nothing
         };
         let key = record.key;
-        let incoming = match PageRecord::decode(&record.value) {
-            Ok(incoming)
-                if key.as_ref().len() <= MAX_KEY_BYTES
-                    && page_of_key(&key) == Some(incoming.page.0) =>
-            {
-                incoming
-            }
-            Ok(incoming) => {
-                tracing::warn!(page = %incoming.page, "a record under a key not its page's; refused");
-                return Err(StoreError::ValueTooLarge);
-            }
+        if key.as_ref().len() > MAX_KEY_BYTES {
+            tracing::warn!(bytes = key.as_ref().len(), "a key too long; refused");
+            return Err(StoreError::ValueTooLarge);
+        }
+        let incoming = match Value::decode_for(key.as_ref(), &record.value) {
+            Ok(incoming) => incoming,
             Err(why) => {
-                tracing::warn!(%why, "a value that is not a page record; refused");
+                tracing::warn!(%why, "a value that does not belong under its key; refused");
                 return Err(StoreError::ValueTooLarge);
             }
         };
@@ -183,7 +168,7 @@ impl RecordStore for CopyStore {
             None => incoming,
         };
         if merged.encoded_len() > MAX_RECORD_BYTES {
-            tracing::warn!(page = %merged.page, "page record would pass {MAX_RECORD_BYTES} bytes; refused");
+            tracing::warn!(?key, "record would pass {MAX_RECORD_BYTES} bytes; refused");
             return Err(StoreError::ValueTooLarge);
         }
         let bytes = merged.encode();
@@ -228,6 +213,7 @@ impl RecordStore for CopyStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record::PageRecord;
     use lodestore_core::PageId;
 
     fn value(page: u32, times: &[u64]) -> Vec<u8> {
@@ -241,7 +227,7 @@ mod tests {
     #[test]
     fn puts_merge_and_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
-        let key = RecordKey::new(&"lodestore/ns/7");
+        let key = RecordKey::new(&"lodestore/ns/p/7");
         let mut store = CopyStore::open(dir.path()).unwrap();
         store.put(Record::new(key.clone(), value(7, &[1]))).unwrap();
         store.put(Record::new(key.clone(), value(7, &[3]))).unwrap();
@@ -256,7 +242,7 @@ mod tests {
     fn hostile_values_are_refused_and_nothing_is_kept() {
         let dir = tempfile::tempdir().unwrap();
         let mut store = CopyStore::open(dir.path()).unwrap();
-        let key = RecordKey::new(&"lodestore/ns/7");
+        let key = RecordKey::new(&"lodestore/ns/p/7");
         assert!(store.put(Record::new(key.clone(), vec![7; 100])).is_err());
         // A record of page 8 under page 7's key.
         assert!(store.put(Record::new(key.clone(), value(8, &[1]))).is_err());

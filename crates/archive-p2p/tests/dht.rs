@@ -97,6 +97,16 @@ fn killed_peers_lose_nothing_at_three_replicas() {
     put_pages(&archive, pages, &[30]);
     let reader = P2pArchive::open(&set.url("kills", 1)).unwrap();
     read_all(&reader, pages, &[10, 20, 30]);
+    // The index lists every copy (the page map a store builds at open, and retention's
+    // list), peers down or not.
+    let mut listed = reader.list().expect("the index answers");
+    listed.sort_unstable();
+    let all: Vec<(PageId, u64)> = (0..pages)
+        .flat_map(|p| [10, 20, 30].map(|t| (PageId(p), t)))
+        .collect();
+    assert_eq!(listed, all);
+    let newest = reader.newest_times().unwrap();
+    assert!(newest.len() == pages as usize && newest.iter().all(|&(_, t)| t == 30));
 }
 
 #[test]

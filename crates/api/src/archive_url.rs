@@ -23,7 +23,7 @@ pub fn archive_from_url(url: &str, credentials: Credentials) -> Result<Arc<dyn A
         return s3_archive(url);
     }
     if url.starts_with(P2P_SCHEME) {
-        return p2p_archive(url);
+        return p2p_archive(url, &credentials);
     }
     if url.starts_with(FILE_SCHEME) {
         let fs = Arc::new(lodestore_storage::RealFileSystem);
@@ -56,13 +56,17 @@ fn s3_archive(url: &str) -> Result<Arc<dyn Archive>> {
 /// The URL scheme of archives on a DHT of archive peers.
 pub const P2P_SCHEME: &str = "p2p://";
 
+/// A DHT archive; with a token in `credentials`, a private DHT whose peers hold the same.
 #[cfg(feature = "p2p")]
-fn p2p_archive(url: &str) -> Result<Arc<dyn Archive>> {
-    Ok(Arc::new(lodestore_archive_p2p::P2pArchive::open(url)?))
+fn p2p_archive(url: &str, credentials: &Credentials) -> Result<Arc<dyn Archive>> {
+    let token = credentials.token.as_ref().map(|t| t.secret_bytes());
+    Ok(Arc::new(lodestore_archive_p2p::P2pArchive::open_private(
+        url, token,
+    )?))
 }
 
 #[cfg(not(feature = "p2p"))]
-fn p2p_archive(url: &str) -> Result<Arc<dyn Archive>> {
+fn p2p_archive(url: &str, _credentials: &Credentials) -> Result<Arc<dyn Archive>> {
     Err(Error::Unsupported(format!(
         "archive URL {url:?}: this build has no peer-to-peer archives (the lodestore crate's \
          `p2p` feature)"

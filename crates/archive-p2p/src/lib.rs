@@ -73,10 +73,21 @@ pub struct P2pArchive {
 }
 
 impl P2pArchive {
-    /// An archive at `url` (`p2p://ID@host:port,.../namespace?replicas=N`). Nothing is asked
-    /// of the peers until first use, so a store opens while they are down.
+    /// An archive at `url` (`p2p://ID@host:port,.../namespace?replicas=N`) on an open DHT.
+    /// Nothing is asked of the peers until first use, so a store opens while they are down.
     pub fn open(url: &str) -> Result<P2pArchive> {
+        Self::open_private(url, None)
+    }
+
+    /// An archive at `url` on a private DHT: one whose peers were started with `token`
+    /// (`archive-peer --token-file`); `None` for an open one. Only holders of the token
+    /// connect to its peers.
+    pub fn open_private(url: &str, token: Option<&[u8]>) -> Result<P2pArchive> {
         let url = P2pUrl::parse(url)?;
+        let private = token
+            .map(node::swarm_key)
+            .transpose()
+            .map_err(|why| Error::InvalidArgument(format!("archive {}: {why}", url.location())))?;
         let key = libp2p::identity::Keypair::generate_ed25519();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -89,7 +100,7 @@ impl P2pArchive {
             .name("lodestore-p2p".into())
             .spawn(move || {
                 runtime.block_on(async move {
-                    let mut swarm = match node::swarm(key, node::Role::Reader, replicas) {
+                    let mut swarm = match node::swarm(key, node::Role::Reader, replicas, private) {
                         Ok(swarm) => swarm,
                         Err(why) => {
                             let _ = started.send(Err(why));

@@ -4,8 +4,11 @@
 
 use crate::record::MAX_RECORD_BYTES;
 use crate::store::CopyStore;
+use either::Either;
 use futures::StreamExt;
+use libp2p::core::{upgrade, Transport};
 use libp2p::kad::{self, GetRecordOk, QueryId, QueryResult, Quorum, Record, RecordKey};
+use libp2p::pnet::{PnetConfig, PreSharedKey};
 use libp2p::swarm::{NetworkBehaviour, SwarmEvent};
 use libp2p::{connection_limits, identify, identity, noise, tcp, yamux, Multiaddr, PeerId};
 use libp2p::{StreamProtocol, Swarm};
@@ -51,11 +54,37 @@ pub enum Role {
 /// the page than they are (until the replicas re-send the record to the newcomers).
 const LOOKUP_WIDTH_PER_REPLICA: usize = 2;
 
-/// Builds the swarm of a node with `key`; `replicas` is how many peers hold each record.
+/// How long a new connection may take to be set up (key exchange, multiplexer): a few round
+/// trips, even across the world; a stranger to a private DHT is cut off after it.
+const UPGRADE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The pre-shared key of a private DHT, derived from a token (at least 16 bytes) every
+/// member holds: with one, a connection starts with a cipher keyed by it (libp2p's private
+/// networks, `pnet`), so that only members complete the Noise handshake after it, and
+/// strangers can neither read nor write records. The token never leaves the machine.
+pub fn swarm_key(token: &[u8]) -> Result<PreSharedKey, String> {
+    use hmac::{Hmac, Mac};
+    if token.len() < MIN_TOKEN_BYTES {
+        return Err(format!(
+            "a DHT token has at least {MIN_TOKEN_BYTES} bytes, not {}",
+            token.len()
+        ));
+    }
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(token).expect("HMAC takes any key");
+    mac.update(b"lodestore archive DHT pre-shared key v1");
+    Ok(PreSharedKey::new(mac.finalize().into_bytes().into()))
+}
+
+/// The shortest token a private DHT takes.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// Builds the swarm of a node with `key`; `replicas` is how many peers hold each record;
+/// with `private`, only holders of that key connect.
 pub fn swarm(
     key: identity::Keypair,
     role: Role,
     replicas: usize,
+    private: Option<PreSharedKey>,
 ) -> Result<Swarm<Behaviour>, String> {
     let peer = matches!(role, Role::Peer(_));
     // A peer re-sends its records to a page's `replicas` closest peers; a reader looks
@@ -72,10 +101,22 @@ pub fn swarm(
     };
     let built = libp2p::SwarmBuilder::with_existing_identity(key)
         .with_tokio()
-        .with_tcp(
-            tcp::Config::default().nodelay(true),
-            noise::Config::new,
-            yamux::Config::default,
+        .with_other_transport(
+            |key| -> Result<_, Box<dyn std::error::Error + Send + Sync>> {
+                let noise = noise::Config::new(key)?;
+                let tcp = tcp::tokio::Transport::new(tcp::Config::default().nodelay(true));
+                let base = match private {
+                    Some(psk) => Either::Left(
+                        tcp.and_then(move |socket, _| PnetConfig::new(psk).handshake(socket)),
+                    ),
+                    None => Either::Right(tcp),
+                };
+                Ok(base
+                    .upgrade(upgrade::Version::V1Lazy)
+                    .authenticate(noise)
+                    .multiplex(yamux::Config::default())
+                    .timeout(UPGRADE_TIMEOUT))
+            },
         )
         .map_err(|e| format!("transport: {e}"))?
         .with_behaviour(|key| {

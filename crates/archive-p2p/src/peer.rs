@@ -36,6 +36,11 @@ pub struct PeerArgs {
     /// page's closest peers, which repairs replicas lost with a peer.
     #[arg(long, default_value_t = 2)]
     pub replicas: usize,
+    /// A file holding the DHT's token (at least 16 bytes): only peers and stores holding it
+    /// connect (a private network; stores pass it as --archive-token-file). Required to
+    /// listen on an address other than loopback.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
 }
 
 fn parse_peer(text: &str) -> std::result::Result<PeerAddr, String> {
@@ -51,6 +56,22 @@ pub fn run(args: &PeerArgs) -> Result<()> {
             crate::url::MAX_REPLICAS
         )));
     }
+    let private = match &args.token_file {
+        Some(path) => {
+            let token = read_token(path)?;
+            Some(node::swarm_key(&token).map_err(|why| {
+                Error::InvalidArgument(format!("token file {}: {why}", path.display()))
+            })?)
+        }
+        None if !args.listen.ip().is_loopback() => {
+            return Err(Error::InvalidArgument(format!(
+                "--listen {}: a peer reachable from other machines needs --token-file, or \
+                 anyone could read and rewrite the archive",
+                args.listen
+            )))
+        }
+        None => None,
+    };
     let key = identity(&args.dir)?;
     let id = key.public().to_peer_id();
     let records = args.dir.join(RECORDS_DIR);
@@ -62,7 +83,7 @@ pub fn run(args: &PeerArgs) -> Result<()> {
         .map_err(|e| Error::io(&args.dir, "start the peer's runtime", e))?;
     let dir = args.dir.clone();
     runtime.block_on(async move {
-        let mut swarm = node::swarm(key, Role::Peer(store), args.replicas)
+        let mut swarm = node::swarm(key, Role::Peer(store), args.replicas, private)
             .map_err(|why| Error::Unsupported(format!("archive peer: {why}")))?;
         swarm
             .listen_on(tcp_multiaddr(args.listen))
@@ -94,6 +115,15 @@ pub fn run(args: &PeerArgs) -> Result<()> {
         .await;
         Ok(())
     })
+}
+
+/// A token file's bytes, without a final line break.
+fn read_token(path: &Path) -> Result<Vec<u8>> {
+    let mut token = fs::read(path).map_err(|e| Error::io(path, "read the token", e))?;
+    while token.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        token.pop();
+    }
+    Ok(token)
 }
 
 /// The socket address in `/ip4/A/tcp/P`.
@@ -163,6 +193,29 @@ pub fn read_addr_file(dir: &Path) -> Option<PeerAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_beyond_loopback_needs_a_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = PeerArgs {
+            dir: dir.path().to_path_buf(),
+            listen: "0.0.0.0:0".parse().unwrap(),
+            peers: Vec::new(),
+            replicas: 2,
+            token_file: None,
+        };
+        let e = run(&args).unwrap_err().to_string();
+        assert!(e.contains("--token-file"), "{e}");
+        let short = dir.path().join("token");
+        fs::write(&short, "short").unwrap();
+        let e = run(&PeerArgs {
+            token_file: Some(short),
+            ..args
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("at least 16 bytes"), "{e}");
+    }
 
     #[test]
     fn a_peer_keeps_its_identity_and_refuses_a_damaged_key() {

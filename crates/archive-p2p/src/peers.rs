@@ -72,19 +72,32 @@ struct Running {
 pub struct PeerSet {
     command: PeerCommand,
     replicas: usize,
+    /// The private DHT's token file, if it is one.
+    token_file: Option<PathBuf>,
     peers: Vec<Running>,
     _root: tempfile::TempDir,
 }
 
 impl PeerSet {
-    /// Starts `count` peers in folders of a temporary directory.
+    /// Starts `count` peers of an open DHT in folders of a temporary directory.
     pub fn start(command: PeerCommand, count: usize, replicas: usize) -> Result<PeerSet> {
+        Self::start_private(command, count, replicas, None)
+    }
+
+    /// The same for a private DHT whose token is in `token_file` (`None`: an open one).
+    pub fn start_private(
+        command: PeerCommand,
+        count: usize,
+        replicas: usize,
+        token_file: Option<PathBuf>,
+    ) -> Result<PeerSet> {
         assert!((1..=MAX_PEERS).contains(&count), "1 to {MAX_PEERS} peers");
         let root =
             tempfile::tempdir().map_err(|e| Error::io("a temporary directory", "create", e))?;
         let mut set = PeerSet {
             command,
             replicas,
+            token_file,
             peers: Vec::with_capacity(count),
             _root: root,
         };
@@ -118,6 +131,9 @@ impl PeerSet {
             .stderr(Stdio::inherit());
         for peer in join {
             command.arg("--peer").arg(peer.to_string());
+        }
+        if let Some(token_file) = &self.token_file {
+            command.arg("--token-file").arg(token_file);
         }
         let mut child = command
             .spawn()

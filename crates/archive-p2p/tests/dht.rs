@@ -9,12 +9,15 @@ use lodestore_protocol::archive::{Archive, PageCopy};
 
 const PAGE: usize = 4096;
 
-fn peers(count: usize, replicas: usize) -> PeerSet {
-    let command = PeerCommand {
+fn command() -> PeerCommand {
+    PeerCommand {
         program: env!("CARGO_BIN_EXE_lodestore-archive-peer").into(),
         args: Vec::new(),
-    };
-    PeerSet::start(command, count, replicas).unwrap()
+    }
+}
+
+fn peers(count: usize, replicas: usize) -> PeerSet {
+    PeerSet::start(command(), count, replicas).unwrap()
 }
 
 fn put_pages(archive: &P2pArchive, pages: u32, times: &[u64]) {
@@ -169,4 +172,38 @@ fn a_dht_that_is_down_is_an_error_naming_it_never_no_copy() {
             image: &[0u8; PAGE]
         }])
         .is_err());
+}
+
+#[test]
+fn a_private_dht_serves_only_holders_of_its_token() {
+    const TOKEN: &[u8] = b"a-dht-token-of-enough-bytes";
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, [TOKEN, b"\n"].concat()).unwrap();
+    let set = PeerSet::start_private(command(), 4, 2, Some(token_file)).unwrap();
+    let url = set.url("private", 4);
+    let member = P2pArchive::open_private(&url, Some(TOKEN)).unwrap();
+    put_pages(&member, 3, &[7]);
+    read_all(&member, 3, &[7]);
+    // Without the token no peer lets a reader in: an error naming the DHT, never "no copy";
+    // with another token nothing is stored. (Each waits out the connection set-up time.)
+    let stranger = P2pArchive::open_private(&url, None).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    match stranger.get(PageId(0), 0, &mut buf) {
+        Err(Error::Connection { peer, .. }) => assert!(peer.starts_with("p2p://")),
+        other => panic!("a stranger's read gave {other:?}"),
+    }
+    let impostor = P2pArchive::open_private(&url, Some(b"another-token-of-enough-bytes")).unwrap();
+    let image = image(PageId(0), 99, PAGE);
+    let copy = PageCopy {
+        page: PageId(0),
+        time_us: 99,
+        image: &image,
+    };
+    assert!(impostor.put(&[copy]).is_err());
+    assert_eq!(member.get_ts(PageId(0)).unwrap(), Some(7));
+    let short = P2pArchive::open_private(&url, Some(b"short"))
+        .err()
+        .unwrap();
+    assert!(short.to_string().contains("at least 16 bytes"), "{short}");
 }

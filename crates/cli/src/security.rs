@@ -66,7 +66,8 @@ pub struct ArchiveArgs {
     /// must be opened with the same URL to read its past.
     #[arg(long, value_name = "URL")]
     pub archive: Option<String>,
-    /// With --archive: file holding the token the archive nodes require.
+    /// With --archive: file holding the token the archive nodes require, or that of a
+    /// private DHT (its peers' --token-file).
     #[arg(long, requires = "archive")]
     pub archive_token_file: Option<PathBuf>,
     /// With --archive: talk TLS to the archive nodes, trusting the certificate authorities in

@@ -253,15 +253,21 @@ fn snapshot_pages_in_a_folder_in_s3_and_in_a_dht_from_the_command_line() {
         program: env!("CARGO_BIN_EXE_lodestore").into(),
         args: vec!["archive-peer".into()],
     };
-    let peers = PeerSet::start(peer, 4, 2).unwrap();
+    // A private DHT: its peers and the store hold the same token.
+    let token = dir.path().join("dht-token");
+    std::fs::write(&token, "a-token-for-the-bank-dht\n").unwrap();
+    let peers = PeerSet::start_private(peer, 4, 2, Some(token.clone())).unwrap();
     archives.push(peers.url("bank", 2));
     for (n, url) in archives.iter().enumerate() {
         let store = dir.path().join(format!("store-{n}"));
         let acks = dir.path().join(format!("acks-{n}"));
         let run = |args: &[&str]| -> String {
-            let out = Command::new(env!("CARGO_BIN_EXE_lodestore"))
-                .args(args)
-                .args(["--archive", url])
+            let mut command = Command::new(env!("CARGO_BIN_EXE_lodestore"));
+            command.args(args).args(["--archive", url]);
+            if url.starts_with("p2p://") {
+                command.arg("--archive-token-file").arg(&token);
+            }
+            let out = command
                 .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
                 .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
                 .env("AWS_REGION", "us-east-1")

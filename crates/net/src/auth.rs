@@ -83,6 +83,12 @@ impl Token {
         })
     }
 
+    /// The token's bytes, for keys derived from it (a private DHT's pre-shared key). Never
+    /// log or send them.
+    pub fn secret_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self, label: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
         mac.update(label);

@@ -220,6 +220,11 @@ impl PeerSet {
             .collect()
     }
 
+    /// The peer whose folder holds `file`.
+    pub fn index_of_dir(&self, file: &Path) -> Option<usize> {
+        self.peers.iter().position(|p| file.starts_with(&p.dir))
+    }
+
     /// Bytes of page records held by each peer's folder.
     pub fn bytes_held(&self) -> Vec<u64> {
         self.peers

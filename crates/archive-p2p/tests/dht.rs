@@ -71,13 +71,19 @@ fn a_dht_of_eight_peers_meets_the_archive_contract() {
         "{traffic:?}"
     );
     // Each page's record sits on exactly its replicas.
-    assert_eq!(
-        set.record_files(archive.page_key(PageId(9)).as_ref()).len(),
-        2
-    );
+    let holders = set.record_files(archive.page_key(PageId(9)).as_ref());
+    assert_eq!(holders.len(), 2);
     // Another namespace in the same DHT sees none of it.
     let other = P2pArchive::open(&set.url("elsewhere", 1)).unwrap();
     assert_eq!(other.get_ts(PageId(9)).unwrap(), None);
+    // At two replicas, one of a page's peers killed loses nothing.
+    let mut set = set;
+    let holder = set.index_of_dir(&holders[0]).unwrap();
+    set.kill(holder);
+    let reader = P2pArchive::open(&set.url("contract", 8)).unwrap();
+    let mut buf = vec![0u8; PAGE];
+    assert_eq!(reader.get(PageId(9), 0, &mut buf).unwrap(), Some(20));
+    assert_eq!(buf, image(PageId(9), 20, PAGE));
 }
 
 #[test]

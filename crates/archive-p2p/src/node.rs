@@ -244,9 +244,14 @@ pub async fn run(
                     let Some(Pending::Locate { record, reply }) = pending.remove(&id) else {
                         continue;
                     };
+                    // Peers found by a lookup cut short may not be the closest, where reads
+                    // look: a put to them would be lost to readers.
                     let peers = match result {
                         Ok(ok) => ok.peers,
-                        Err(kad::GetClosestPeersError::Timeout { peers, .. }) => peers,
+                        Err(e) => {
+                            let _ = reply.send(Err(format!("finding the closest peers: {e}")));
+                            continue;
+                        }
                     };
                     if peers.len() < replicas {
                         let _ = reply.send(Err(format!(
@@ -305,11 +310,13 @@ fn progressed(
                 }
                 Ok(GetRecordOk::FinishedWithNoAdditionalRecord { .. }) => Some(Finished::Get),
                 Err(kad::GetRecordError::NotFound { .. }) => Some(Finished::Get),
-                Err(e) if !found.is_empty() => {
-                    tracing::debug!(error = %e, "lookup ended early; answering with what was found");
-                    Some(Finished::Get)
-                }
-                Err(e) => Some(Finished::GetFailed(e.to_string())),
+                // A lookup cut short may lack the replica holding a copy between two it
+                // found, and the later copy would then pass for the page at an earlier time:
+                // what it found is not enough to answer.
+                Err(e) => Some(Finished::GetFailed(format!(
+                    "{e} after {} of the closest peers answered",
+                    *answered
+                ))),
             }
         }
         _ => None,

@@ -12,22 +12,29 @@ use libp2p::kad::store::{Error as StoreError, RecordStore, Result as StoreResult
 use libp2p::kad::{ProviderRecord, Record, RecordKey};
 use libp2p::PeerId;
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Records a peer keeps at most (about 2 GiB of page records at one 8 KiB copy each).
 pub const MAX_RECORDS: usize = 1 << 18;
-/// The longest key kept: ours are `lodestore/<namespace>/<page>`.
+/// Records one replication round re-sends at most (Kademlia holds a round in memory).
+pub const REPLICATION_ROUND: usize = 1024;
+/// The longest key kept: ours are `lodestore/<namespace>/p/<page>`.
 pub const MAX_KEY_BYTES: usize = 128;
 
 /// A peer's record store; see the module's documentation.
 pub struct CopyStore {
     /// `None` for a reader, which keeps nothing.
     dir: Option<PathBuf>,
-    /// The keys held, with their records' lengths.
-    held: HashMap<RecordKey, usize>,
+    /// The keys held, with their records' lengths; ordered, so that replication rounds go
+    /// through them in turn.
+    held: BTreeMap<Vec<u8>, usize>,
+    /// Where the next replication round starts (`records`), and its size.
+    next_round: RefCell<Option<Vec<u8>>>,
+    round: usize,
 }
 
 impl CopyStore {
@@ -35,7 +42,9 @@ impl CopyStore {
     pub fn nothing() -> CopyStore {
         CopyStore {
             dir: None,
-            held: HashMap::new(),
+            held: BTreeMap::new(),
+            next_round: RefCell::new(None),
+            round: REPLICATION_ROUND,
         }
     }
 
@@ -43,7 +52,7 @@ impl CopyStore {
     /// are removed.
     pub fn open(dir: &Path) -> std::io::Result<CopyStore> {
         fs::create_dir_all(dir)?;
-        let mut held = HashMap::new();
+        let mut held = BTreeMap::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -54,7 +63,7 @@ impl CopyStore {
             }
             match hex::decode(name.as_ref()) {
                 Ok(key) => {
-                    held.insert(RecordKey::new(&key), entry.metadata()?.len() as usize);
+                    held.insert(key, entry.metadata()?.len() as usize);
                 }
                 Err(_) => {
                     tracing::warn!(file = %entry.path().display(), "not a record; left alone")
@@ -64,6 +73,8 @@ impl CopyStore {
         Ok(CopyStore {
             dir: Some(dir.to_path_buf()),
             held,
+            next_round: RefCell::new(None),
+            round: REPLICATION_ROUND,
         })
     }
 
@@ -87,7 +98,7 @@ impl CopyStore {
 
     fn read_raw(&self, key: &RecordKey) -> Option<Vec<u8>> {
         let dir = self.dir.as_ref()?;
-        if !self.held.contains_key(key) {
+        if !self.held.contains_key(key.as_ref()) {
             return None;
         }
         let path = Self::path(dir, key);
@@ -102,7 +113,7 @@ impl CopyStore {
 
     fn load(&self, key: &RecordKey) -> Option<Value> {
         let dir = self.dir.as_ref()?;
-        if !self.held.contains_key(key) {
+        if !self.held.contains_key(key.as_ref()) {
             return None;
         }
         let path = Self::path(dir, key);
@@ -157,7 +168,7 @@ impl RecordStore for CopyStore {
                 return Err(StoreError::ValueTooLarge);
             }
         };
-        if !self.held.contains_key(&key) && self.held.len() >= MAX_RECORDS {
+        if !self.held.contains_key(key.as_ref()) && self.held.len() >= MAX_RECORDS {
             return Err(StoreError::MaxRecords);
         }
         let merged = match self.load(&key) {
@@ -177,7 +188,7 @@ impl RecordStore for CopyStore {
             tracing::error!(dir = %dir.display(), error = %e, "page record not written");
             return Err(StoreError::MaxRecords);
         }
-        self.held.insert(key, bytes.len());
+        self.held.insert(key.to_vec(), bytes.len());
         Ok(())
     }
 
@@ -188,10 +199,26 @@ impl RecordStore for CopyStore {
     }
 
     fn records(&self) -> Self::RecordsIter<'_> {
-        // Only records that check out are re-sent to other replicas.
-        Box::new(self.held.keys().filter_map(move |key| {
-            let record = self.load(key)?;
-            Some(Cow::Owned(Record::new(key.clone(), record.encode())))
+        // Kademlia's replication loads every record this returns at once: a round is at most
+        // `REPLICATION_ROUND` records, the next round starting where this one stopped. Only
+        // records that check out are re-sent.
+        let start = self.next_round.borrow_mut().take().unwrap_or_default();
+        let round: Vec<Vec<u8>> = self
+            .held
+            .range(start..)
+            .chain(&self.held)
+            .map(|(key, _)| key.clone())
+            .take(self.round.min(self.held.len()))
+            .collect();
+        *self.next_round.borrow_mut() = round.last().map(|last| {
+            let mut after = last.clone();
+            after.push(0); // the smallest key after `last`
+            after
+        });
+        Box::new(round.into_iter().filter_map(move |key| {
+            let key = RecordKey::new(&key);
+            let record = self.load(&key)?;
+            Some(Cow::Owned(Record::new(key, record.encode())))
         }))
     }
 
@@ -236,6 +263,26 @@ mod tests {
         let held = PageRecord::decode(&store.get(&key).unwrap().value).unwrap();
         assert_eq!(held.copies.keys().copied().collect::<Vec<_>>(), [1, 3]);
         assert_eq!(store.records().count(), 1);
+    }
+
+    #[test]
+    fn replication_rounds_are_bounded_and_go_through_every_record_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = CopyStore::open(dir.path()).unwrap();
+        store.round = 2;
+        for page in 1..=5 {
+            let key = RecordKey::new(&format!("lodestore/ns/p/{page}"));
+            store.put(Record::new(key, value(page, &[1]))).unwrap();
+        }
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let round: Vec<_> = store.records().map(|r| r.key.to_vec()).collect();
+            assert!(!round.is_empty() && round.len() <= 2, "{}", round.len());
+            seen.extend(round);
+        }
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 5, "three rounds of two cover all five records");
     }
 
     #[test]

@@ -22,7 +22,7 @@ fn config(out: &Path) -> PeersConfig {
         preset: "peers-test".into(),
         params,
         seed: 3,
-        stores: StoreKind::ALL.to_vec(),
+        stores: StoreKind::built(),
         traversals: vec![
             Traversal::T1,
             Traversal::T2a,
@@ -44,6 +44,10 @@ fn open(kind: StoreKind, dir: &Path) -> Box<dyn Peer> {
         StoreKind::Lmdb => Box::new(peers::lmdb::Lmdb::open(dir).unwrap()),
         StoreKind::Redb => Box::new(peers::redb::Redb::open(dir).unwrap()),
         StoreKind::Sqlite => Box::new(peers::sqlite::Sqlite::open(dir).unwrap()),
+        #[cfg(feature = "rocksdb")]
+        StoreKind::RocksDb => Box::new(peers::rocksdb::RocksDb::open(dir).unwrap()),
+        #[cfg(not(feature = "rocksdb"))]
+        StoreKind::RocksDb => unreachable!("not in this build"),
         StoreKind::Lodestore => unreachable!("not a peer"),
     }
 }
@@ -99,7 +103,7 @@ fn peers_refuse_wrong_types_and_missing_objects_and_keep_commits() {
     let config = config(dir.path());
     let databases = Databases::prepare(&config).unwrap();
     let database = &databases.oo7;
-    for kind in [StoreKind::Lmdb, StoreKind::Redb, StoreKind::Sqlite] {
+    for kind in StoreKind::built().into_iter().skip(1) {
         let store_dir = dir.path().join(kind.name());
         let peer = open(kind, &store_dir);
         database.load(peer.as_ref()).unwrap();

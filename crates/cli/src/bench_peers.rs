@@ -20,7 +20,8 @@ pub struct PeersArgs {
     /// walk the first module.
     #[arg(long, default_value = "oo7-small")]
     pub preset: String,
-    /// Stores, comma separated, lodestore first: lodestore, lmdb, redb, sqlite.
+    /// Stores, comma separated, lodestore first: lodestore, lmdb, redb, sqlite, and rocksdb in
+    /// builds with the `rocksdb` feature (scripts/bench-rocksdb.sh).
     #[arg(
         long,
         value_delimiter = ',',
@@ -76,7 +77,7 @@ impl PeersArgs {
     pub fn suite(out: &Path, smoke: bool) -> PeersArgs {
         PeersArgs {
             preset: "oo7-small".into(),
-            stores: StoreKind::ALL
+            stores: StoreKind::built()
                 .iter()
                 .map(|s| s.name().to_string())
                 .collect(),

@@ -184,7 +184,13 @@ fn bad_bench_arguments_are_refused_with_their_names() {
             "mongo",
         ),
         (vec!["bench", "peers", "--threads", "0"], "--threads"),
-        (vec!["bench", "thor", "--backends", "local,p2p"], "p2p"),
+        // A build without the feature names it and the script that adds RocksDB.
+        #[cfg(not(feature = "rocksdb"))]
+        (
+            vec!["bench", "peers", "--stores", "lodestore,rocksdb"],
+            "scripts/bench-rocksdb.sh",
+        ),
+        (vec!["bench", "thor", "--backends", "local,dht"], "dht"),
         (vec!["bench", "thor", "--backends", "node,node"], "twice"),
         (vec!["bench", "thor", "--read-ahead", "0"], "--read-ahead"),
     ] {

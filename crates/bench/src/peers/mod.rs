@@ -1,5 +1,6 @@
 //! Lodestore against the stores a Rust user would pick instead (LMDB through heed, redb, SQLite
-//! through rusqlite), on the OO7 and OO1 databases, in the same run.
+//! through rusqlite, and RocksDB with the `rocksdb` feature), on the OO7 and OO1 databases, in
+//! the same run.
 //!
 //! Each peer holds the database as key-value pairs ([`kv`]: key the object's OID, value its
 //! type id and bytes, references as OIDs) and runs the same code for each workload: the OO7
@@ -27,6 +28,8 @@ mod objects;
 pub mod oo1;
 mod oo7;
 pub mod redb;
+#[cfg(feature = "rocksdb")]
+pub mod rocksdb;
 pub mod sqlite;
 
 pub use database::Database;
@@ -48,6 +51,8 @@ pub enum StoreKind {
     Lmdb,
     Redb,
     Sqlite,
+    /// Only in builds with the `rocksdb` feature (it links the system's librocksdb).
+    RocksDb,
 }
 
 impl StoreKind {
@@ -58,12 +63,22 @@ impl StoreKind {
         StoreKind::Sqlite,
     ];
 
+    /// Every store of this build: `ALL`, and RocksDB with the `rocksdb` feature.
+    pub fn built() -> Vec<StoreKind> {
+        let mut stores = StoreKind::ALL.to_vec();
+        if cfg!(feature = "rocksdb") {
+            stores.push(StoreKind::RocksDb);
+        }
+        stores
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             StoreKind::Lodestore => "lodestore",
             StoreKind::Lmdb => "lmdb",
             StoreKind::Redb => "redb",
             StoreKind::Sqlite => "sqlite",
+            StoreKind::RocksDb => "rocksdb",
         }
     }
 
@@ -74,6 +89,10 @@ impl StoreKind {
             StoreKind::Lmdb => Some(Box::new(lmdb::Lmdb::open(dir)?)),
             StoreKind::Redb => Some(Box::new(redb::Redb::open(dir)?)),
             StoreKind::Sqlite => Some(Box::new(sqlite::Sqlite::open(dir)?)),
+            #[cfg(feature = "rocksdb")]
+            StoreKind::RocksDb => Some(Box::new(rocksdb::RocksDb::open(dir)?)),
+            #[cfg(not(feature = "rocksdb"))]
+            StoreKind::RocksDb => return Err(no_rocksdb()),
         })
     }
 }
@@ -84,16 +103,32 @@ impl fmt::Display for StoreKind {
     }
 }
 
+/// Why a build without the `rocksdb` feature has no RocksDB peer, and how to get one.
+fn no_rocksdb() -> Error {
+    Error::Unsupported(
+        "rocksdb: this build has no RocksDB peer (the `rocksdb` feature, which links the \
+         system's librocksdb; scripts/bench-rocksdb.sh installs it and runs bench peers with it)"
+            .into(),
+    )
+}
+
 impl FromStr for StoreKind {
     type Err = Error;
     fn from_str(text: &str) -> Result<StoreKind> {
+        if StoreKind::RocksDb.name().eq_ignore_ascii_case(text) {
+            return match cfg!(feature = "rocksdb") {
+                true => Ok(StoreKind::RocksDb),
+                false => Err(no_rocksdb()),
+            };
+        }
         StoreKind::ALL
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(text))
             .ok_or_else(|| {
                 let known: Vec<&str> = StoreKind::ALL.iter().map(|k| k.name()).collect();
                 Error::InvalidArgument(format!(
-                    "unknown store {text:?}; known stores: {}",
+                    "unknown store {text:?}; known stores: {}, and rocksdb in builds with the \
+                     `rocksdb` feature",
                     known.join(", ")
                 ))
             })

@@ -69,8 +69,8 @@ pub use lodestore_server::log_inspect::LogSummary;
 pub use lodestore_server::versions::Snapshot;
 pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use lodestore_snapshots::{
-    Archive, FileArchive, LocalArchive, PageCopy, ReadAhead, SnapshotStats, Snapshots, FILE_SCHEME,
-    LOCAL_LOCATION, READ_AHEAD_MAX,
+    page_copies, Archive, FileArchive, LocalArchive, PageCopy, ReadAhead, SnapshotStats, Snapshots,
+    FILE_SCHEME, LOCAL_LOCATION, READ_AHEAD_MAX,
 };
 pub use lodestore_storage::overlay::{Change as FileChange, BLOCK_BYTES as CHANGE_BLOCK_BYTES};
 pub use lodestore_storage::{

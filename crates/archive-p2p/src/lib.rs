@@ -28,15 +28,16 @@ pub mod record;
 pub mod store;
 mod url;
 
+/// Requests made and bytes moved (`traffic()`).
+pub use lodestore_protocol::archive::Traffic;
 pub use peer::{PeerArgs, ADDR_FILE};
 pub use url::{P2pUrl, PeerAddr, MAX_REPLICAS, P2P_SCHEME};
 
 use libp2p::kad::RecordKey;
 use lodestore_core::{Error, PageId, Result};
-use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy};
+use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy, TrafficCounters};
 use record::{IndexShard, KeyKind, PageRecord, ShardList, Value};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::Duration;
 
@@ -48,28 +49,13 @@ pub const REQUESTS_IN_FLIGHT: usize = 64;
 /// lookup of several round trips, overlapped.
 pub const READ_AHEAD: usize = 32;
 
-/// Lookups made and bytes moved, for reports.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    pub requests: u64,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    requests: AtomicU64,
-    bytes_sent: AtomicU64,
-    bytes_received: AtomicU64,
-}
-
 /// A snapshot archive in a DHT; see the module's documentation.
 pub struct P2pArchive {
     url: P2pUrl,
     /// Commands to the node's loop; dropping it ends the loop and its thread.
     commands: Option<tokio::sync::mpsc::UnboundedSender<node::Command>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    counters: Counters,
+    counters: TrafficCounters,
 }
 
 impl P2pArchive {
@@ -129,17 +115,13 @@ impl P2pArchive {
             url,
             commands: Some(commands),
             thread: Some(thread),
-            counters: Counters::default(),
+            counters: TrafficCounters::default(),
         })
     }
 
     /// Lookups made and bytes moved since the archive was opened.
     pub fn traffic(&self) -> Traffic {
-        Traffic {
-            requests: self.counters.requests.load(Ordering::Relaxed),
-            bytes_sent: self.counters.bytes_sent.load(Ordering::Relaxed),
-            bytes_received: self.counters.bytes_received.load(Ordering::Relaxed),
-        }
+        self.counters.read()
     }
 
     /// The key of `page`'s record.
@@ -182,10 +164,7 @@ impl P2pArchive {
         while values.peek().is_some() {
             let mut waiting = Vec::new();
             for (kind, value) in values.by_ref().take(REQUESTS_IN_FLIGHT) {
-                self.counters.requests.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .bytes_sent
-                    .fetch_add(value.len() as u64, Ordering::Relaxed);
+                self.counters.count(1, value.len() as u64, 0);
                 let (reply, answer) = channel();
                 let key = self.key(kind);
                 self.send(node::Command::Put { key, value, reply })?;
@@ -206,7 +185,7 @@ impl P2pArchive {
             let mut waiting = Vec::new();
             for &kind in batch {
                 let (reply, answer) = channel();
-                self.counters.requests.fetch_add(1, Ordering::Relaxed);
+                self.counters.count(1, 0, 0);
                 self.send(node::Command::Get {
                     key: self.key(kind),
                     reply,
@@ -229,9 +208,7 @@ impl P2pArchive {
         let mut united: Option<Value> = None;
         let mut damage = None;
         for bytes in values {
-            self.counters
-                .bytes_received
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            self.counters.count(0, 0, bytes.len() as u64);
             match Value::decode_for(key.as_bytes(), &bytes) {
                 Ok(value) => match united.as_mut() {
                     Some(united) => united.merge(value),
@@ -453,6 +430,6 @@ impl Archive for P2pArchive {
     /// Bytes this archive has sent to be held (each record once, before replication); the
     /// peers' folders hold the rest of the story.
     fn bytes(&self) -> u64 {
-        self.counters.bytes_sent.load(Ordering::Relaxed)
+        self.counters.read().bytes_sent
     }
 }

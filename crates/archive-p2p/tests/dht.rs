@@ -5,7 +5,7 @@ use lodestore_archive_p2p::peers::{PeerCommand, PeerSet};
 use lodestore_archive_p2p::P2pArchive;
 use lodestore_core::{Error, PageId};
 use lodestore_protocol::archive::conformance::{check_contract, image};
-use lodestore_protocol::archive::{Archive, PageCopy};
+use lodestore_protocol::archive::{page_copies, Archive, PageCopy};
 
 const PAGE: usize = 4096;
 
@@ -21,19 +21,11 @@ fn peers(count: usize, replicas: usize) -> PeerSet {
 }
 
 fn put_pages(archive: &P2pArchive, pages: u32, times: &[u64]) {
-    let images: Vec<(PageId, u64, Vec<u8>)> = (0..pages)
+    let labels: Vec<(PageId, u64)> = (0..pages)
         .flat_map(|p| times.iter().map(move |&t| (PageId(p), t)))
-        .map(|(page, time)| (page, time, image(page, time, PAGE)))
         .collect();
-    let copies: Vec<PageCopy<'_>> = images
-        .iter()
-        .map(|(page, time_us, image)| PageCopy {
-            page: *page,
-            time_us: *time_us,
-            image,
-        })
-        .collect();
-    archive.put(&copies).unwrap();
+    let images: Vec<Vec<u8>> = labels.iter().map(|&(p, t)| image(p, t, PAGE)).collect();
+    archive.put(&page_copies(&labels, &images)).unwrap();
 }
 
 /// Every copy of `pages` pages reads back at every time, one at a time and in batches.

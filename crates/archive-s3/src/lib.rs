@@ -26,18 +26,19 @@
 pub mod servers;
 mod url;
 
+/// Requests made and bytes moved (`traffic()`).
+pub use lodestore_protocol::archive::Traffic;
 pub use url::{S3Url, S3_SCHEME};
 
 use futures::stream::{StreamExt, TryStreamExt};
 use lodestore_core::{Error, PageId, Result};
-use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy};
+use lodestore_protocol::archive::{batch_page_size, sealed, Archive, PageCopy, TrafficCounters};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -57,36 +58,13 @@ pub const READ_AHEAD: usize = 32;
 /// Threads of the runtime that drives the requests.
 const RUNTIME_THREADS: usize = 2;
 
-/// Requests made and bytes moved, for reports (the as-of experiment gives them per backend).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    pub requests: u64,
-    pub bytes_sent: u64,
-    pub bytes_received: u64,
-}
-
-#[derive(Default)]
-struct Counters {
-    requests: AtomicU64,
-    bytes_sent: AtomicU64,
-    bytes_received: AtomicU64,
-}
-
-impl Counters {
-    fn count(&self, requests: u64, sent: u64, received: u64) {
-        self.requests.fetch_add(requests, Ordering::Relaxed);
-        self.bytes_sent.fetch_add(sent, Ordering::Relaxed);
-        self.bytes_received.fetch_add(received, Ordering::Relaxed);
-    }
-}
-
 /// A snapshot archive in an S3 bucket under a prefix; see the module's documentation.
 pub struct S3Archive {
     store: Arc<AmazonS3>,
     /// Taken only when the archive is dropped.
     runtime: Option<tokio::runtime::Runtime>,
     url: S3Url,
-    counters: Arc<Counters>,
+    counters: Arc<TrafficCounters>,
     /// Every page's copy times, from the last full listing and this archive's puts and
     /// removals since (`None` until listed), so that a read of a copy it names is one GET.
     index: Mutex<Option<Index>>,
@@ -162,11 +140,7 @@ impl S3Archive {
 
     /// Requests made and bytes moved since the archive was opened.
     pub fn traffic(&self) -> Traffic {
-        Traffic {
-            requests: self.counters.requests.load(Ordering::Relaxed),
-            bytes_sent: self.counters.bytes_sent.load(Ordering::Relaxed),
-            bytes_received: self.counters.bytes_received.load(Ordering::Relaxed),
-        }
+        self.counters.read()
     }
 
     /// Writes `bytes` under `key` as they are, for tests that damage a stored copy.

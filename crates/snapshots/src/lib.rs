@@ -24,5 +24,5 @@ pub use archive::{
     Archive, PageCopy,
 };
 pub use component::{SnapshotStats, Snapshots, SNAPSHOTS_DIR_NAME};
-pub use lodestore_protocol::archive::{ReadAhead, READ_AHEAD_MAX};
+pub use lodestore_protocol::archive::{page_copies, ReadAhead, READ_AHEAD_MAX};
 pub use lodestore_server::versions::Snapshot;

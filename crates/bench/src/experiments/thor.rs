@@ -698,16 +698,7 @@ fn upload_local_copies(store: &Path, page_size: usize, to: &dyn Archive) -> Resu
             debug_assert_eq!(found, Some(time), "a listed copy reads back");
             images.push(image);
         }
-        let put: Vec<PageCopy<'_>> = batch
-            .iter()
-            .zip(&images)
-            .map(|(&(page, time_us), image)| PageCopy {
-                page,
-                time_us,
-                image,
-            })
-            .collect();
-        to.put(&put)?;
+        to.put(&lodestore::page_copies(batch, &images))?;
     }
     Ok(copies.len())
 }

@@ -7,8 +7,10 @@
 //! `lodestore-snapshots`, archive nodes in `lodestore-net`).
 
 mod read_ahead;
+mod traffic;
 
 pub use read_ahead::{ReadAhead, READ_AHEAD_MAX};
+pub use traffic::{Traffic, TrafficCounters};
 
 use lodestore_core::{PageId, Result};
 
@@ -33,6 +35,20 @@ pub struct PageCopy<'a> {
     /// The snapshot the copy was made for.
     pub time_us: u64,
     pub image: &'a [u8],
+}
+
+/// The copies labelled `labels` (page, time) with `images` in the same order.
+pub fn page_copies<'a>(labels: &[(PageId, u64)], images: &'a [Vec<u8>]) -> Vec<PageCopy<'a>> {
+    assert_eq!(labels.len(), images.len(), "one image per label");
+    labels
+        .iter()
+        .zip(images)
+        .map(|(&(page, time_us), image)| PageCopy {
+            page,
+            time_us,
+            image,
+        })
+        .collect()
 }
 
 /// A snapshot archive.
@@ -225,7 +241,7 @@ pub mod sealed {
 /// their times, a page never archived, `get_ts`, the listing of newest times where the
 /// backend gives one, and removal. Returns the first broken rule.
 pub mod conformance {
-    use super::{Archive, PageCopy};
+    use super::Archive;
     use lodestore_core::PageId;
 
     /// An image of `page_size` bytes that tells the copy (`page`, `time_us`) apart.
@@ -243,15 +259,7 @@ pub mod conformance {
             .iter()
             .map(|&(page, time)| image(page, time, page_size))
             .collect();
-        let put: Vec<PageCopy<'_>> = copies
-            .iter()
-            .zip(&images)
-            .map(|(&(page, time_us), image)| PageCopy {
-                page,
-                time_us,
-                image,
-            })
-            .collect();
+        let put = super::page_copies(&copies, &images);
         archive.put(&put).map_err(|e| format!("put: {e}"))?;
         let mut buf = vec![0u8; page_size];
         let mut expect = |page: PageId, at: u64, want: Option<u64>| -> Result<(), String> {

@@ -321,24 +321,19 @@ mod tests {
     fn a_scan_reads_the_right_copies_in_a_round_trip_per_batch() {
         let inner = Arc::new(Counted::default());
         let size = 64;
-        let mut copies = Vec::new();
+        let (mut labels, mut images) = (Vec::new(), Vec::new());
         for page in 0..64u32 {
             // Pages changed after the snapshot at 100 (copies at 100 and 200); every fourth
             // page changed only before it (a copy at 50: the current page serves).
             let times: &[u64] = if page % 4 == 3 { &[50] } else { &[100, 200] };
             for &time in times {
-                copies.push((PageId(page), time, image(PageId(page), time, size)));
+                labels.push((PageId(page), time));
+                images.push(image(PageId(page), time, size));
             }
         }
-        let put: Vec<PageCopy<'_>> = copies
-            .iter()
-            .map(|(page, time_us, image)| PageCopy {
-                page: *page,
-                time_us: *time_us,
-                image,
-            })
-            .collect();
-        inner.put(&put).unwrap();
+        inner
+            .put(&super::super::page_copies(&labels, &images))
+            .unwrap();
         let archive = ReadAhead::new(inner.clone(), 8);
         archive.newest_times();
         let mut buf = vec![0u8; size];

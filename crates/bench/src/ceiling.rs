@@ -1,6 +1,8 @@
-//! The machine's limits for durable writes, measured on the file system the stores use: the
-//! latency of one small write plus fdatasync, and the bandwidth of large writes plus one
-//! fdatasync. Benchmarks of durable commits report against them, measured in the same run.
+//! The machine's limits for durable writes and for reading back, measured on the file system
+//! the stores use: the latency of one small write plus fdatasync, the bandwidth of large writes
+//! plus one fdatasync, and the bandwidth of reading a file sequentially from the disk (not from
+//! the page cache). Benchmarks of durable commits and of restarts report against them,
+//! measured in the same run.
 
 use lodestore::{Error, FileSystem, OpenMode, RealFileSystem, Result};
 use std::path::Path;
@@ -10,12 +12,17 @@ use std::time::Instant;
 const PROBE_SYNCS: usize = 500;
 const PROBE_BATCH_BYTES: usize = 8 << 20;
 const PROBE_BATCHES: usize = 5;
+/// Bytes of the file the read probe reads, and of each read (what a log scan reads at once).
+const READ_PROBE_BYTES: usize = 64 << 20;
+const READ_PROBE_CHUNK: usize = 1 << 20;
 
 /// The machine's limits, measured.
 #[derive(Clone, Copy, Debug)]
 pub struct Ceiling {
     pub fdatasync_median_us: f64,
     pub batched_sync_mb_per_s: f64,
+    /// Reading a file front to back in 1 MiB reads, after dropping it from the page cache.
+    pub sequential_read_mb_per_s: f64,
 }
 
 /// Measures both limits with a probe file in `dir`, overwriting a pre-written file as a log
@@ -50,5 +57,34 @@ pub fn measure(dir: &Path) -> Result<Ceiling> {
     Ok(Ceiling {
         fdatasync_median_us: latencies[latencies.len() / 2],
         batched_sync_mb_per_s: (PROBE_BATCH_BYTES * PROBE_BATCHES) as f64 / seconds / 1e6,
+        sequential_read_mb_per_s: sequential_read(dir)?,
     })
+}
+
+/// MB/s of reading a file of [`READ_PROBE_BYTES`] written in `dir` and dropped from the page
+/// cache, in reads of [`READ_PROBE_CHUNK`]; the file is removed after.
+fn sequential_read(dir: &Path) -> Result<f64> {
+    let path = dir.join("read-probe");
+    if path.exists() {
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+    }
+    let file = RealFileSystem.open(&path, OpenMode::CreateNew)?;
+    // Bytes that no layer below could store as a hole or compress away.
+    let mut chunk = vec![0u8; READ_PROBE_CHUNK];
+    for (i, byte) in chunk.iter_mut().enumerate() {
+        *byte = (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3];
+    }
+    for at in (0..READ_PROBE_BYTES).step_by(READ_PROBE_CHUNK) {
+        file.write_at(at as u64, &chunk)?;
+    }
+    file.sync()?;
+    crate::workspace::evict_from_page_cache(&path)?;
+    let started = Instant::now();
+    for at in (0..READ_PROBE_BYTES).step_by(READ_PROBE_CHUNK) {
+        file.read_at(at as u64, &mut chunk)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path).map_err(|e| Error::io(&path, "remove", e))?;
+    Ok(READ_PROBE_BYTES as f64 / seconds.max(1e-9) / 1e6)
 }

@@ -130,3 +130,32 @@ pub fn bytes_on_disk(dir: &Path) -> u64 {
         })
         .sum()
 }
+
+/// Makes the file `path`, or every file under the folder `path`, durable and drops it from
+/// the operating system's page cache, so that what reads it next reads the disk.
+pub fn evict_from_page_cache(path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    if path.is_dir() {
+        for entry in fs::read_dir(path).map_err(|e| io_error(path, "list folder", e))? {
+            let entry = entry.map_err(|e| io_error(path, "list folder", e))?;
+            evict_from_page_cache(&entry.path())?;
+        }
+        return Ok(());
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| io_error(path, "open", e))?;
+    file.sync_all().map_err(|e| io_error(path, "sync", e))?;
+    // SAFETY: an advisory call on a descriptor this function owns; no memory is passed.
+    let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io_error(
+            path,
+            "drop from the page cache",
+            std::io::Error::from_raw_os_error(rc),
+        ));
+    }
+    Ok(())
+}

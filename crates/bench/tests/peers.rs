@@ -36,6 +36,7 @@ fn config(out: &Path) -> PeersConfig {
         quiet: true,
         oo1_parts: Some(500),
         crash_child: None,
+        crash_updates: 0,
     }
 }
 

@@ -50,6 +50,12 @@ pub struct PeersArgs {
     /// Seed of the database generators and the traversals' random choices.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Atomic-part updates the write-heavy kill -9 workload commits (in transactions of
+    /// 1,000) before its acknowledged commits and the kill; 0 leaves it out. 200000 is about
+    /// 15 MiB of Lodestore's log, just under its 16 MiB checkpoint interval: its longest
+    /// restart.
+    #[arg(long, default_value_t = 0)]
+    pub crash_updates: u64,
     /// Folder for the stores, the template database, peers.csv and the plot.
     #[arg(long, default_value = "target/lodestore-bench/peers")]
     pub out: PathBuf,
@@ -65,10 +71,23 @@ pub struct CrashChildArgs {
     /// The OID of the atomic part each commit writes.
     #[arg(long)]
     pub part: u64,
+    /// Atomic-part updates to commit first (the write-heavy workload), from `--parts-file`.
+    #[arg(long, default_value_t = 0, requires = "parts_file")]
+    pub updates: u64,
+    /// The OIDs of the parts the updates go to (8 bytes each, little-endian).
+    #[arg(long)]
+    pub parts_file: Option<PathBuf>,
 }
 
 pub fn crash_child(args: &CrashChildArgs) -> Result<ExitCode> {
-    peers::crash::child(args.store.parse()?, &args.dir, args.part)?;
+    let heavy = match &args.parts_file {
+        Some(file) if args.updates > 0 => Some(peers::crash::Heavy {
+            updates: args.updates,
+            parts: peers::crash::Heavy::read_parts(file)?,
+        }),
+        _ => None,
+    };
+    peers::crash::child(args.store.parse()?, &args.dir, args.part, heavy.as_ref())?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -88,6 +107,7 @@ impl PeersArgs {
             runs: 1,
             oo1_parts: if smoke { 2000 } else { 20_000 },
             seed: 1,
+            crash_updates: if smoke { 0 } else { 20_000 },
             out: out.join("peers"),
         }
     }
@@ -114,6 +134,7 @@ impl PeersArgs {
             quiet: false,
             oo1_parts: (self.oo1_parts > 0).then_some(self.oo1_parts),
             crash_child: Some(crash_child_command()?),
+            crash_updates: self.crash_updates,
         };
         config.validate()?;
         Ok(config)
@@ -161,6 +182,12 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     let fsync = median(ceilings.iter().map(|c| c.fdatasync_median_us).collect());
     let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
+    let read_bandwidth = median(
+        ceilings
+            .iter()
+            .map(|c| c.sequential_read_mb_per_s)
+            .collect(),
+    );
     println!(
         "OO7 {} ({} objects, {:.1} MB of objects), traversals of module 1 ({} per run, \
          median), durable commits of one atomic part; OO1 on {}; medians of {} runs; a lead is \
@@ -179,18 +206,25 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     println!("{}", table(stores, &figures));
     println!(
         "ceiling in the same runs: write 512 B + fdatasync {fsync:.1} us ({:.0} syncs/s); \
-         batched sync {bandwidth:.0} MB/s",
+         batched sync {bandwidth:.0} MB/s; sequential read from the disk {read_bandwidth:.0} MB/s",
         1e6 / fsync
     );
-    let restarts: Vec<_> = figures[0].iter().filter_map(|f| f.reopen).collect();
-    if let Some(replayed) = median_of(&restarts, |r| r.log_replayed_bytes.map(|b| b as f64)) {
-        let restart_ms = median_of(&restarts, |r| r.restart_ms).unwrap_or(0.0);
-        println!(
-            "Lodestore after kill -9: restart {restart_ms:.2} ms of the reopen, reading {:.0} KiB \
-             of log from the last checkpoint ({:.0} MB/s)",
-            replayed / 1024.0,
-            replayed / 1e6 / (restart_ms / 1e3).max(1e-9)
-        );
+    for (what, restarts) in [
+        (
+            "after kill -9",
+            figures[0]
+                .iter()
+                .filter_map(|f| f.reopen)
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "after a write-heavy kill -9",
+            figures[0].iter().filter_map(|f| f.reopen_heavy).collect(),
+        ),
+    ] {
+        if let Some(line) = restart_line(what, &restarts, read_bandwidth) {
+            println!("{line}");
+        }
     }
     let csv = config.out.join("peers.csv");
     write_csv(&csv, &figures, &ceilings)?;
@@ -198,6 +232,26 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     plot_relative(&plot, stores, &figures, &config.preset)?;
     println!("wrote {} and {}.svg/png", csv.display(), plot.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// Lodestore's restart within its reopens (medians): its time, the log it read and at what
+/// rate, beside the disk's sequential read bandwidth measured in the same runs.
+fn restart_line(
+    what: &str,
+    restarts: &[peers::crash::Reopened],
+    read_mb_per_s: f64,
+) -> Option<String> {
+    let replayed = median_of(restarts, |r| r.log_replayed_bytes.map(|b| b as f64))?;
+    let restart_ms = median_of(restarts, |r| r.restart_ms).unwrap_or(0.0);
+    let reopen_ms = median_of(restarts, |r| Some(r.reopen_ms)).unwrap_or(0.0);
+    let rate = replayed / 1e6 / (restart_ms / 1e3).max(1e-9);
+    Some(format!(
+        "Lodestore {what}: reopen {reopen_ms:.2} ms, of which restart {restart_ms:.2} ms reading \
+         {:.2} MiB of log from the last checkpoint at {rate:.0} MB/s ({:.0}% of the disk's \
+         sequential read)",
+        replayed / f64::from(1u32 << 20),
+        100.0 * rate / read_mb_per_s.max(1e-9)
+    ))
 }
 
 /// The median of `field` over the runs that have it.
@@ -260,19 +314,22 @@ fn write_csv(
     figures: &[Vec<Figures>],
     ceilings: &[lodestore_bench::ceiling::Ceiling],
 ) -> Result<()> {
-    let mut lines =
-        vec!["store,run,workload,unit,value,fdatasync_us,batched_sync_mb_per_s".to_string()];
+    let mut lines = vec![
+        "store,run,workload,unit,value,fdatasync_us,batched_sync_mb_per_s,sequential_read_mb_per_s"
+            .to_string(),
+    ];
     for runs in figures {
         for (run, f) in runs.iter().enumerate() {
             for metric in f.metrics() {
                 lines.push(format!(
-                    "{},{run},{},{},{:.4},{:.2},{:.1}",
+                    "{},{run},{},{},{:.4},{:.2},{:.1},{:.1}",
                     f.store,
                     metric.name,
                     metric.unit,
                     metric.value,
                     ceilings[run].fdatasync_median_us,
-                    ceilings[run].batched_sync_mb_per_s
+                    ceilings[run].batched_sync_mb_per_s,
+                    ceilings[run].sequential_read_mb_per_s
                 ));
             }
         }

@@ -633,3 +633,59 @@ fn bench_thor_commits_while_the_archive_is_down() {
         }
     }
 }
+
+/// `bench peers --crash-updates`: the write-heavy kill -9 runs on every store, Lodestore's
+/// restart is reported beside the disk's sequential read bandwidth, and both reach the CSV.
+#[test]
+fn bench_peers_reopens_after_a_write_heavy_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lodestore()
+        .args(["bench", "peers", "--stores", "lodestore,sqlite"])
+        .args(["--preset", "oo7-small", "--oo1-parts", "0", "--runs", "1"])
+        .args(["--traversals", "t1", "--traversal-runs", "1"])
+        .args([
+            "--threads",
+            "1",
+            "--seconds",
+            "0.1",
+            "--crash-updates",
+            "30000",
+        ])
+        .arg("--out")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = succeeded(&out);
+    assert!(
+        stdout.contains("reopen after write-heavy kill -9"),
+        "{stdout}"
+    );
+    // 30,000 updates of atomic parts leave megabytes of log after the last checkpoint.
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("Lodestore after a write-heavy kill -9: reopen"))
+        .unwrap_or_else(|| panic!("no restart line: {stdout}"));
+    let mib: f64 = line
+        .split(" reading ")
+        .nth(1)
+        .and_then(|rest| rest.split(" MiB").next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(mib > 1.0, "{line}");
+    assert!(line.contains("of the disk's sequential read"), "{line}");
+    assert!(stdout.contains("sequential read from the disk"), "{stdout}");
+    let csv = std::fs::read_to_string(dir.path().join("peers.csv")).unwrap();
+    assert!(
+        csv.lines()
+            .next()
+            .unwrap()
+            .ends_with(",sequential_read_mb_per_s"),
+        "{csv}"
+    );
+    for store in ["lodestore", "sqlite"] {
+        assert!(
+            csv.contains(&format!("{store},0,reopen after write-heavy kill -9,ms,")),
+            "{csv}"
+        );
+    }
+}

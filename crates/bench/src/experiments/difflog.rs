@@ -297,13 +297,13 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
     // the page cache so the real disk beneath adds nothing.
     let cold = setup.disk.is_none();
     if cold {
-        evict_from_page_cache(&copies[0])?;
+        crate::workspace::evict_from_page_cache(&copies[0])?;
     }
     let disk_read_mb_s = read_streams_raw(file_system(setup).as_ref(), &copies[0], setup.streams)?;
     let mut restarts = [None; 4];
     for (level, copy) in levels.iter().zip(&copies) {
         if cold {
-            evict_from_page_cache(copy)?;
+            crate::workspace::evict_from_page_cache(copy)?;
         }
         restarts[level.number() as usize - 1] =
             Some(restart(copy, options(method, setup).restart_level(*level))?);
@@ -369,38 +369,6 @@ fn read_streams_raw(fs: &dyn FileSystem, store_dir: &Path, streams: usize) -> Re
             .sum()
     })?;
     Ok(bytes as f64 / 1e6 / started.elapsed().as_secs_f64().max(1e-9))
-}
-
-/// Makes the files under `dir` durable and drops them from the operating system's page
-/// cache, so that what reads them next reads the disk.
-fn evict_from_page_cache(dir: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    for entry in std::fs::read_dir(dir).map_err(|e| lodestore::Error::io(dir, "list folder", e))? {
-        let path = entry
-            .map_err(|e| lodestore::Error::io(dir, "list folder", e))?
-            .path();
-        if path.is_dir() {
-            evict_from_page_cache(&path)?;
-            continue;
-        }
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| lodestore::Error::io(&path, "open", e))?;
-        file.sync_all()
-            .map_err(|e| lodestore::Error::io(&path, "sync", e))?;
-        // SAFETY: an advisory call on a descriptor this function owns; no memory is passed.
-        let rc = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-        if rc != 0 {
-            return Err(lodestore::Error::io(
-                &path,
-                "drop from the page cache",
-                std::io::Error::from_raw_os_error(rc),
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Copies the folder `from` to `to`, files and subfolders.

@@ -16,7 +16,9 @@
 //!   part (its own stripe of parts), for a fixed time;
 //! - **size on disk** of the store's folder after it is closed;
 //! - **reopen after kill -9** ([`crash`]): a child process commits on the store until killed,
-//!   then the store is opened again, timed, and checked for every acknowledged commit;
+//!   then the store is opened again, timed, and checked for every acknowledged commit; with
+//!   `crash_updates`, once more after a write-heavy stretch (the child first commits that many
+//!   updates of atomic parts), which leaves a restart the most work;
 //! - **OO1** ([`oo1`]), on a store of its own: load, lookup, traversal and update.
 
 pub mod crash;
@@ -157,6 +159,9 @@ pub struct PeersConfig {
     /// The command that runs [`crash::child`], to which `--store`, `--dir` and `--part` are
     /// added; `None` leaves the kill -9 workload out.
     pub crash_child: Option<Vec<OsString>>,
+    /// Atomic-part updates the write-heavy kill -9 child commits before its acknowledged
+    /// commits (0 leaves that workload out).
+    pub crash_updates: u64,
 }
 
 impl PeersConfig {
@@ -206,6 +211,8 @@ pub struct Figures {
     pub commits_per_s: Vec<(usize, f64)>,
     pub bytes_on_disk: u64,
     pub reopen: Option<crash::Reopened>,
+    /// The same after a write-heavy stretch (`crash_updates`).
+    pub reopen_heavy: Option<crash::Reopened>,
     pub oo1: Option<oo1::Oo1Figures>,
 }
 
@@ -247,6 +254,12 @@ impl Figures {
         });
         rows.extend(self.reopen.map(|r| Metric {
             name: "reopen after kill -9".into(),
+            unit: "ms",
+            higher_is_better: false,
+            value: r.reopen_ms,
+        }));
+        rows.extend(self.reopen_heavy.map(|r| Metric {
+            name: "reopen after write-heavy kill -9".into(),
             unit: "ms",
             higher_is_better: false,
             value: r.reopen_ms,
@@ -331,7 +344,7 @@ pub fn run(
     }
     engine.close()?;
     let bytes_on_disk = crate::workspace::bytes_on_disk(dir);
-    let reopen = match &config.crash_child {
+    let (reopen, reopen_heavy) = match &config.crash_child {
         Some(command) => {
             let part = database.first_part();
             let mut command = command.clone();
@@ -343,9 +356,28 @@ pub fn run(
                 "--part".into(),
                 part.to_string().into(),
             ]);
-            Some(crash::kill_and_reopen(&command, store, dir, part)?)
+            let light = crash::kill_and_reopen(&command, store, dir, part, crash::WAIT_MAX)?;
+            let heavy = if config.crash_updates > 0 {
+                // Every part but the one the acknowledged commits write.
+                let parts_file = dir.with_extension("crash-parts");
+                crash::Heavy::write_parts(&parts_file, &database.parts()[1..])?;
+                command.extend([
+                    OsString::from("--updates"),
+                    config.crash_updates.to_string().into(),
+                    "--parts-file".into(),
+                    parts_file.as_os_str().to_owned(),
+                ]);
+                let heavy =
+                    crash::kill_and_reopen(&command, store, dir, part, crash::HEAVY_WAIT_MAX);
+                std::fs::remove_file(&parts_file)
+                    .map_err(|e| Error::io(&parts_file, "remove", e))?;
+                Some(heavy?)
+            } else {
+                None
+            };
+            (Some(light), heavy)
         }
-        None => None,
+        None => (None, None),
     };
     remove(dir)?;
     let oo1 = match (&databases.oo1, config.oo1_parts) {
@@ -364,6 +396,7 @@ pub fn run(
         commits_per_s,
         bytes_on_disk,
         reopen,
+        reopen_heavy,
         oo1,
     })
 }

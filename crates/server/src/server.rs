@@ -255,7 +255,9 @@ impl Server {
             });
         }
         options.log.segment_bytes = sb.log_segment_bytes;
-        let (log, end) = Log::open(
+        // The restart scans the whole log from the checkpoint (and reports damage anywhere in
+        // it): opening only needs to find the end.
+        let (log, end) = Log::open_at_end(
             fs.clone(),
             &dir.join(LOG_DIR_NAME),
             log_options(&options, volume.page_size()),

@@ -154,6 +154,33 @@ impl Log {
         from: Lsn,
         visit: impl FnMut(Record) -> Result<()>,
     ) -> Result<(Log, LogEnd)> {
+        Log::open_scanning(fs, dir, options, from, |segments| {
+            segments.scan(from, visit)
+        })
+    }
+
+    /// [`Log::open`] for a caller that scans the whole log from `from` itself right after (a
+    /// restart): the end is found from the start of the newest segment that begins with a
+    /// valid record, since a crash damages only the last write. Damage further back is not
+    /// looked for here; the caller's scan reports it as [`Log::open`] would.
+    pub fn open_at_end(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: LogOptions,
+        from: Lsn,
+    ) -> Result<(Log, LogEnd)> {
+        Log::open_scanning(fs, dir, options, from, |segments| segments.find_end(from))
+    }
+
+    /// Opens the segments of the log in `dir` (checking that none is missing from the one
+    /// holding `from` on) and finds the end with `find_end`.
+    fn open_scanning(
+        fs: Arc<dyn FileSystem>,
+        dir: &Path,
+        options: LogOptions,
+        from: Lsn,
+        find_end: impl FnOnce(&Segments<'_>) -> Result<LogEnd>,
+    ) -> Result<(Log, LogEnd)> {
         check_options(&options)?;
         if !fs.is_dir(dir) {
             return Err(Error::CorruptLog {
@@ -219,12 +246,11 @@ impl Log {
                 ),
             });
         }
-        let end = Segments {
+        let end = find_end(&Segments {
             files: &segments,
             segment_bytes: options.segment_bytes,
             page_size_max: options.page_size_max,
-        }
-        .scan(from, visit)?;
+        })?;
         Ok((
             Log::with(fs, dir, options, anchor, segments, spares, end.end.0),
             end,

@@ -120,6 +120,44 @@ impl Segments<'_> {
         }
     }
 
+    /// The end of the log from `from` on, found from the start of the newest segment past the
+    /// one holding `from` that begins with a valid record (records never span segments, so
+    /// each begins with one), or from `from` if none does: a crash damages only the last
+    /// write, so the end lies there. Damage before that segment is left to a full scan.
+    pub fn find_end(&self, from: Lsn) -> Result<LogEnd> {
+        let size = self.segment_bytes;
+        let first = from.0 / size;
+        for &index in self.files.keys().rev().take_while(|&&index| index > first) {
+            if self.begins_with_record(index)? {
+                return self.scan(Lsn(index * size), |_| Ok(()));
+            }
+        }
+        self.scan(from, |_| Ok(()))
+    }
+
+    /// Does segment `index` begin with a valid record of its own (not one a recycled segment
+    /// held before, which names another LSN)?
+    fn begins_with_record(&self, index: u64) -> Result<bool> {
+        let file = &self.files[&index];
+        let room = file
+            .len()?
+            .saturating_sub(SEGMENT_HEADER_BYTES)
+            .min(self.segment_bytes) as usize;
+        if room < RECORD_HEADER_BYTES {
+            return Ok(false);
+        }
+        let lsn = Lsn(index * self.segment_bytes);
+        // The header first: it tells how much more to read.
+        let mut bytes = vec![0u8; RECORD_HEADER_BYTES];
+        file.read_at(SEGMENT_HEADER_BYTES, &mut bytes)?;
+        let Ok(header) = record::header(&bytes, lsn, room) else {
+            return Ok(false);
+        };
+        bytes.resize(header.len, 0);
+        file.read_at(SEGMENT_HEADER_BYTES, &mut bytes)?;
+        Ok(record::decode(&bytes, lsn, self.page_size_max).is_ok())
+    }
+
     /// The first invalid record is at `offset` of segment `index`: the end of the log, unless a
     /// valid record follows anywhere.
     fn end_at(&self, index: u64, offset: usize, bytes: &[u8], reason: String) -> Result<LogEnd> {

@@ -549,3 +549,66 @@ fn removing_spares_leaves_a_log_that_reopens_and_creates_segments_again() {
     assert!(log.stats().segments_created > created);
     assert_eq!(log.stats().segments_reused, 0);
 }
+
+/// `Log::open_at_end` finds the end `Log::open` finds (a torn tail in the last segment
+/// included) without reading the segments before the last; damage in those is left to the
+/// scan a restart makes next, which reports it as `Log::open` does.
+#[test]
+fn opening_at_the_end_finds_the_same_end_and_leaves_older_damage_to_the_scan() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let lsns = write_many(&log, 2000);
+    assert!(log.segment_count() > 3, "{} segments", log.segment_count());
+    let last = *lsns.last().unwrap();
+    drop(log);
+    let (_, whole) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    let (_, at_end) = Log::open_at_end(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(at_end, whole);
+
+    // A torn last write: both stop before it and drop the same bytes.
+    let file = segment_path(dir, last.0 / SEGMENT);
+    let at = (SEGMENT_HEADER_BYTES + last.0 % SEGMENT) as usize;
+    fs.with_file(&file, |bytes| bytes[at + 20..at + 4096].fill(0xA5))
+        .unwrap();
+    let (_, whole) = Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    let (_, at_end) = Log::open_at_end(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(whole.end, last);
+    assert_eq!(at_end, whole);
+
+    // The newest segment beginning with a damaged record (valid ones after it): both refuse,
+    // open_at_end having gone back to the segment before.
+    let newest = segment_path(dir, last.0 / SEGMENT);
+    let head = SEGMENT_HEADER_BYTES as usize + 45;
+    fs.with_file(&newest, |bytes| bytes[head] ^= 0x10).unwrap();
+    for opened in [
+        Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)),
+        Log::open_at_end(fs.clone(), dir, options(), Lsn(SEGMENT)),
+    ] {
+        match opened {
+            Err(Error::CorruptLog { path, reason, .. }) => {
+                assert_eq!(path, newest);
+                assert!(reason.contains("valid record follows"), "{reason}");
+            }
+            other => panic!("a damaged segment start went unnoticed: {:?}", other.err()),
+        }
+    }
+    fs.with_file(&newest, |bytes| bytes[head] ^= 0x10).unwrap();
+
+    // A flipped bit in the first segment: open_at_end does not read it, the scan finds it.
+    let victim = lsns[10];
+    assert!(victim.0 / SEGMENT < last.0 / SEGMENT);
+    let first = segment_path(dir, victim.0 / SEGMENT);
+    let at = (SEGMENT_HEADER_BYTES + victim.0 % SEGMENT) as usize + 45;
+    fs.with_file(&first, |bytes| bytes[at] ^= 0x04).unwrap();
+    assert!(Log::open(fs.clone(), dir, options(), Lsn(SEGMENT)).is_err());
+    let (log, at_end) = Log::open_at_end(fs.clone(), dir, options(), Lsn(SEGMENT)).unwrap();
+    assert_eq!(at_end.end, last);
+    match log.scan(Lsn(SEGMENT), |_| Ok(())) {
+        Err(Error::CorruptLog { path, reason, .. }) => {
+            assert_eq!(path, first);
+            assert!(reason.contains("valid record follows"), "{reason}");
+        }
+        other => panic!("damage before the end went unnoticed: {other:?}"),
+    }
+}

@@ -1,6 +1,7 @@
 //! The restart driver: what every recovery method's restart shares. It first puts home any
 //! page whose home write the crash tore, from its copy in the double-write file; scans the log
-//! from the last checkpoint once, handing each record to the method's pass; checks that the
+//! from the last checkpoint once (opening the log only found its end), handing each record to
+//! the method's pass, so damage anywhere in it is reported before any redo; checks that the
 //! scan began at a checkpoint; lets the method replay (repeat history and roll losers back,
 //! or rebuild its table); then closes the same way for all: torn pages past the recorded end
 //! of the file formatted again, the free-space map reloaded and its hints refreshed for the

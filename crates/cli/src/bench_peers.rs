@@ -160,8 +160,10 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     let bar = progress_bar((args.runs * stores.len()) as u64, "store runs", false);
     let mut figures: Vec<Vec<Figures>> = vec![Vec::new(); stores.len()];
     let mut ceilings = Vec::new();
+    let mut read_bandwidths = Vec::new();
     for run in 0..args.runs {
         ceilings.push(lodestore_bench::ceiling::measure(&config.out)?);
+        read_bandwidths.push(lodestore_bench::ceiling::sequential_read(&config.out)?);
         let mut this_run = Vec::new();
         for turn in 0..stores.len() {
             let i = (run + turn) % stores.len();
@@ -182,12 +184,7 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
     bar.finish_and_clear();
     let fsync = median(ceilings.iter().map(|c| c.fdatasync_median_us).collect());
     let bandwidth = median(ceilings.iter().map(|c| c.batched_sync_mb_per_s).collect());
-    let read_bandwidth = median(
-        ceilings
-            .iter()
-            .map(|c| c.sequential_read_mb_per_s)
-            .collect(),
-    );
+    let read_bandwidth = median(read_bandwidths.clone());
     println!(
         "OO7 {} ({} objects, {:.1} MB of objects), traversals of module 1 ({} per run, \
          median), durable commits of one atomic part; OO1 on {}; medians of {} runs; a lead is \
@@ -227,7 +224,7 @@ pub fn peers(args: &PeersArgs) -> Result<ExitCode> {
         }
     }
     let csv = config.out.join("peers.csv");
-    write_csv(&csv, &figures, &ceilings)?;
+    write_csv(&csv, &figures, &ceilings, &read_bandwidths)?;
     let plot = config.out.join("peers");
     plot_relative(&plot, stores, &figures, &config.preset)?;
     println!("wrote {} and {}.svg/png", csv.display(), plot.display());
@@ -313,6 +310,7 @@ fn write_csv(
     path: &Path,
     figures: &[Vec<Figures>],
     ceilings: &[lodestore_bench::ceiling::Ceiling],
+    read_bandwidths: &[f64],
 ) -> Result<()> {
     let mut lines = vec![
         "store,run,workload,unit,value,fdatasync_us,batched_sync_mb_per_s,sequential_read_mb_per_s"
@@ -329,7 +327,7 @@ fn write_csv(
                     metric.value,
                     ceilings[run].fdatasync_median_us,
                     ceilings[run].batched_sync_mb_per_s,
-                    ceilings[run].sequential_read_mb_per_s
+                    read_bandwidths[run]
                 ));
             }
         }

@@ -58,8 +58,8 @@ pub fn measure(dir: &Path) -> Result<Ceiling> {
     })
 }
 
-/// MB/s of reading a file of [`READ_PROBE_BYTES`] written in `dir` and dropped from the page
-/// cache, in reads of [`READ_PROBE_CHUNK`]; the file is removed after. Separate from
+/// MB/s of reading a file of 64 MiB written in `dir` and dropped from the page cache, in reads
+/// of 1 MiB; the file is removed after. Separate from
 /// [`measure`]: its 64 MiB of writes would disturb a commit measurement that follows.
 pub fn sequential_read(dir: &Path) -> Result<f64> {
     let path = dir.join("read-probe");

@@ -237,6 +237,11 @@ pub(crate) enum Command {
         /// --strategy`; s2ps unless chosen).
         #[arg(long, requires = "semantic", value_parser = args::strategy)]
         strategy: Option<lodestore::multilevel::Strategy>,
+        /// Take a checkpoint after this many log records (default 20,000; see
+        /// `Options::checkpoint_log_records`), or after 16 MiB of log, whichever comes first.
+        /// A larger number leaves more log for the restart after a kill. Store folders only.
+        #[arg(long, conflicts_with = "connect")]
+        checkpoint_records: Option<u64>,
         #[command(flatten)]
         security: security::ClientSecurityArgs,
     },
@@ -598,6 +603,7 @@ fn main() -> ExitCode {
             acks,
             semantic,
             strategy,
+            checkpoint_records,
             security,
         } => stress::run(
             path.as_deref(),
@@ -610,6 +616,7 @@ fn main() -> ExitCode {
                 acks: &acks,
                 semantic,
                 strategy,
+                checkpoint_records,
             },
         ),
         Command::Serve(args) => serve::run(&args),

@@ -47,6 +47,9 @@ pub struct Workload<'a> {
     /// one, by the store's.
     pub semantic: bool,
     pub strategy: Option<Strategy>,
+    /// The store's record bound between checkpoints (`Options::checkpoint_log_records`),
+    /// else its default; embedded stores only.
+    pub checkpoint_records: Option<u64>,
 }
 
 pub fn run(
@@ -62,6 +65,7 @@ pub fn run(
         acks,
         semantic,
         strategy,
+        checkpoint_records,
     } = workload;
     if accounts < 2 || threads == 0 || seconds.is_nan() || seconds < 0.0 {
         return Err(Error::InvalidArgument(
@@ -80,7 +84,13 @@ pub fn run(
             }
             Store::connect(address, options)?
         }
-        (Some(path), None) => Store::open_or_create(path, Options::new())?,
+        (Some(path), None) => {
+            let mut options = Options::new();
+            if let Some(records) = checkpoint_records {
+                options = options.checkpoint_log_records(records);
+            }
+            Store::open_or_create(path, options)?
+        }
         (None, None) => {
             return Err(Error::InvalidArgument(
                 "stress needs a store folder PATH or --connect ADDRESS".into(),

@@ -28,7 +28,11 @@ fn stressed_store(dir: &Path, seconds: u64) -> (PathBuf, PathBuf) {
         "262144",
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let mut child = stress_on(&store, &acks, ACCOUNTS, 2, 60).spawn().unwrap();
+    // No checkpoint during the run (it would recycle the segments the tests damage).
+    let mut child = stress_on(&store, &acks, ACCOUNTS, 2, 60)
+        .args(["--checkpoint-records", "100000000"])
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_secs(seconds));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();

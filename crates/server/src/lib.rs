@@ -31,6 +31,7 @@ pub use multilevel::Compensator;
 pub use recovery::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use server::{
     allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions,
-    CHECKPOINT_LOG_BYTES_DEFAULT, COMMIT_DELAY_MAX, COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME,
+    CHECKPOINT_LOG_BYTES_DEFAULT, CHECKPOINT_LOG_RECORDS_DEFAULT, COMMIT_DELAY_MAX,
+    COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME,
 };
 pub use stats::ServerStats;

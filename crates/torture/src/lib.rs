@@ -214,7 +214,10 @@ pub(crate) fn store_options(
             } * page_size,
         )
         .log_segment_bytes(256 << 10)
+        // Both bounds small, so that either one starts checkpoints: many small records reach
+        // the record bound first, page images the byte bound.
         .checkpoint_log_bytes(48 << 10)
+        .checkpoint_log_records(100)
         .lock_wait_timeout(Duration::from_millis(100))
         .file_system(fs.clone())
 }

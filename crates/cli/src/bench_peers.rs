@@ -51,9 +51,9 @@ pub struct PeersArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Atomic-part updates the write-heavy kill -9 workload commits (in transactions of
-    /// 1,000) before its acknowledged commits and the kill; 0 leaves it out. 19000 leaves
-    /// about 19,600 records of Lodestore's log (1.5 MiB), just under its checkpoint bound of
-    /// 20,000 records: its longest restart.
+    /// 1,000) before its acknowledged commits and the kill; 0 leaves it out. 14000 leaves
+    /// about 14,600 records of Lodestore's log (1.1 MiB), just under its checkpoint bound of
+    /// 15,000 records: its longest restart.
     #[arg(long, default_value_t = 0)]
     pub crash_updates: u64,
     /// Folder for the stores, the template database, peers.csv and the plot.
@@ -107,7 +107,7 @@ impl PeersArgs {
             runs: 1,
             oo1_parts: if smoke { 2000 } else { 20_000 },
             seed: 1,
-            crash_updates: if smoke { 0 } else { 19_000 },
+            crash_updates: if smoke { 0 } else { 14_000 },
             out: out.join("peers"),
         }
     }

@@ -237,7 +237,7 @@ pub(crate) enum Command {
         /// --strategy`; s2ps unless chosen).
         #[arg(long, requires = "semantic", value_parser = args::strategy)]
         strategy: Option<lodestore::multilevel::Strategy>,
-        /// Take a checkpoint after this many log records (default 20,000; see
+        /// Take a checkpoint after this many log records (default 15,000; see
         /// `Options::checkpoint_log_records`), or after 16 MiB of log, whichever comes first.
         /// A larger number leaves more log for the restart after a kill. Store folders only.
         #[arg(long, conflicts_with = "connect")]

@@ -649,7 +649,7 @@ fn bench_peers_reopens_after_a_write_heavy_kill() {
             "--seconds",
             "0.1",
             "--crash-updates",
-            "19000",
+            "14000",
         ])
         .arg("--out")
         .arg(dir.path())
@@ -660,8 +660,8 @@ fn bench_peers_reopens_after_a_write_heavy_kill() {
         stdout.contains("reopen after write-heavy kill -9"),
         "{stdout}"
     );
-    // 19,000 updates of atomic parts leave about 1.5 MiB of log after the last checkpoint,
-    // just under its bound of 20,000 records.
+    // 14,000 updates of atomic parts leave about 1.1 MiB of log after the last checkpoint,
+    // just under its bound of 15,000 records.
     let line = stdout
         .lines()
         .find(|l| l.starts_with("Lodestore after a write-heavy kill -9: reopen"))
@@ -672,7 +672,7 @@ fn bench_peers_reopens_after_a_write_heavy_kill() {
         .and_then(|rest| rest.split(" MiB").next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{line}"));
-    assert!(mib > 1.0, "{line}");
+    assert!(mib > 0.8, "{line}");
     assert!(line.contains("of the disk's sequential read"), "{line}");
     assert!(stdout.contains("sequential read from the disk"), "{stdout}");
     let csv = std::fs::read_to_string(dir.path().join("peers.csv")).unwrap();

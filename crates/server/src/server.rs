@@ -53,9 +53,10 @@ pub const CHECKPOINT_LOG_BYTES_DEFAULT: u64 = 16 << 20;
 /// The default number of log records between checkpoints. A restart pays for each record it
 /// replays (decoding, the transaction tables, the page it lands on) more than for its
 /// bytes: 16 MiB of small updates, 220,000 records, took about 0.1 s to replay, so a bound
-/// on bytes alone lets a log of small records grow a restart past 20 ms. About 20,000 small records replayed in 14 to 17 ms on this project's
-/// test machine (`docs/BENCHMARKS.md`, "A checkpoint bound on records").
-pub const CHECKPOINT_LOG_RECORDS_DEFAULT: u64 = 20_000;
+/// on bytes alone lets a log of small records grow a restart past 20 ms. At this bound a
+/// restart after atomic-part updates took 15 to 17 ms on this project's test machine
+/// (`docs/BENCHMARKS.md`, "A checkpoint bound on records").
+pub const CHECKPOINT_LOG_RECORDS_DEFAULT: u64 = 15_000;
 
 /// Server settings.
 #[derive(Clone)]

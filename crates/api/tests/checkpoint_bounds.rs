@@ -114,3 +114,86 @@ fn a_record_bound_of_zero_is_refused_by_name() {
         Ok(_) => panic!("a record bound of zero was accepted"),
     }
 }
+
+/// The counter's value as the store in `path` holds it, and the session that read it.
+fn counter_value(store: &Store) -> u64 {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let oid = txn.root("counter").unwrap().unwrap();
+    let value = txn
+        .get(lodestore::Oid::<Counter>::from_raw(oid))
+        .unwrap()
+        .value;
+    txn.commit().unwrap();
+    value
+}
+
+/// Crashes the store (dropping unsynced writes) and opens it again.
+fn crash_and_reopen(fs: &Arc<SimFileSystem>, store: Store, path: &Path, seed: u64) -> Store {
+    fs.crash_now();
+    drop(store);
+    fs.recover(Fault::DropUnsynced, seed);
+    Store::open(path, options(fs, RECORDS_BOUND)).unwrap()
+}
+
+#[test]
+fn a_restart_leaves_its_pages_to_the_next_checkpoint_and_a_second_crash_loses_nothing() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/stores/deferred");
+    let (store, _) = counted_store(&fs, path, RECORDS_BOUND);
+    let store = crash_and_reopen(&fs, store, path, 5);
+    let first = store.restart_report().clone();
+    assert!(first.needed_recovery());
+    assert!(
+        first.checkpoint_deferred,
+        "ESM's restart took a checkpoint it could leave: {first:?}"
+    );
+    assert_eq!(store.server_stats().checkpoints, 0, "no checkpoint at open");
+    assert_eq!(counter_value(&store), COMMITS);
+
+    // A second crash before any checkpoint: the same log replayed again, with no more.
+    let store = crash_and_reopen(&fs, store, path, 6);
+    let second = store.restart_report().clone();
+    assert!(second.checkpoint_deferred);
+    assert_eq!(
+        second.checkpoint_lsn, first.checkpoint_lsn,
+        "the same restart point"
+    );
+    assert!(second.records_scanned >= first.records_scanned);
+    assert_eq!(counter_value(&store), COMMITS, "every increment, once");
+
+    // The replayed records count toward the bound: the next checkpoint comes after fewer new
+    // records than the bound, and the restart after it replays no more than the bound.
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let oid = lodestore::Oid::<Counter>::from_raw(txn.root("counter").unwrap().unwrap());
+    txn.commit().unwrap();
+    let mut commits = 0;
+    while store.server_stats().checkpoints == 0 {
+        let mut txn = session.begin().unwrap();
+        txn.get_mut(oid).unwrap().value += 1;
+        txn.commit().unwrap();
+        commits += 1;
+        assert!(
+            commits < RECORDS_BOUND,
+            "no checkpoint after {commits} commits"
+        );
+    }
+    // Three records a commit (update, commit, flush mark).
+    assert!(
+        commits * 3 + second.records_scanned <= RECORDS_BOUND + 12,
+        "{commits} commits before the checkpoint after {} records replayed: they were not \
+         counted",
+        second.records_scanned
+    );
+    drop(session);
+    let store = crash_and_reopen(&fs, store, path, 7);
+    assert!(store.restart_report().records_scanned <= RECORDS_BOUND + 8);
+    assert_eq!(counter_value(&store), COMMITS + commits);
+    store.close().unwrap();
+    // Closed cleanly: the data file alone is the store again.
+    let store = Store::open(path, options(&fs, RECORDS_BOUND)).unwrap();
+    assert!(!store.restart_report().needed_recovery());
+    assert!(!store.restart_report().checkpoint_deferred);
+    assert_eq!(counter_value(&store), COMMITS + commits);
+}

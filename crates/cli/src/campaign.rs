@@ -154,6 +154,7 @@ impl Summary {
         }
         for key in [
             "crashes_during_recovery",
+            "restarts_deferring_checkpoint",
             "commits_acknowledged",
             "aborts",
             "commits_in_flight",

@@ -177,6 +177,10 @@ pub fn run(args: &TortureArgs) -> Result<ExitCode> {
             report.crashes_during_recovery
         );
         println!(
+            "  restarts left to checkpoint {:>8}",
+            report.restarts_deferring_checkpoint
+        );
+        println!(
             "  commits acknowledged         {:>8}",
             report.commits_acknowledged
         );

@@ -186,6 +186,10 @@ pub(crate) struct State {
     pub checkpoint_log_end: Lsn,
     /// and the log's count of records appended then.
     pub checkpoint_log_records: u64,
+    /// Records of the log from the restart point that were there before this process
+    /// appended any: a restart that left its pages to the next checkpoint counts them
+    /// toward it, so the next crash replays no more than the bound.
+    pub checkpoint_records_carried: u64,
     pub stats: ServerStats,
     /// What the recovery method keeps beside the engine's state (whole-page logging: its table
     /// of page images in the log); each method reads its own (`RecoveryMethod::fresh_state`).
@@ -381,6 +385,7 @@ impl Server {
                 double_write,
                 checkpoint_log_end: log.end_lsn(),
                 checkpoint_log_records: log.stats().records,
+                checkpoint_records_carried: 0,
                 stats: ServerStats::default(),
                 method_state,
                 failed: None,
@@ -1125,6 +1130,7 @@ impl Server {
         state.stats.checkpoints += 1;
         state.checkpoint_log_end = self.log.end_lsn();
         state.checkpoint_log_records = self.log.stats().records;
+        state.checkpoint_records_carried = 0;
         state.home_at_checkpoint = install_all;
         // The log from the new restart point holds no page image yet.
         state.logged_whole.clear();
@@ -1140,9 +1146,10 @@ impl Server {
     /// Has the log grown past either bound since the last checkpoint? (Both bound the work of
     /// the restart after a crash: reading the bytes, replaying the records.)
     fn checkpoint_due(&self, state: &State) -> bool {
+        let records = self.log.stats().records + state.checkpoint_records_carried
+            - state.checkpoint_log_records;
         self.log.end_lsn().0 - state.checkpoint_log_end.0 >= self.options.checkpoint_log_bytes
-            || self.log.stats().records - state.checkpoint_log_records
-                >= self.options.checkpoint_log_records
+            || records >= self.options.checkpoint_log_records
     }
 
     /// Refreshes the space hints of `pages` from their images in the pool.

@@ -124,6 +124,9 @@ pub struct CampaignReport {
     pub crashes_by_fault: BTreeMap<String, u64>,
     /// Crashes that hit while recovery itself was running.
     pub crashes_during_recovery: u64,
+    /// Restarts that left the pages they redid to the next checkpoint (the next crash may
+    /// come before it).
+    pub restarts_deferring_checkpoint: u64,
     pub commits_acknowledged: u64,
     pub aborts: u64,
     /// Commits cut by the crash, and how many of those survived it.
@@ -417,6 +420,9 @@ fn iteration(
         Err(error) => return Err(format!("recovery failed: {error}")),
     };
     subject.fs.disarm();
+    if store.restart_report().checkpoint_deferred {
+        report.restarts_deferring_checkpoint += 1;
+    }
     // A main-memory method writes its data file only when everything goes home (a clean
     // close), and the oracle reads the files: the recovered store is closed and opened again.
     let store = if options.method.is_main_memory() {

@@ -163,6 +163,9 @@ fn iteration(
         Err(e) => return Err(format!("recovery failed: {e}")),
     };
     subject.fs.disarm();
+    if store.restart_report().checkpoint_deferred {
+        report.restarts_deferring_checkpoint += 1;
+    }
     verify(&store, subject, report)?;
     if rng.random_bool(0.05) {
         // Now and then a clean close, and `check` on what it left.

@@ -1,8 +1,9 @@
 //! The oracle: does the recovered store hold exactly what it should?
 
 use crate::{collection, CampaignReport, Delta, Model, Subject};
-use lodestore::{AsOf, Error, RawOid, Session, Store};
+use lodestore::{AsOf, Error, FileSystem, RawOid, Session, Store};
 use rand::rngs::StdRng;
+use std::sync::Arc;
 
 pub enum Failure {
     /// The store reported a problem by name (an error or a `check` finding). Acceptable only
@@ -26,8 +27,25 @@ pub fn verify(
     subject: &mut Subject,
     report: &mut CampaignReport,
 ) -> Result<InFlight, Failure> {
+    // A restart that left its pages to the next checkpoint left the data file behind the
+    // store: read what a crash right now would recover instead (the same log replayed once
+    // more, in memory), which is what the open store must hold too.
+    let deferred_view = if store.restart_report().checkpoint_deferred {
+        let fs: Arc<dyn FileSystem> = subject.fs.clone();
+        Some(
+            lodestore::recover_in_memory(fs, &subject.path).map_err(|e| {
+                Failure::Detected(format!("recovering the store again in memory failed: {e}"))
+            })?,
+        )
+    } else {
+        None
+    };
+    let files: &dyn FileSystem = match &deferred_view {
+        Some(view) => view.file_system(),
+        None => subject.fs.as_ref(),
+    };
     let mut stored = Model::new();
-    lodestore::objects(subject.fs.as_ref(), &subject.path, |object| {
+    lodestore::objects(files, &subject.path, |object| {
         stored.insert(object.oid, object.bytes);
         Ok(())
     })
@@ -51,7 +69,7 @@ pub fn verify(
         }
         stored.extend(entries);
     }
-    let report = lodestore::check(subject.fs.as_ref(), &subject.path)
+    let report = lodestore::check(files, &subject.path)
         .map_err(|e| Failure::Detected(format!("check could not run: {e}")))?;
     if !report.is_sound() {
         let first: Vec<String> = report

@@ -363,7 +363,22 @@ fn crash_campaign_multi_level_strategies() {
         assert_eq!(report.crashes, options.crashes);
         assert!(report.commits_acknowledged > options.crashes, "{report:?}");
         assert!(report.aborts > 0, "{report:?}");
-        assert!(report.crashes_during_recovery > 0, "{report:?}");
+        if method == RecoveryMethodKind::Esm {
+            // ESM's restarts leave their pages to the next checkpoint, and the crashes after
+            // them fall on a store whose redone pages have not gone home.
+            assert!(report.restarts_deferring_checkpoint > 0, "{report:?}");
+        }
+        if method == RecoveryMethodKind::Esm && strategy == Strategy::S1 {
+            // Flat transactions log nothing before their commit, so an ESM restart has no
+            // loser to undo, and one that defers its checkpoint writes nothing a crash could
+            // hit.
+            assert!(
+                report.crashes_during_recovery > 0 || report.restarts_deferring_checkpoint > 0,
+                "{report:?}"
+            );
+        } else {
+            assert!(report.crashes_during_recovery > 0, "{report:?}");
+        }
         assert!(report.commits_in_flight > 0, "{report:?}");
     }
 }

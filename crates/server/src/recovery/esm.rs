@@ -121,6 +121,12 @@ impl RecoveryMethod for Esm {
         Ok(())
     }
 
+    fn restart_may_defer_checkpoint(&self) -> bool {
+        // Repeating history and the compensation records of the undo make a second replay
+        // of the same log land on the same pages, so the closing checkpoint can wait.
+        true
+    }
+
     fn restart_pass(&self) -> Box<dyn RestartPass> {
         Box::new(EsmRestart::default())
     }

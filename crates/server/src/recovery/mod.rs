@@ -245,6 +245,10 @@ pub struct RestartReport {
     /// Pages put home from the double-write file (their home copy was torn or older).
     #[serde(default)]
     pub pages_restored: u64,
+    /// The restart left the pages it redid to the next checkpoint (see
+    /// `RecoveryMethod::restart_may_defer_checkpoint`) instead of taking one itself.
+    #[serde(default)]
+    pub checkpoint_deferred: bool,
     pub elapsed_us: u64,
 }
 
@@ -475,6 +479,14 @@ pub(crate) trait RecoveryMethod: Send + Sync {
 
     /// The method's part of a restart (see [`restart::run`], which does the rest).
     fn restart_pass(&self) -> Box<dyn restart::RestartPass>;
+
+    /// May a restart leave the pages it redid to the next checkpoint instead of taking one
+    /// before the store opens? Only for a method whose restart point stays valid until then:
+    /// replaying the same log again after a second crash rebuilds the same pages, and nothing
+    /// but the log holds what the restart found (no table of its own to write out).
+    fn restart_may_defer_checkpoint(&self) -> bool {
+        false
+    }
 
     /// The committed images of `pages`, which the active transaction `txn` changed: each page
     /// as it was before `txn` first changed it (a snapshot taken while `txn` runs needs them).

@@ -6,7 +6,10 @@
 //! or rebuild its table); then closes the same way for all: torn pages past the recorded end
 //! of the file formatted again, the free-space map reloaded and its hints refreshed for the
 //! pages recovery touched, and a checkpoint so that the next restart starts from here (unless
-//! the log held only the quiet checkpoint of a clean close, which already does).
+//! the log held only the quiet checkpoint of a clean close, which already does). A method
+//! whose replay can simply be repeated (ESM) leaves its redone pages dirty in the pool for the
+//! next checkpoint instead, when nothing else on disk needs mending: the store opens after one
+//! log sync, not after a checkpoint's double write and syncs.
 
 use super::{check_checkpoint_record, repair_unrecorded_tail, RestartReport};
 use crate::server::{Server, State};
@@ -102,6 +105,8 @@ pub(crate) fn run(
     report.pages_repaired = repair_unrecorded_tail(server, state)?;
     // Hints next: a torn map page is rebuilt here, and the checkpoint below writes it.
     state.space = crate::space::SpaceManager::load(&server.volume)?;
+    // A map page rebuilt because its copy on disk was torn is dirty before any hint changes.
+    let maps_rebuilt = state.space.has_dirty_maps();
     // A loser may have used pages of a file extension the crash took back: they are gone.
     let page_count = server.volume.page_count();
     replayed.touched.retain(|page| page.0 < page_count);
@@ -113,15 +118,52 @@ pub(crate) fn run(
         && !state.space.has_dirty_maps()
         && superblock_copies_agree(server);
     server.refresh_hints(state, replayed.touched)?;
+    let may_defer = server.method.restart_may_defer_checkpoint()
+        && !replayed.install_all
+        && report.pages_repaired == 0
+        && report.pages_restored == 0
+        && !maps_rebuilt
+        // Unfinished multi-level transactions: the closing checkpoint lists them, with the
+        // level-1 chains their warm start compensates along.
+        && state.multilevel.parents.is_empty()
+        && state.multilevel.warm_start.is_empty()
+        && superblock_copies_agree(server);
     // After a clean close the last checkpoint already describes the store: another one would
     // only cost its syncs (five or so, on every open of a closed store).
     if nothing_changed {
         state.home_at_checkpoint = true;
+    } else if may_defer {
+        defer_checkpoint(server, state, checkpoint, &report)?;
+        report.checkpoint_deferred = true;
     } else {
         server.checkpoint_locked_with(state, replayed.install_all)?;
     }
     report.elapsed_us = started.elapsed().as_micros() as u64;
     Ok(report)
+}
+
+/// Leaves the restart point where it is and the redone pages dirty in the pool: the next
+/// checkpoint writes them (through the double-write file, as any). A second crash before it
+/// replays the same log again, now with what the restart appended (compensations, ends),
+/// which is made durable here so that the undo is not repeated from scratch. The records
+/// replayed count toward the next checkpoint's bound, so the log to replay stays bounded.
+fn defer_checkpoint(
+    server: &Server,
+    state: &mut State,
+    checkpoint: Lsn,
+    report: &RestartReport,
+) -> Result<()> {
+    server.log.flush_all()?;
+    state.checkpoint_log_end = checkpoint;
+    state.checkpoint_log_records = server.log.stats().records;
+    state.checkpoint_records_carried = report.records_scanned;
+    state.home_at_checkpoint = false;
+    tracing::debug!(
+        checkpoint = checkpoint.0,
+        records = report.records_scanned,
+        "restart left its pages to the next checkpoint"
+    );
+    Ok(())
 }
 
 /// Are both superblock copies readable and of the same generation? (A checkpoint rewrites a

@@ -76,14 +76,11 @@ fn small_commits_are_checkpointed_at_the_record_bound_and_the_restart_replays_no
         "the restart replayed {} records past a bound of {RECORDS_BOUND}",
         report.records_scanned
     );
-    let mut session = store.session().unwrap();
-    let mut txn = session.begin().unwrap();
-    let oid = txn.root("counter").unwrap().unwrap();
-    let value = txn
-        .get(lodestore::Oid::<Counter>::from_raw(oid))
-        .unwrap()
-        .value;
-    assert_eq!(value, COMMITS, "every acknowledged increment survived");
+    assert_eq!(
+        counter_value(&store),
+        COMMITS,
+        "every acknowledged increment survived"
+    );
 }
 
 #[test]
@@ -115,7 +112,7 @@ fn a_record_bound_of_zero_is_refused_by_name() {
     }
 }
 
-/// The counter's value as the store in `path` holds it, and the session that read it.
+/// The counter's value as `store` holds it.
 fn counter_value(store: &Store) -> u64 {
     let mut session = store.session().unwrap();
     let mut txn = session.begin().unwrap();

@@ -24,6 +24,7 @@ use lodestore_core::{Error, Oid, PageId, Result, TxnId};
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use smallvec::SmallVec;
 use std::collections::hash_map::Entry;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -221,6 +222,11 @@ struct Table {
     waiting: HashMap<TxnId, Waiter>,
     /// Arrival order of waiters: the next waiter's ticket.
     next_ticket: u64,
+    /// Transactions whose locks last only a subtransaction (released at its end, not held to
+    /// a durable commit): a request blocked only by them spins before it sleeps.
+    brief: HashSet<TxnId>,
+    /// Times a request went to sleep (after spinning, if it spun).
+    sleeps: u64,
     stats: LockStats,
 }
 
@@ -232,8 +238,25 @@ struct Waiter {
     ticket: u64,
     /// Signalled when the request may be granted now: each waiter has its own, so that a
     /// release wakes only the waiters it lets in, not every thread that waits for any lock.
-    wake: Arc<Condvar>,
+    wake: Arc<WaitSignal>,
 }
+
+/// How a release tells one waiter that its request may be granted now.
+#[derive(Debug, Default)]
+struct WaitSignal {
+    /// Set (under the table's lock) when a change lets the request in; read without the lock
+    /// by a waiter still spinning.
+    ready: AtomicBool,
+    /// For a waiter asleep.
+    woken: Condvar,
+}
+
+/// How long a request blocked only by subtransactions spins (yielding its CPU) before it
+/// sleeps, over all its waits. A subtransaction holds its page locks for the microseconds of
+/// one operation; a waiter put to sleep costs the releaser a wake-up, and on a virtual machine
+/// an idle CPU takes tens of microseconds to come back, which turns a hot page into a convoy
+/// (measured in docs/BENCHMARKS.md, "Spinning before sleeping").
+const LOCK_SPIN: Duration = Duration::from_micros(200);
 
 /// The ticket of a request that has not waited yet: behind every waiter.
 const NOT_WAITING: u64 = u64::MAX;
@@ -242,12 +265,14 @@ pub struct LockManager {
     modes: ModeTable,
     table: Mutex<Table>,
     timeout: Duration,
+    /// [`LOCK_SPIN`], but for tests.
+    spin: Duration,
 }
 
 /// Counters of the lock manager.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LockStats {
-    /// Times a request went to sleep (one request may sleep more than once).
+    /// Times a request waited, spinning or asleep (one request may wait more than once).
     pub waits: u64,
     pub deadlocks: u64,
     pub timeouts: u64,
@@ -448,7 +473,7 @@ impl Table {
 
     /// The waiters on `resources` whose requests could be granted now (nobody holds or
     /// waits ahead for a conflicting mode), to be woken once the table is unlocked.
-    fn grantable(&self, modes: &ModeTable, resources: &[Resource]) -> Vec<Arc<Condvar>> {
+    fn grantable(&self, modes: &ModeTable, resources: &[Resource]) -> Vec<Arc<WaitSignal>> {
         if self.waiting.is_empty() {
             return Vec::new();
         }
@@ -469,15 +494,18 @@ impl Table {
                     .is_empty()
                 }
             })
-            .map(|(_, w)| w.wake.clone())
+            .map(|(_, w)| {
+                w.wake.ready.store(true, Ordering::Release);
+                w.wake.clone()
+            })
             .collect()
     }
 }
 
 /// Wakes the waiters `Table::grantable` found (after the table is unlocked).
-fn wake(waiters: Vec<Arc<Condvar>>) {
+fn wake(waiters: Vec<Arc<WaitSignal>>) {
     for waiter in waiters {
-        waiter.notify_one();
+        waiter.woken.notify_one();
     }
 }
 
@@ -501,9 +529,12 @@ impl LockManager {
                 held: HashMap::default(),
                 waiting: HashMap::default(),
                 next_ticket: 0,
+                brief: HashSet::default(),
+                sleeps: 0,
                 stats: LockStats::default(),
             }),
             timeout,
+            spin: LOCK_SPIN,
         })
     }
 
@@ -540,6 +571,8 @@ impl LockManager {
         let txn = owner.txn;
         // Read the clock only once the request has to wait: most are granted at once.
         let mut started: Option<Instant> = None;
+        // Spinning left to this request, spent across its waits.
+        let mut spin_left = self.spin;
         let mut table = self.lock();
         table.stats.requests += 1;
         loop {
@@ -599,7 +632,22 @@ impl LockManager {
             }
             table.stats.waits += 1;
             let signal = table.waiting[&txn].wake.clone();
+            // Only a release after this point (it takes the table's lock) sets it again.
+            signal.ready.store(false, Ordering::Relaxed);
+            if !spin_left.is_zero() && blockers.iter().all(|b| table.brief.contains(b)) {
+                drop(table);
+                let spin = spin_left.min(self.timeout - waited);
+                let start = Instant::now();
+                while !signal.ready.load(Ordering::Acquire) && start.elapsed() < spin {
+                    std::thread::yield_now();
+                }
+                spin_left = spin_left.saturating_sub(start.elapsed());
+                table = self.lock();
+                continue;
+            }
+            table.sleeps += 1;
             table = signal
+                .woken
                 .wait_timeout(table, self.timeout - waited)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
@@ -662,12 +710,20 @@ impl LockManager {
     /// Releases every lock of `txn`, at every level, and wakes the waiters.
     pub fn release_all(&self, txn: TxnId) {
         let mut table = self.lock();
+        table.brief.remove(&txn);
         let left = table.waiting.remove(&txn);
         let mut released = table.drop_locks(txn, |_| true);
         released.extend(left.map(|w| w.resource));
         let next = table.grantable(&self.modes, &released);
         drop(table);
         wake(next);
+    }
+
+    /// Notes that `txn` is a subtransaction: it holds its locks for the few microseconds of one
+    /// operation, so a request it blocks spins briefly (yielding its CPU) before sleeping.
+    /// Forgotten at its [`release_all`](Self::release_all).
+    pub fn holds_briefly(&self, txn: TxnId) {
+        self.lock().brief.insert(txn);
     }
 
     /// Releases the locks `txn` holds at `level` (a subtransaction's, at its end).
@@ -740,6 +796,73 @@ mod tests {
 
     fn manager() -> LockManager {
         LockManager::new(Duration::from_secs(5))
+    }
+
+    fn sleeps(locks: &LockManager) -> u64 {
+        locks.lock().sleeps
+    }
+
+    /// Behind a subtransaction a request spins (here for as long as it takes) and is granted
+    /// at the release without sleeping; behind a transaction holding to its commit it sleeps
+    /// at once. Either way the release lets it in, and the subtransaction is forgotten.
+    #[test]
+    fn a_request_spins_behind_a_subtransaction_and_sleeps_behind_a_transaction() {
+        let mut locks = manager();
+        locks.spin = Duration::from_secs(5);
+        let locks = Arc::new(locks);
+        let (sub, flat, waiter) = (TxnId(1), TxnId(2), TxnId(3));
+        let p = PageId(4);
+        for (holder, brief) in [(sub, true), (flat, false)] {
+            if brief {
+                locks.holds_briefly(holder);
+            }
+            locks.acquire(holder, p, LockMode::Exclusive).unwrap();
+            let before = sleeps(&locks);
+            let blocked = {
+                let locks = locks.clone();
+                std::thread::spawn(move || locks.acquire(waiter, p, LockMode::Exclusive))
+            };
+            until_waiting(&locks, 1);
+            if !brief {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while sleeps(&locks) == before {
+                    assert!(Instant::now() < deadline, "the request did not sleep");
+                    std::thread::yield_now();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            locks.release_all(holder);
+            assert_eq!(blocked.join().unwrap().unwrap(), LockMode::Exclusive);
+            let slept = sleeps(&locks) - before;
+            assert_eq!(slept == 0, brief, "slept {slept} times; brief: {brief}");
+            locks.release_all(waiter);
+        }
+        assert!(locks.lock().brief.is_empty());
+        assert_eq!(locks.locked_pages(), 0);
+    }
+
+    /// Spinning does not hide a deadlock: two subtransactions each waiting for the other's
+    /// page are found at once, the one closing the cycle refused.
+    #[test]
+    fn a_deadlock_between_subtransactions_is_found_while_one_spins() {
+        let locks = Arc::new(manager());
+        let (a, b) = (TxnId(1), TxnId(2));
+        let (p, q) = (PageId(1), PageId(2));
+        locks.holds_briefly(a);
+        locks.holds_briefly(b);
+        locks.acquire(a, p, LockMode::Exclusive).unwrap();
+        locks.acquire(b, q, LockMode::Exclusive).unwrap();
+        let first = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(a, q, LockMode::Exclusive))
+        };
+        until_waiting(&locks, 1);
+        let second = locks.acquire(b, p, LockMode::Exclusive);
+        assert!(matches!(second, Err(Error::Deadlock { page }) if page == p));
+        locks.release_all(b);
+        first.join().unwrap().unwrap();
+        locks.release_all(a);
+        assert_eq!(locks.locked_pages(), 0);
     }
 
     /// Returns once `count` transactions wait for a lock (at most 5 s), so tests order

@@ -121,6 +121,8 @@ impl Server {
                 ..TxnState::default()
             },
         );
+        drop(state);
+        self.locks.holds_briefly(sub);
         Ok(sub)
     }
 

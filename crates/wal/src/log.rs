@@ -20,8 +20,9 @@ use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_storage::{FileSystem, OpenMode, Storage};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Log settings.
 #[derive(Clone, Debug)]
@@ -86,6 +87,17 @@ struct Shared {
     /// known to have been written (see [`segment::ZEROS_AHEAD_BYTES`]). Only the flush leader
     /// uses it.
     zeroed: Mutex<(u64, u64)>,
+    /// `Inner::durable`, readable without the lock by committers waiting for a round.
+    durable_seen: AtomicU64,
+    /// `Inner::flushing`, likewise: a waiter stops spinning when the leader has gone, to lead
+    /// the next round itself.
+    flushing_seen: AtomicBool,
+    /// How long a round (write and sync) takes, nanoseconds, a moving average: how long a
+    /// waiter spins.
+    round_ns: AtomicU64,
+    /// How many committers are in `Inner::waiters`: a gathering leader stops when the last
+    /// round's number are back.
+    waiting: AtomicU64,
 }
 
 struct Inner {
@@ -104,11 +116,31 @@ struct Inner {
     /// Committers waiting for durability up to their target, woken one by one when a round
     /// covers them (waking them all would cost a futile context switch each).
     waiters: Vec<(u64, std::thread::Thread)>,
+    /// Commits the last round made durable (its leader's and its waiters'): when more than
+    /// one, the next leader gathers before it writes.
+    last_carried: usize,
     failed: Option<String>,
     segments: BTreeMap<u64, Arc<dyn Storage>>,
     spares: Vec<PathBuf>,
     stats: LogStats,
 }
+
+/// The longest a committer spins for a round before it parks. A committer waits for the round
+/// in flight and then for its own, about two rounds: it spins for that long when two rounds fit
+/// in this bound (a fast disk), and parks at once on a disk so slow that a wake-up is cheap
+/// beside its sync.
+const WAIT_SPIN_MAX: Duration = Duration::from_millis(1);
+
+/// The longest a leader gathers. Committers that one round woke all come back at about the
+/// same time, a little after the next round has started, and wait for the round after it: two
+/// cohorts take turns and each commit waits about two rounds (two committing threads
+/// alternated, one commit per sync). So, when the last round carried more than one commit
+/// and no commit delay is set, the leader first spins, yielding its CPU, until as many
+/// committers wait as the last round carried or half a round (the moving average) has passed,
+/// which lets the woken cohort into its round; when half a round is longer than this bound (a
+/// slow disk, whose rounds gather many commits anyway) it does not gather. A committer alone,
+/// or one at a time (transactions serialised on a lock held to their commit), never waits.
+const GATHER_MAX: Duration = Duration::from_micros(500);
 
 /// Largest emptied buffer kept for the next round; a larger one (after a very large commit)
 /// is given back to the allocator.
@@ -300,6 +332,10 @@ impl Log {
             anchor: Mutex::new(anchor),
             // Nothing known: the first write fills zeros ahead of itself.
             zeroed: Mutex::new((0, 0)),
+            durable_seen: AtomicU64::new(end),
+            flushing_seen: AtomicBool::new(false),
+            round_ns: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 in_flight: Arc::default(),
                 buffer: Vec::new(),
@@ -309,6 +345,7 @@ impl Log {
                 durable: end,
                 flushing: false,
                 waiters: Vec::new(),
+                last_carried: 0,
                 failed: None,
                 segments,
                 spares,
@@ -379,7 +416,9 @@ impl Log {
 
     /// [`Log::flush`], where a caller that becomes the flush leader first waits `delay`
     /// (without the log's lock), so that commits arriving meanwhile share its sync: the
-    /// adaptive commit delay. Followers never wait for it on their own.
+    /// adaptive commit delay. Followers never wait for it on their own. Without a delay, a
+    /// leader whose last round carried more than one commit gathers first, for half a round
+    /// at most (see `GATHER_MAX` in the source).
     pub fn flush_after(&self, upto: Lsn, delay: Duration) -> Result<()> {
         let shared = &self.shared;
         let mut inner = self.lock();
@@ -392,17 +431,42 @@ impl Log {
                 return Ok(());
             }
             if inner.flushing {
-                inner.waiters.push((target, std::thread::current()));
+                // A waiter that stopped spinning when a leader left may find a new leader and
+                // wait again: once in the list is enough.
+                let me = std::thread::current();
+                if !inner.waiters.iter().any(|(_, t)| t.id() == me.id()) {
+                    inner.waiters.push((target, me));
+                    shared
+                        .waiting
+                        .store(inner.waiters.len() as u64, Ordering::Relaxed);
+                }
                 drop(inner);
-                std::thread::park();
+                shared.await_round(target);
                 inner = self.lock();
                 continue;
             }
             inner.flushing = true;
+            shared.flushing_seen.store(true, Ordering::Relaxed);
             if !delay.is_zero() {
                 drop(inner);
                 std::thread::sleep(delay);
                 inner = self.lock();
+            } else if inner.last_carried >= 2 {
+                // The committers the last round woke are coming back: wait for as many as it
+                // carried, for half a round at most, so they join this round instead of the
+                // next (see `GATHER_MAX`).
+                let gather = Duration::from_nanos(shared.round_ns.load(Ordering::Relaxed) / 2);
+                if gather <= GATHER_MAX {
+                    let expected = inner.last_carried as u64;
+                    drop(inner);
+                    let start = Instant::now();
+                    while start.elapsed() < gather
+                        && shared.waiting.load(Ordering::Relaxed) + 1 < expected
+                    {
+                        std::thread::yield_now();
+                    }
+                    inner = self.lock();
+                }
             }
             // Woken after the lock is released: a thread woken while the leader still holds
             // it would only block on the lock and need waking a second time.
@@ -411,12 +475,16 @@ impl Log {
                 inner = shared.flush_round(inner, &mut wake);
             }
             inner.flushing = false;
+            shared.flushing_seen.store(false, Ordering::Release);
             // Anyone still waiting needs a new leader: wake one (or all, if the log failed).
             if inner.failed.is_some() {
                 wake.extend(inner.waiters.drain(..).map(|(_, thread)| thread));
             } else if let Some((_, thread)) = inner.waiters.pop() {
                 wake.push(thread);
             }
+            shared
+                .waiting
+                .store(inner.waiters.len() as u64, Ordering::Relaxed);
             drop(inner);
             for thread in wake {
                 thread.unpark();
@@ -601,7 +669,19 @@ impl Shared {
         let bytes = Arc::new(std::mem::replace(&mut inner.buffer, fresh));
         inner.in_flight = Arc::clone(&bytes);
         drop(inner);
+        let began = Instant::now();
         let result = self.write_out(start, &bytes);
+        let took = began.elapsed().as_nanos() as u64;
+        let average = self.round_ns.load(Ordering::Relaxed);
+        // Only the leader writes it: a moving average over about eight rounds.
+        self.round_ns.store(
+            if average == 0 {
+                took
+            } else {
+                (average * 7 + took) / 8
+            },
+            Ordering::Relaxed,
+        );
         inner = self.lock();
         inner.in_flight = Arc::default();
         // Readers clone nothing out of the lock, so the round holds the only reference.
@@ -610,6 +690,7 @@ impl Shared {
             Ok(()) => {
                 inner.buffer_start += bytes.len() as u64;
                 inner.durable = inner.buffer_start;
+                self.durable_seen.store(inner.durable, Ordering::Release);
                 inner.stats.flushes += 1;
                 inner.stats.bytes_flushed += bytes.len() as u64;
                 if bytes.capacity() <= SPARE_BUFFER_BYTES_MAX {
@@ -626,6 +707,7 @@ impl Shared {
             }
         }
         let durable = inner.durable;
+        let before = wake.len();
         let mut i = 0;
         while i < inner.waiters.len() {
             if inner.waiters[i].0 <= durable {
@@ -634,7 +716,35 @@ impl Shared {
                 i += 1;
             }
         }
+        inner.last_carried = wake.len() - before + 1;
+        self.waiting
+            .store(inner.waiters.len() as u64, Ordering::Relaxed);
         inner
+    }
+
+    /// Waits for the leader's round to make `target` durable, or for the leader to leave (the
+    /// waiter may have to lead the next round): first by yielding the CPU for about two rounds
+    /// (see [`WAIT_SPIN_MAX`]; a parked thread costs the leader a wake-up, and on a virtual
+    /// machine an idle CPU takes tens of microseconds to come back), then parked. The leader
+    /// unparks every waiter it covers either way; a waiter not yet parked only keeps the token
+    /// for its next park, which returns at once, and the caller checks again under the lock.
+    fn await_round(&self, target: u64) {
+        let spin = Duration::from_nanos(2 * self.round_ns.load(Ordering::Relaxed));
+        let spin = if spin <= WAIT_SPIN_MAX {
+            spin
+        } else {
+            Duration::ZERO
+        };
+        let start = Instant::now();
+        while start.elapsed() < spin {
+            if self.durable_seen.load(Ordering::Acquire) >= target
+                || !self.flushing_seen.load(Ordering::Acquire)
+            {
+                return;
+            }
+            std::thread::yield_now();
+        }
+        std::thread::park();
     }
 
     fn failed_error(&self, reason: &str) -> Error {

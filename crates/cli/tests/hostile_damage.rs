@@ -18,6 +18,12 @@ const ACCOUNTS: usize = 200;
 /// Runs `stress` on a new store (log segments of 256 KiB) for `seconds` and kills it with
 /// SIGKILL. Returns the store and the file of acknowledged transfers.
 fn stressed_store(dir: &Path, seconds: u64) -> (PathBuf, PathBuf) {
+    stressed_store_spanning(dir, seconds, 0)
+}
+
+/// `stressed_store`, run on past `seconds` until the log spans `segments_min` segments (or for
+/// at most 50 s): how much log a few seconds write depends on the machine.
+fn stressed_store_spanning(dir: &Path, seconds: u64, segments_min: usize) -> (PathBuf, PathBuf) {
     let store = dir.join("bank");
     let acks = dir.join("acks");
     // Small log segments, so that a few seconds of transfers span many of them.
@@ -34,6 +40,10 @@ fn stressed_store(dir: &Path, seconds: u64) -> (PathBuf, PathBuf) {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(seconds));
+    let deadline = std::time::Instant::now() + Duration::from_secs(50);
+    while segments(&store).len() < segments_min && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     (store, acks)
@@ -164,7 +174,7 @@ fn damaged_superblock_copy_of_a_clean_store_is_a_problem_not_a_silent_repair() {
 /// transfers missing.
 fn damaged_log_is_refused(name: &str, damage: impl FnOnce(&Path) -> PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let (store, acks) = stressed_store(dir.path(), 2);
+    let (store, acks) = stressed_store_spanning(dir.path(), 2, 3);
     let transfers = check_bank(&store, &[&acks], ACCOUNTS, 0);
     assert!(transfers > 100, "{name}: only {transfers} transfers");
     let segments_in_use = segments(&store).len();

@@ -546,7 +546,8 @@ fn bench_complex_refuses_more_foreign_visits_than_visits() {
 
 /// Bank transfers as flat transactions and under each multi-level strategy on one store: a
 /// row per mode, S2 forcing each subtransaction's end shows in its log flushes, and a CSV row
-/// per mode and run.
+/// per mode and run. One thread: with more, group commit lets one thread's forced
+/// subtransaction end share a flush with another's commit, and the count stops being exact.
 #[test]
 fn bench_bank_compares_flat_transactions_with_each_strategy() {
     let dir = tempfile::tempdir().unwrap();
@@ -558,7 +559,7 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
             "--accounts",
             "20",
             "--threads",
-            "2",
+            "1",
             "--seconds",
             "0.3",
             "--runs",
@@ -592,8 +593,9 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
         );
         row[5].parse().unwrap()
     };
-    // S2 forces the subtransaction's end and the transaction's: more than one flush a commit.
-    assert!(flushes("s2") > flushes("flat") + 0.5, "{text}");
+    // S2 forces the subtransaction's end and the transaction's: two flushes a commit where a
+    // flat transaction has one.
+    assert!(flushes("s2") > flushes("flat") + 0.8, "{text}");
 }
 
 /// `bench thor --parts archive-down`: commits that stage page copies, with the archive (a node,

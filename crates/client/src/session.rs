@@ -648,6 +648,12 @@ impl ClientSession {
                 Some(frame) => frame,
                 None => self.bring_in(id, page, true)?,
             }
+        } else if self.cache.lookup(page).is_none() {
+            // A miss: lock and fetch in one request.
+            self.stats.lock_requests += 1;
+            let frame = self.bring_in_as(id, page, Fetch::Locking(mode))?;
+            self.active()?.locks.insert(page, mode);
+            frame
         } else {
             self.stats.lock_requests += 1;
             let committed_lsn = self.server.lock_page(id, page, mode)?;
@@ -687,6 +693,11 @@ impl ClientSession {
 
     /// Gives `page` a frame, shipping the evicted page if it was dirty, and fetches it.
     fn bring_in(&mut self, id: TxnId, page: PageId, fetch: bool) -> Result<FrameId> {
+        self.bring_in_as(id, page, if fetch { Fetch::Held } else { Fetch::No })
+    }
+
+    /// [`Self::bring_in`], fetching as `fetch` says.
+    fn bring_in_as(&mut self, id: TxnId, page: PageId, fetch: Fetch) -> Result<FrameId> {
         // A capture names its frame; collect it while the frame still holds its page.
         self.tracker.collect(&mut self.cache)?;
         self.absorb_captures()?;
@@ -736,8 +747,17 @@ impl ClientSession {
             self.tracker
                 .forget_frame(&mut self.cache, frame, evicted.page)?;
         }
-        if fetch {
-            if let Err(e) = self.server.fetch_page(id, page, self.cache.fill_mut(frame)) {
+        let fetched = match fetch {
+            Fetch::No => None,
+            Fetch::Held => Some(self.server.fetch_page(id, page, self.cache.fill_mut(frame))),
+            Fetch::Locking(mode) => Some(
+                self.server
+                    .lock_and_fetch_page(id, page, mode, self.cache.fill_mut(frame))
+                    .map(drop),
+            ),
+        };
+        if let Some(fetched) = fetched {
+            if let Err(e) = fetched {
                 self.drop_cached(page)?;
                 return Err(e);
             }
@@ -1700,4 +1720,15 @@ fn check_writable(oid: Oid, record: &slotted::Record) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// How [`ClientSession::bring_in_as`] fills the frame it gives a page.
+#[derive(Clone, Copy)]
+enum Fetch {
+    /// Not at all: the caller writes a new page there.
+    No,
+    /// From the server, under a lock the transaction holds.
+    Held,
+    /// From the server, taking the lock in the same request.
+    Locking(LockMode),
 }

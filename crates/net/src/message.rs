@@ -137,6 +137,14 @@ pub enum Request {
     /// Archive node: the newest time of every page it holds a copy of (the store's page map,
     /// so that pages never archived are not asked for one by one).
     ArchiveNewestTimes,
+    /// `Lock` of a page and `FetchPage` in one round trip (version 10; last, so the
+    /// variants before it keep their numbers): a client cache miss.
+    /// Answered with the page.
+    LockAndFetch {
+        txn: u64,
+        page: u32,
+        mode: WireLockMode,
+    },
 }
 
 /// A page copy on its way to an archive node, or back from one.
@@ -158,6 +166,7 @@ impl Request {
             Request::Lock { .. } => "lock",
             Request::NoteOperation { .. } => "note-operation",
             Request::FetchPage { .. } => "fetch-page",
+            Request::LockAndFetch { .. } => "lock-and-fetch",
             Request::FindSpace { .. } => "find-space",
             Request::AllocatePages { .. } => "allocate-pages",
             Request::FreePages { .. } => "free-pages",
@@ -191,7 +200,9 @@ impl Request {
     /// Would this request change the store (refused to a read-only client)?
     pub fn writes(&self) -> bool {
         match self {
-            Request::Lock { mode, .. } => *mode != WireLockMode::Shared,
+            Request::Lock { mode, .. } | Request::LockAndFetch { mode, .. } => {
+                *mode != WireLockMode::Shared
+            }
             Request::NoteOperation { .. } => true,
             Request::ShipAndCommit { pages, .. } | Request::ShipAndCommitUnforced { pages, .. } => {
                 !pages.is_empty()

@@ -87,6 +87,36 @@ struct Conn {
 }
 
 impl RemotePageServer {
+    /// Sends `request`, whose answer is `page`, and copies the page into `buf` once it has
+    /// checked it: a damaged page would reach the client's cache and its page operations.
+    fn page_reply(
+        &self,
+        what: &str,
+        request: &Request,
+        page: PageId,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        match self.call(request)? {
+            Response::Page(image) if image.len() == buf.len() => {
+                let number = page::number(&image);
+                if number != page {
+                    return Err(connection(
+                        &self.peer,
+                        format!("asked for page {page}, the server sent page {number}"),
+                    ));
+                }
+                validate_client_page(&image).map_err(|reason| {
+                    connection(
+                        &self.peer,
+                        format!("page {page} from the server is damaged: {reason}"),
+                    )
+                })?;
+                buf.copy_from_slice(&image);
+                Ok(())
+            }
+            other => Err(self.unexpected(what, &other)),
+        }
+    }
     /// Ships `pages` of `txn`, all but the last frame's worth ahead, the rest with the commit
     /// request: forced (`ShipAndCommit`) or, for a subtransaction, left unforced with its locks
     /// released (`ShipAndCommitUnforced`). Returns the pages' LSNs and the commit's.
@@ -651,30 +681,27 @@ impl PageServer for RemotePageServer {
     }
 
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()> {
-        match self.call(&Request::FetchPage {
+        let request = Request::FetchPage {
             txn: txn.0,
             page: page.0,
-        })? {
-            Response::Page(image) if image.len() == buf.len() => {
-                // A damaged page would reach the client's cache and its page operations.
-                let number = page::number(&image);
-                if number != page {
-                    return Err(connection(
-                        &self.peer,
-                        format!("asked for page {page}, the server sent page {number}"),
-                    ));
-                }
-                validate_client_page(&image).map_err(|reason| {
-                    connection(
-                        &self.peer,
-                        format!("page {page} from the server is damaged: {reason}"),
-                    )
-                })?;
-                buf.copy_from_slice(&image);
-                Ok(())
-            }
-            other => Err(self.unexpected("fetch-page", &other)),
-        }
+        };
+        self.page_reply("fetch-page", &request, page, buf)
+    }
+
+    fn lock_and_fetch_page(
+        &self,
+        txn: TxnId,
+        page: PageId,
+        mode: LockMode,
+        buf: &mut [u8],
+    ) -> Result<Lsn> {
+        let request = Request::LockAndFetch {
+            txn: txn.0,
+            page: page.0,
+            mode: mode.into(),
+        };
+        self.page_reply("lock-and-fetch", &request, page, buf)?;
+        Ok(page::lsn(buf))
     }
 
     fn find_space(

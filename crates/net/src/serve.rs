@@ -503,6 +503,12 @@ impl StoreService {
                 server.fetch_page(self.own(txn)?, self.page(page)?, &mut buf)?;
                 Response::Page(buf)
             }
+            Request::LockAndFetch { txn, page, mode } => {
+                let mut buf = vec![0u8; server.page_size()];
+                let (txn, page) = (self.own(txn)?, self.page(page)?);
+                server.lock_and_fetch_page(txn, page, LockMode::from(mode), &mut buf)?;
+                Response::Page(buf)
+            }
             Request::FindSpace { txn, bytes, skip } => {
                 let skip: Vec<PageId> = skip.into_iter().map(PageId).collect();
                 let found = server.find_space(self.own(txn)?, bytes as usize, &skip)?;

@@ -146,6 +146,22 @@ pub trait PageServer: Send + Sync {
     /// shipped earlier) into `buf`. The caller holds a lock on the page.
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()>;
 
+    /// Locks `page` (see `lock`) and copies the version `txn` sees into `buf` (see
+    /// `fetch_page`): a client cache miss in one call. Returns the LSN of the page copied.
+    /// Servers override it to do both at once (a remote one in one round trip, an embedded
+    /// one in one pass through its state).
+    fn lock_and_fetch_page(
+        &self,
+        txn: TxnId,
+        page: PageId,
+        mode: LockMode,
+        buf: &mut [u8],
+    ) -> Result<Lsn> {
+        self.lock_page(txn, page, mode)?;
+        self.fetch_page(txn, page, buf)?;
+        Ok(lodestore_storage::page::lsn(buf))
+    }
+
     /// Finds a slotted page with at least `bytes` free bytes according to the free-space hints,
     /// skipping `skip`, and locks it exclusively for `txn`. Returns the page and the LSN of its
     /// committed version, or `None` when no known page has room.

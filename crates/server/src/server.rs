@@ -687,6 +687,70 @@ impl Server {
         self.cache_page_checked(state, page, false)
     }
 
+    /// Locks `page` for `txn` and caches it; with `fetch`, also copies the version `txn` sees
+    /// there (a client's miss: one lock request and one pass through the server's state for
+    /// both). Returns the
+    /// LSN of the page's version in the pool (for a transaction as of a snapshot, which takes
+    /// no locks: of the version it sees).
+    fn lock_page_fetching(
+        &self,
+        txn: TxnId,
+        page: PageId,
+        mode: LockMode,
+        fetch: Option<&mut [u8]>,
+    ) -> Result<Lsn> {
+        if mode == LockMode::Increment {
+            return Err(Error::InvalidArgument(format!(
+                "page {page} locked in increment mode: pages are locked shared or exclusive"
+            )));
+        }
+        self.check_data_page(page)?;
+        if let Some(snapshot) = self.as_of(txn)? {
+            // Reads of the past take no locks: nothing there changes.
+            if mode == LockMode::Exclusive {
+                return Err(read_only(txn));
+            }
+            return match fetch {
+                Some(buf) => {
+                    self.page_as_of(page, &snapshot, buf)?;
+                    Ok(page::lsn(buf))
+                }
+                None => {
+                    let mut buf = vec![0u8; self.volume.page_size()];
+                    self.page_as_of(page, &snapshot, &mut buf)?;
+                    Ok(page::lsn(&buf))
+                }
+            };
+        }
+        let held = self.locks.acquire(txn, page, mode)?;
+        let mut state = self.usable_state()?;
+        if !state.txns.contains_key(&txn) {
+            // Not a transaction of this server: take back what was just granted.
+            drop(state);
+            self.locks.release_all(txn);
+            return Err(inactive(txn));
+        }
+        let defers = self.method.defers_page_writes();
+        Server::sub_locked_page(&mut state, txn, page, defers);
+        let own = held == LockMode::Exclusive;
+        if let Some(buf) = fetch {
+            let (mut state, read_here) = self.cache_locked_page(state, page, own, buf)?;
+            if !read_here {
+                buf.copy_from_slice(state.pool.get(page).expect("page just cached"));
+            }
+            state.stats.pages_fetched_by_clients += 1;
+            return Ok(page::lsn(buf));
+        }
+        // A page to read into only when the read happens (the state is held until then).
+        let mut scratch = if self.must_read_from_disk(&state, page) {
+            vec![0u8; self.volume.page_size()]
+        } else {
+            Vec::new()
+        };
+        let (mut state, _) = self.cache_locked_page(state, page, own, &mut scratch)?;
+        Ok(state.pool.page_lsn(page).expect("page just cached"))
+    }
+
     /// Caches `page` for a transaction that holds a lock on it (exclusive: `own`). A read of
     /// the data file happens without the server's lock, so that the misses of different
     /// sessions wait for the disk side by side: the page cannot change meanwhile, since
@@ -1487,40 +1551,17 @@ impl PageServer for Server {
             LockTarget::Page(page) => page,
             LockTarget::Object(oid) => return self.lock_object(txn, oid, mode),
         };
-        if mode == LockMode::Increment {
-            return Err(Error::InvalidArgument(format!(
-                "page {page} locked in increment mode: pages are locked shared or exclusive"
-            )));
-        }
-        self.check_data_page(page)?;
-        if let Some(snapshot) = self.as_of(txn)? {
-            // Reads of the past take no locks: nothing there changes.
-            if mode == LockMode::Exclusive {
-                return Err(read_only(txn));
-            }
-            let mut buf = vec![0u8; self.volume.page_size()];
-            self.page_as_of(page, &snapshot, &mut buf)?;
-            return Ok(page::lsn(&buf));
-        }
-        let held = self.locks.acquire(txn, page, mode)?;
-        let mut state = self.usable_state()?;
-        if !state.txns.contains_key(&txn) {
-            // Not a transaction of this server: take back what was just granted.
-            drop(state);
-            self.locks.release_all(txn);
-            return Err(inactive(txn));
-        }
-        let defers = self.method.defers_page_writes();
-        Server::sub_locked_page(&mut state, txn, page, defers);
-        // A page to read into only when the read happens (the state is held until then).
-        let mut scratch = if self.must_read_from_disk(&state, page) {
-            vec![0u8; self.volume.page_size()]
-        } else {
-            Vec::new()
-        };
-        let own = held == LockMode::Exclusive;
-        let (mut state, _) = self.cache_locked_page(state, page, own, &mut scratch)?;
-        Ok(state.pool.page_lsn(page).expect("page just cached"))
+        self.lock_page_fetching(txn, page, mode, None)
+    }
+
+    fn lock_and_fetch_page(
+        &self,
+        txn: TxnId,
+        page: PageId,
+        mode: LockMode,
+        buf: &mut [u8],
+    ) -> Result<Lsn> {
+        self.lock_page_fetching(txn, page, mode, Some(buf))
     }
 
     fn fetch_page(&self, txn: TxnId, page: PageId, buf: &mut [u8]) -> Result<()> {

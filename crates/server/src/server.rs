@@ -689,9 +689,8 @@ impl Server {
 
     /// Locks `page` for `txn` and caches it; with `fetch`, also copies the version `txn` sees
     /// there (a client's miss: one lock request and one pass through the server's state for
-    /// both). Returns the
-    /// LSN of the page's version in the pool (for a transaction as of a snapshot, which takes
-    /// no locks: of the version it sees).
+    /// both). Returns the LSN of the page's version in the pool (for a transaction as of a
+    /// snapshot, which takes no locks: of the version it sees).
     fn lock_page_fetching(
         &self,
         txn: TxnId,

@@ -459,13 +459,7 @@ fn unservable_transaction_kinds_and_lock_requests_are_refused_clearly() {
     let running = start_server();
     let remote = RemotePageServer::connect(&running.address, "kinds").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let embedded = lodestore_server::Server::create(
-        std::sync::Arc::new(lodestore_storage::RealFileSystem),
-        &dir.path().join("s"),
-        8192,
-        lodestore_server::ServerOptions::default(),
-    )
-    .unwrap();
+    let embedded = embedded_server(dir.path());
     for server in [&remote as &dyn PageServer, &embedded] {
         match server.begin_transaction(TxnKind::ReadOnlyAsOf { snapshot: 1 }) {
             Err(Error::Unsupported(reason)) => assert!(reason.contains("snapshot"), "{reason}"),
@@ -503,13 +497,7 @@ fn a_page_is_locked_and_fetched_in_one_request() {
     let running = start_server();
     let remote = RemotePageServer::connect(&running.address, "miss").unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let embedded = lodestore_server::Server::create(
-        std::sync::Arc::new(lodestore_storage::RealFileSystem),
-        &dir.path().join("s"),
-        8192,
-        lodestore_server::ServerOptions::default(),
-    )
-    .unwrap();
+    let embedded = embedded_server(dir.path());
     for server in [&remote as &dyn PageServer, &embedded] {
         let page = server.root_directory().page();
         let txn = server.begin().unwrap();
@@ -536,4 +524,16 @@ fn a_page_is_locked_and_fetched_in_one_request() {
         server.abort(other).unwrap();
         server.commit(txn).unwrap();
     }
+}
+
+/// A server in process on a store in `dir`, for tests that ask the same of it and of a remote
+/// one.
+fn embedded_server(dir: &std::path::Path) -> lodestore_server::Server {
+    lodestore_server::Server::create(
+        std::sync::Arc::new(lodestore_storage::RealFileSystem),
+        &dir.join("s"),
+        8192,
+        lodestore_server::ServerOptions::default(),
+    )
+    .unwrap()
 }

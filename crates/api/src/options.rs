@@ -108,6 +108,7 @@ pub struct Options {
     pub(crate) operations: Arc<crate::multilevel::Operations>,
     pub(crate) multi_level_strategy: Option<crate::multilevel::Strategy>,
     pub(crate) sphere_write_pages: usize,
+    pub(crate) pages_home_min: usize,
 }
 
 impl Default for Options {
@@ -137,6 +138,7 @@ impl Default for Options {
             operations: Arc::default(),
             multi_level_strategy: None,
             sphere_write_pages: 0,
+            pages_home_min: lodestore_server::PAGES_HOME_MIN_DEFAULT,
         }
     }
 }
@@ -167,6 +169,7 @@ impl std::fmt::Debug for Options {
             .field("operations", &self.operations)
             .field("multi_level_strategy", &self.multi_level_strategy)
             .field("sphere_write_pages", &self.sphere_write_pages)
+            .field("pages_home_min", &self.pages_home_min)
             .finish_non_exhaustive()
     }
 }
@@ -223,6 +226,16 @@ impl Options {
     /// the default: at the end.
     pub fn sphere_write_pages(mut self, pages: usize) -> Options {
         self.sphere_write_pages = pages;
+        self
+    }
+
+    /// A commit (or an eviction) that ships at least this many new pages of one transaction
+    /// writes them straight to the data file and logs only their numbers, instead of logging
+    /// their contents and writing them again at a checkpoint: a bulk load writes each page
+    /// once. Default 64 pages; 0: always log them. Used by the `esm` recovery method without
+    /// snapshots; the others log every page.
+    pub fn pages_home_min(mut self, pages: usize) -> Options {
+        self.pages_home_min = pages;
         self
     }
 
@@ -501,6 +514,7 @@ impl Options {
             restart_level: self.restart_level,
             multi_level_strategy: self.multi_level_strategy.map(|s| s.code()),
             sphere_write_pages: self.sphere_write_pages,
+            pages_home_min: self.pages_home_min,
             // The store gives it the snapshot component when it keeps snapshots.
             versions: None,
         }

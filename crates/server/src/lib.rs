@@ -32,6 +32,6 @@ pub use recovery::{RecoveryMethodKind, RestartLevel, RestartReport};
 pub use server::{
     allocate_pages_max, pool_pages, validate_client_page, Server, ServerOptions,
     CHECKPOINT_LOG_BYTES_DEFAULT, CHECKPOINT_LOG_RECORDS_DEFAULT, COMMIT_DELAY_MAX,
-    COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME,
+    COMMIT_SIBLINGS_DEFAULT, LOG_DIR_NAME, PAGES_HOME_MIN_DEFAULT,
 };
 pub use stats::ServerStats;

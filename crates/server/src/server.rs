@@ -95,7 +95,18 @@ pub struct ServerOptions {
     /// a subtransaction's end is written then, not forced (Hasse & Weikum's remedy for large
     /// spheres); 0: spheres wait for their transaction's end.
     pub sphere_write_pages: usize,
+    /// A shipment that brings at least this many new pages of one transaction (free until
+    /// then, never logged) writes them to the data file, synced, and logs only their numbers
+    /// (`RecordBody::PagesHome`) instead of their contents, where the recovery method allows
+    /// it (ESM, without snapshots): a bulk load writes each page once instead of into the
+    /// log and again at a checkpoint. It costs two extra syncs per such shipment, so small
+    /// transactions stay logged. 0: never. PostgreSQL's `wal_skip_threshold` is the model.
+    pub pages_home_min: usize,
 }
+
+/// Default [`ServerOptions::pages_home_min`]: 64 pages (512 KiB of 8 KiB pages), where
+/// logging the pages and writing them again at a checkpoint costs more than two syncs.
+pub const PAGES_HOME_MIN_DEFAULT: usize = 64;
 
 /// Longest adaptive commit delay: past it, a commit waits longer than a sync takes on any
 /// disk, and throughput only falls.
@@ -119,6 +130,7 @@ impl std::fmt::Debug for ServerOptions {
             .field("restart_level", &self.restart_level)
             .field("multi_level_strategy", &self.multi_level_strategy)
             .field("sphere_write_pages", &self.sphere_write_pages)
+            .field("pages_home_min", &self.pages_home_min)
             .finish()
     }
 }
@@ -139,6 +151,7 @@ impl Default for ServerOptions {
             restart_level: crate::recovery::RestartLevel::default(),
             multi_level_strategy: None,
             sphere_write_pages: 0,
+            pages_home_min: PAGES_HOME_MIN_DEFAULT,
         }
     }
 }
@@ -222,6 +235,9 @@ pub(crate) struct TxnState {
     pub allocated: Vec<PageId>,
     /// Pages to format as free at commit.
     pub freed: Vec<PageId>,
+    /// New pages written to the data file by the transaction itself (logged by number only),
+    /// with the space hint of the image written: set at commit without reading them back.
+    pub homed: BTreeMap<PageId, u8>,
     /// A read-only transaction of the store as of this snapshot: no locks, no changes.
     pub as_of: Option<Snapshot>,
     /// A subtransaction's level-1 transaction.
@@ -1343,7 +1359,30 @@ impl Server {
         if let Some(versions) = &self.options.versions {
             versions.ended(txn);
         }
-        self.refresh_hints(state, own.touched.iter().copied())?;
+        // A page the transaction wrote home itself and did not read back since: its hint is
+        // known, and reading it back would only fill the pool.
+        let homed_hint = |page: &PageId| {
+            own.homed
+                .get(page)
+                .filter(|_| committed && !state.pool.contains(*page))
+                .copied()
+        };
+        let homed: BTreeMap<PageId, u8> = own
+            .touched
+            .iter()
+            .filter_map(|page| homed_hint(page).map(|hint| (*page, hint)))
+            .collect();
+        self.refresh_hints(
+            state,
+            own.touched
+                .iter()
+                .copied()
+                .filter(|page| !homed.contains_key(page)),
+        )?;
+        state.space.grow(self.volume.page_count());
+        for (page, hint) in homed {
+            state.space.set(page, hint);
+        }
         for &page in &own.touched {
             if !state.reservations.holds(page) {
                 continue;
@@ -1996,6 +2035,94 @@ impl Server {
     }
 
     /// Makes the shipped pages recoverable and installs them; returns their new LSNs.
+    /// Writes the new pages among `pages` (shipped by `txn`) to the data file and logs only
+    /// their numbers, when there are at least `ServerOptions::pages_home_min` of them and the
+    /// recovery method allows it: a new page is one the transaction allocated (or took from a
+    /// reservation) that no logged record has changed yet (LSN 0 in the pool), so what the
+    /// file held there is of no account. The record is forced first (undo information before the data it undoes), the
+    /// pages are written carrying its LSN and synced (durable before any commit record of
+    /// the transaction can be), and they leave the pool. For each shipped page, the LSN it
+    /// carries now if it was written here; empty when the shipment does not qualify.
+    fn write_new_pages_home(
+        &self,
+        state: &mut State,
+        txn: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<Vec<Option<Lsn>>> {
+        let min = self.options.pages_home_min;
+        if min == 0
+            || pages.len() < min
+            || !self.method.writes_new_pages_home()
+            || self.options.versions.is_some()
+        {
+            return Ok(Vec::new());
+        }
+        let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        if own.parent.is_some() || own.as_of.is_some() {
+            return Ok(Vec::new());
+        }
+        let allocated: HashSet<PageId> = own.allocated.iter().copied().collect();
+        let mut new = vec![false; pages.len()];
+        for (i, shipped) in pages.iter().enumerate() {
+            // Allocated by the transaction, or taken from a reservation (which it holds
+            // exclusively, as every shipped page): its end settles the reservation's part.
+            new[i] = !shipped.logged
+                && !shipped.image.is_empty()
+                && (allocated.contains(&shipped.page) || state.reservations.holds(shipped.page))
+                && state.pool.page_lsn(shipped.page) == Some(Lsn::ZERO);
+        }
+        let ids: Vec<PageId> = pages
+            .iter()
+            .zip(&new)
+            .filter(|(_, new)| **new)
+            .map(|(shipped, _)| shipped.page)
+            .collect();
+        if ids.len() < min {
+            return Ok(Vec::new());
+        }
+        let count = ids.len();
+        let prev = own.last_lsn;
+        let lsn = self
+            .log
+            .append(Some(txn), prev, &RecordBody::PagesHome { pages: ids })?;
+        {
+            let own = state.txns.get_mut(&txn).expect("checked above");
+            if own.first_lsn == Lsn::ZERO {
+                own.first_lsn = lsn;
+            }
+            own.last_lsn = lsn;
+        }
+        self.log.flush(lsn)?;
+        let mut buf = vec![0u8; self.volume.page_size()];
+        let mut lsns = vec![None; pages.len()];
+        for (i, shipped) in pages.iter().enumerate() {
+            if !new[i] {
+                continue;
+            }
+            let page = shipped.page;
+            buf.copy_from_slice(shipped.image);
+            page::set_lsn(&mut buf, lsn);
+            self.volume.write_page(page, &mut buf)?;
+            state.stats.pages_written += 1;
+            let hint = entry_for_image(page, &buf);
+            // The pool's free image is stale now; the next reader reads the file.
+            state.pool.remove(page);
+            if state.fresh_pages.contains(&page.0) {
+                // Formatting it free on its next allocation would drop what was written:
+                // pages of the newest extension up to it are read from the file from now on.
+                state.fresh_pages.start = page.0 + 1;
+            }
+            let own = state.txns.get_mut(&txn).expect("checked above");
+            own.touched.insert(page);
+            own.homed.insert(page, hint);
+            lsns[i] = Some(lsn);
+        }
+        self.volume.sync()?;
+        state.stats.new_pages_written_home += count as u64;
+        tracing::debug!(%txn, pages = count, %lsn, "new pages written home");
+        Ok(lsns)
+    }
+
     fn log_shipped(
         &self,
         state: &mut State,
@@ -2008,8 +2135,14 @@ impl Server {
         if !pages.is_empty() {
             Server::refuse_parent_changes(state, txn)?;
         }
+        let homed = self.write_new_pages_home(state, txn, pages)?;
         let mut lsns = Vec::with_capacity(pages.len());
-        for shipped in pages {
+        for (i, shipped) in pages.iter().enumerate() {
+            if let Some(&Some(lsn)) = homed.get(i) {
+                lsns.push(lsn);
+                state.stats.dirty_pages_shipped += 1;
+                continue;
+            }
             let (id, image) = (shipped.page, shipped.image);
             let lsn = if shipped.logged {
                 self.method

@@ -10,6 +10,10 @@ pub struct ServerStats {
     /// Pages of `pages_written` that went through the double-write file first.
     #[serde(default)]
     pub pages_double_written: u64,
+    /// New pages of large shipments written to the data file at once, logged only by number
+    /// (`ServerOptions::pages_home_min`); counted in `pages_written` too.
+    #[serde(default)]
+    pub new_pages_written_home: u64,
     pub pages_fetched_by_clients: u64,
     pub dirty_pages_shipped: u64,
     /// Log records clients generated and shipped themselves.

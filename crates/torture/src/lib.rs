@@ -205,6 +205,9 @@ pub(crate) fn store_options(
         .background_install(false)
         .recovery_buffer_bytes(recovery_buffer_bytes.max(page_size))
         .client_cache_bytes(8 * page_size)
+        // Shipments of two or more new pages go home unlogged (under `esm`), single pages
+        // (most evictions) are logged: both paths crash.
+        .pages_home_min(2)
         // A tiny pool makes the server evict and reread all the time; a main-memory method
         // keeps the whole store in its pool instead, and deferred page writes keep every page
         // a running transaction changed (no steal), which the workload's largest transactions

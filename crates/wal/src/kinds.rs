@@ -68,6 +68,7 @@ pub const CHECKPOINT_END: u8 = 8;
 pub const SKIP: u8 = 9;
 pub const FLUSH_MARK: u8 = 10;
 pub const LOGGED_PAGES: u8 = 11;
+pub const PAGES_HOME: u8 = 12;
 
 /// The range `kind` belongs to, if any.
 pub fn range_of(kind: u8) -> Option<KindRange> {
@@ -82,7 +83,7 @@ const _: () = {
         assert!(RANGES[i - 1].last < RANGES[i].first);
         i += 1;
     }
-    assert!(ENGINE.first == UPDATE && LOGGED_PAGES <= ENGINE.last);
+    assert!(ENGINE.first == UPDATE && PAGES_HOME <= ENGINE.last);
     assert!(
         RANGES[0].first > 0,
         "kind 0 is never a record (zeroed bytes)"

@@ -23,6 +23,9 @@
 //!   logged pages   u32 count, u32 0, per entry: u32 page, u32 flags (1: committed), u64 LSN
 //!                  of the page's image, u64 transaction id (a checkpoint's list of the page
 //!                  images in the log that a method keeps as the pages' current copies)
+//!   pages home     u32 count, u32 0, per page: u32 page (new pages a transaction wrote to
+//!                  the data file itself instead of logging them; undone by formatting them
+//!                  free)
 //!   commit, abort, end, skip, flush mark: no body (skip pads a segment's tail; a flush mark
 //!                  ends every flushed batch, so that damage to the batch's last real record is
 //!                  followed by a valid record and is told apart from a torn tail)
@@ -99,6 +102,13 @@ pub enum RecordBody {
     /// current copies, and that recovery may still need.
     LoggedPages {
         entries: Vec<LoggedPage>,
+    },
+    /// New pages (free until then, never changed by a logged record) that the transaction
+    /// wrote to the data file itself, each carrying this record's LSN, instead of logging
+    /// their contents: durable before the pages are written, undone by formatting the pages
+    /// free again.
+    PagesHome {
+        pages: Vec<PageId>,
     },
     /// Padding to the end of a segment.
     Skip,
@@ -265,6 +275,7 @@ impl Body for RecordBody {
             RecordBody::Skip => kinds::SKIP,
             RecordBody::FlushMark => kinds::FLUSH_MARK,
             RecordBody::LoggedPages { .. } => kinds::LOGGED_PAGES,
+            RecordBody::PagesHome { .. } => kinds::PAGES_HOME,
             RecordBody::Family { kind, flags, body } => FamilyRef {
                 kind: *kind,
                 flags: *flags,
@@ -287,6 +298,7 @@ impl Body for RecordBody {
             RecordBody::CheckpointBegin { active } => 8 + 24 * active.len(),
             RecordBody::CheckpointEnd { .. } => 8,
             RecordBody::LoggedPages { entries } => 8 + LOGGED_PAGE_BYTES * entries.len(),
+            RecordBody::PagesHome { pages } => 8 + 4 * pages.len(),
             RecordBody::Family { body, .. } => body.len(),
             RecordBody::Commit
             | RecordBody::Abort
@@ -355,6 +367,12 @@ impl Body for RecordBody {
                     put_u32(body_bytes, at + 4, flags);
                     body_bytes[at + 8..at + 16].copy_from_slice(&e.lsn.0.to_le_bytes());
                     body_bytes[at + 16..at + 24].copy_from_slice(&e.txn.0.to_le_bytes());
+                }
+            }
+            RecordBody::PagesHome { pages } => {
+                put_u32(body_bytes, 0, pages.len() as u32);
+                for (i, page) in pages.iter().enumerate() {
+                    put_u32(body_bytes, 8 + 4 * i, page.0);
                 }
             }
             RecordBody::Commit
@@ -634,6 +652,16 @@ fn decode_body(
             }
             RecordBody::LoggedPages { entries }
         }
+        kinds::PAGES_HOME => {
+            need(8)?;
+            let count = get_u32(body, 0) as usize;
+            need(8 + 4 * count)?;
+            RecordBody::PagesHome {
+                pages: (0..count)
+                    .map(|i| PageId(get_u32(body, 8 + 4 * i)))
+                    .collect(),
+            }
+        }
         other => match kinds::range_of(other) {
             Some(range) if range != kinds::ENGINE => RecordBody::Family {
                 kind: other,
@@ -741,6 +769,10 @@ mod tests {
         });
         round_trip(RecordBody::CheckpointEnd { begin: Lsn(8) });
         round_trip(RecordBody::LoggedPages { entries: vec![] });
+        round_trip(RecordBody::PagesHome { pages: vec![] });
+        round_trip(RecordBody::PagesHome {
+            pages: vec![PageId(7), PageId(8), PageId(u32::MAX)],
+        });
         round_trip(RecordBody::LoggedPages {
             entries: vec![
                 LoggedPage {

@@ -121,6 +121,10 @@ impl RecoveryMethod for Esm {
         Ok(())
     }
 
+    fn writes_new_pages_home(&self) -> bool {
+        true
+    }
+
     fn restart_may_defer_checkpoint(&self) -> bool {
         // Repeating history and the compensation records of the undo make a second replay
         // of the same log land on the same pages, so the closing checkpoint can wait.
@@ -163,6 +167,14 @@ impl RecoveryMethod for Esm {
                     }
                 }
             }
+            if let RecordBody::PagesHome { pages } = &record.body {
+                // Free before the transaction wrote them.
+                for page in pages {
+                    if let Some(image) = images.get_mut(page) {
+                        server.volume.format_new_page(*page, image);
+                    }
+                }
+            }
             next = record.prev;
         }
         Ok(pages
@@ -193,7 +205,7 @@ impl RestartPass for EsmRestart {
         let losers = analysis(&records);
         let mut touched = BTreeSet::new();
         for record in &records {
-            redo(server, state, record, report, &mut touched)?;
+            redo(server, state, record, &losers, report, &mut touched)?;
         }
         for (txn, (first, last)) in losers {
             state.txns.insert(
@@ -348,6 +360,7 @@ fn redo(
     server: &Server,
     state: &mut State,
     record: &Record,
+    losers: &Losers,
     report: &mut RestartReport,
     touched: &mut BTreeSet<PageId>,
 ) -> Result<()> {
@@ -397,6 +410,20 @@ fn redo(
                 write_logged(server, state, *page, *offset, after, record.lsn)?;
                 report.redo_applied += 1;
                 touched.insert(*page);
+            }
+        }
+        RecordBody::PagesHome { pages } if record.txn.is_some_and(|t| losers.contains_key(&t)) => {
+            // A loser's new pages may be torn (written, not yet synced, when the crash came).
+            // Its undo formats them free; until then, a torn one is free already, so that
+            // the loser's later changes of it can be redone and undone as logged. A winner's
+            // were synced before its commit: one unreadable now is damage, reported when read.
+            let mut free = vec![0u8; page_size];
+            for &page in pages {
+                if readable_lsn(server, state, page)?.is_none() {
+                    server.volume.format_new_page(page, &mut free);
+                    place(server, state, page, &free, record.lsn)?;
+                    touched.insert(page);
+                }
             }
         }
         _ => {}
@@ -506,6 +533,26 @@ fn undo(server: &Server, state: &mut State, txn: TxnId, from: Lsn) -> Result<()>
                 record.prev
             }
             RecordBody::Compensation { undo_next, .. } => undo_next,
+            RecordBody::PagesHome { pages } => {
+                // Written home instead of logged, so nothing says what the file held there
+                // before; it was a free page, and it is one again, logged whole (the page
+                // on disk may be torn: it is not read).
+                let mut free = vec![0u8; server.volume.page_size()];
+                for page in pages {
+                    server.volume.format_new_page(page, &mut free);
+                    let image = RecordBody::PageImage {
+                        page,
+                        image: free.clone(),
+                    };
+                    let lsn = server.log.append(Some(txn), last_lsn(state, txn), &image)?;
+                    place(server, state, page, &free, lsn)?;
+                    image_logged(state, page);
+                    let own = state.txns.get_mut(&txn).expect("checked");
+                    own.last_lsn = lsn;
+                    own.touched.insert(page);
+                }
+                record.prev
+            }
             _ => record.prev,
         };
     }

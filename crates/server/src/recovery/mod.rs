@@ -354,6 +354,13 @@ pub(crate) trait RecoveryMethod: Send + Sync {
         Vec::new()
     }
 
+    /// May new pages of a large shipment go straight to the data file, logged only by number
+    /// (`RecordBody::PagesHome`, see `ServerOptions::pages_home_min`)? The method's redo and
+    /// undo must then read that record: undo formats the pages free again.
+    fn writes_new_pages_home(&self) -> bool {
+        false
+    }
+
     /// Do page changes wait in the pool for an atomic write of after-images (the
     /// database-cache method), rather than reach the log as they are shipped?
     fn defers_page_writes(&self) -> bool {

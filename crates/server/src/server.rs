@@ -2034,15 +2034,15 @@ impl Server {
         }
     }
 
-    /// Makes the shipped pages recoverable and installs them; returns their new LSNs.
     /// Writes the new pages among `pages` (shipped by `txn`) to the data file and logs only
     /// their numbers, when there are at least `ServerOptions::pages_home_min` of them and the
     /// recovery method allows it: a new page is one the transaction allocated (or took from a
     /// reservation) that no logged record has changed yet (LSN 0 in the pool), so what the
-    /// file held there is of no account. The record is forced first (undo information before the data it undoes), the
-    /// pages are written carrying its LSN and synced (durable before any commit record of
-    /// the transaction can be), and they leave the pool. For each shipped page, the LSN it
-    /// carries now if it was written here; empty when the shipment does not qualify.
+    /// file held there is of no account. The record is forced first (undo information before
+    /// the data it undoes), the pages are written carrying its LSN and synced (durable before
+    /// any commit record of the transaction can be), and they leave the pool. For each
+    /// shipped page, the LSN it carries now if it was written here; empty when the shipment
+    /// does not qualify.
     fn write_new_pages_home(
         &self,
         state: &mut State,
@@ -2123,6 +2123,7 @@ impl Server {
         Ok(lsns)
     }
 
+    /// Makes the shipped pages recoverable and installs them; returns their new LSNs.
     fn log_shipped(
         &self,
         state: &mut State,

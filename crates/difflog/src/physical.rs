@@ -5,16 +5,16 @@
 //!
 //! ```text
 //! body       0  8 serial number of the record (one counter across all streams)
-//! per range  0  4 page
-//!            4  2 offset in the page
-//!            6  2 length (1..=32767)
-//!            8    before bytes (changes only), after bytes
+//! per range  a range header (crate::range_header: page, offset, length; no BackupID), then
+//!            before bytes (changes only), after bytes
 //! ```
 //!
-//! Header flag bit 0 ([`crate::xor::FLAG_COMMITS`]) as for XOR records.
+//! Header flags as for XOR records: bit 0 ([`crate::xor::FLAG_COMMITS`]) commits, bit 1
+//! ([`FLAG_COMPACT_RANGES`]) says the range headers are compact (every record written now).
 
 use crate::kinds::{PHYSICAL_CHANGES, PHYSICAL_COMPENSATION};
-use crate::xor::{FLAG_COMMITS, RANGE_BYTES_MAX, RANGE_HEADER_BYTES};
+use crate::range_header::{pieces, RangeHeader, RangeReader, RangeWriter, FLAG_COMPACT_RANGES};
+use crate::xor::FLAG_COMMITS;
 use lodestore_core::PageId;
 use lodestore_wal::record::Body;
 
@@ -33,6 +33,7 @@ pub struct PhysicalRecordBuilder {
     kind: u8,
     body: Vec<u8>,
     commits: bool,
+    headers: RangeWriter,
 }
 
 impl PhysicalRecordBuilder {
@@ -51,6 +52,7 @@ impl PhysicalRecordBuilder {
             kind,
             body: serial.to_le_bytes().to_vec(),
             commits: false,
+            headers: RangeWriter::default(),
         }
     }
 
@@ -65,11 +67,14 @@ impl PhysicalRecordBuilder {
             offset + after.len() <= 1 << 16,
             "a range lies inside one page"
         );
-        for (at, len) in crate::xor::pieces(after.len()) {
-            self.body.extend_from_slice(&page.0.to_le_bytes());
-            self.body
-                .extend_from_slice(&((offset + at) as u16).to_le_bytes());
-            self.body.extend_from_slice(&(len as u16).to_le_bytes());
+        for (at, len) in pieces(after.len()) {
+            let header = RangeHeader {
+                page,
+                offset: (offset + at) as u16,
+                len,
+                backup_id: false,
+            };
+            self.headers.push(&mut self.body, header);
             if self.kind == PHYSICAL_CHANGES {
                 self.body.extend_from_slice(&before[at..at + len]);
             }
@@ -93,9 +98,14 @@ impl PhysicalRecordBuilder {
         self.body.len()
     }
 
-    /// The body so far (read it with [`parse`]).
+    /// The body so far (read it with [`parse`] and [`PhysicalRecordBuilder::flags`]).
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The record header's flags.
+    pub fn flags(&self) -> u16 {
+        FLAG_COMPACT_RANGES | if self.commits { FLAG_COMMITS } else { 0 }
     }
 
     pub fn commits(mut self, yes: bool) -> PhysicalRecordBuilder {
@@ -115,11 +125,7 @@ impl Body for PhysicalRecordBuilder {
 
     fn write_body(&self, out: &mut [u8]) -> u16 {
         out[..self.body.len()].copy_from_slice(&self.body);
-        if self.commits {
-            FLAG_COMMITS
-        } else {
-            0
-        }
+        self.flags()
     }
 }
 
@@ -132,23 +138,21 @@ pub fn serial(body: &[u8]) -> Result<u64, String> {
     Ok(u64::from_le_bytes(serial.try_into().unwrap()))
 }
 
-/// A physical record's serial number and ranges, checked as read.
-pub fn parse(kind: u8, body: &[u8]) -> Result<(u64, Vec<PhysicalRange<'_>>), String> {
+/// A physical record's serial number and ranges, in the layout its header's `flags` name,
+/// checked as read.
+pub fn parse(kind: u8, flags: u16, body: &[u8]) -> Result<(u64, Vec<PhysicalRange<'_>>), String> {
     let serial = serial(body)?;
     let images = if kind == PHYSICAL_CHANGES { 2 } else { 1 };
     let mut ranges = Vec::new();
+    let mut headers = RangeReader::new(flags);
     let mut at = 8;
     while at < body.len() {
-        let header = body
-            .get(at..at + RANGE_HEADER_BYTES)
-            .ok_or_else(|| format!("range header at body byte {at} is cut short"))?;
-        let page = PageId(u32::from_le_bytes(header[0..4].try_into().unwrap()));
-        let offset = u16::from_le_bytes(header[4..6].try_into().unwrap());
-        let len = u16::from_le_bytes(header[6..8].try_into().unwrap()) as usize;
-        if len == 0 || len > RANGE_BYTES_MAX {
-            return Err(format!("range at body byte {at} has length {len}"));
+        let (header, header_len) = headers.next(&body[at..], at)?;
+        if header.backup_id {
+            return Err(format!("range at body byte {at} carries a BackupID"));
         }
-        let start = at + RANGE_HEADER_BYTES;
+        let (page, offset, len) = (header.page, header.offset, header.len);
+        let start = at + header_len;
         let bytes = body
             .get(start..start + images * len)
             .ok_or_else(|| format!("range at body byte {at} claims bytes past the body"))?;
@@ -171,13 +175,14 @@ pub fn parse(kind: u8, body: &[u8]) -> Result<(u64, Vec<PhysicalRange<'_>>), Str
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::range_header::RANGE_BYTES_MAX;
 
     #[test]
     fn changes_and_compensations_read_back() {
         let mut b = PhysicalRecordBuilder::changes(77);
         b.push(PageId(3), 10, &[1, 2, 3], &[4, 5, 6]);
         b.push(PageId(4), 0, &[0; 2], &[9; 2]);
-        let (serial, ranges) = parse(PHYSICAL_CHANGES, &b.body).unwrap();
+        let (serial, ranges) = parse(PHYSICAL_CHANGES, b.flags(), &b.body).unwrap();
         assert_eq!(serial, 77);
         assert_eq!(ranges.len(), 2);
         assert_eq!(
@@ -188,20 +193,20 @@ mod tests {
 
         let mut c = PhysicalRecordBuilder::compensation(78);
         c.push(PageId(3), 10, &[4, 5, 6], &[1, 2, 3]);
-        let (_, ranges) = parse(PHYSICAL_COMPENSATION, &c.body).unwrap();
+        let (_, ranges) = parse(PHYSICAL_COMPENSATION, c.flags(), &c.body).unwrap();
         assert!(ranges[0].before.is_empty());
         assert_eq!(ranges[0].after, &[1, 2, 3]);
 
-        assert!(parse(PHYSICAL_CHANGES, &b.body[..b.body.len() - 1]).is_err());
+        assert!(parse(PHYSICAL_CHANGES, b.flags(), &b.body[..b.body.len() - 1]).is_err());
 
         // A change longer than a range's length field splits, and reads back whole.
         let mut long = PhysicalRecordBuilder::changes(9);
         long.push(PageId(5), 100, &vec![1; 40_000], &vec![2; 40_000]);
-        let (_, ranges) = parse(PHYSICAL_CHANGES, &long.body).unwrap();
+        let (_, ranges) = parse(PHYSICAL_CHANGES, long.flags(), &long.body).unwrap();
         assert_eq!(ranges.len(), 2);
         assert_eq!(ranges[1].offset as usize, 100 + RANGE_BYTES_MAX);
         assert_eq!(ranges.iter().map(|r| r.after.len()).sum::<usize>(), 40_000);
         assert!(ranges.iter().all(|r| r.before.iter().all(|&x| x == 1)));
-        assert!(parse(PHYSICAL_CHANGES, &[0; 4]).is_err());
+        assert!(parse(PHYSICAL_CHANGES, 0, &[0; 4]).is_err());
     }
 }

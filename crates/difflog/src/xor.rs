@@ -2,39 +2,23 @@
 //! XOR of its bytes before and after, which serves redo and undo alike (`p ^ d = q`,
 //! `q ^ d = p`), and the changes of any set of records can be applied in any order.
 //!
-//! One record holds every range a transaction shipped at once, so the 40-byte record header
-//! is paid once per batch rather than once per range. Body (all integers little-endian,
-//! ranges back to back, not aligned):
+//! One record holds every range a transaction shipped at once, so the record header is paid
+//! once per batch rather than once per range. Body: ranges back to back, each a range header
+//! ([`crate::range_header`]: page, offset, length and the page's BackupID when logged) and then
+//! length bytes, before XOR after.
 //!
-//! ```text
-//! per range   0  4 page
-//!             4  2 offset in the page
-//!             6  2 bits 0..15: length (1..=32767); bit 15: the page's BackupID when logged
-//!             8    length bytes: before XOR after
-//! ```
-//!
-//! Header flag bit 0 ([`FLAG_COMMITS`]): the record is also its transaction's commit.
+//! Header flag bit 0 ([`FLAG_COMMITS`]): the record is also its transaction's commit. Bit 1
+//! ([`FLAG_COMPACT_RANGES`]): the range headers have the compact layout (every record written
+//! now; older ones have the fixed layout).
 
 use crate::kinds::XOR_CHANGES;
+use crate::range_header::{pieces, RangeHeader, RangeReader, RangeWriter};
+pub use crate::range_header::{FLAG_COMPACT_RANGES, RANGE_BYTES_MAX};
 use lodestore_core::PageId;
 use lodestore_wal::record::Body;
 
 /// Header flag: this record also commits its transaction (no separate commit record).
 pub const FLAG_COMMITS: u16 = 1;
-
-/// Bytes of a range's header in a record body.
-pub const RANGE_HEADER_BYTES: usize = 8;
-/// Longest range one header describes; longer changes are split.
-pub const RANGE_BYTES_MAX: usize = 0x7fff;
-const BACKUP_BIT: u16 = 0x8000;
-
-/// The pieces (start, length) a change of `len` bytes is split into, each at most
-/// [`RANGE_BYTES_MAX`]: one range header each, in XOR and physical records alike.
-pub(crate) fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
-    (0..len)
-        .step_by(RANGE_BYTES_MAX)
-        .map(move |at| (at, (len - at).min(RANGE_BYTES_MAX)))
-}
 
 /// XORs `delta` into `target` (equal lengths): redo and undo of a differential record.
 #[inline]
@@ -77,6 +61,7 @@ pub struct XorRange<'a> {
 pub struct XorRecordBuilder {
     body: Vec<u8>,
     commits: bool,
+    headers: RangeWriter,
 }
 
 impl XorRecordBuilder {
@@ -118,12 +103,14 @@ impl XorRecordBuilder {
     }
 
     fn push_header(&mut self, page: PageId, offset: usize, backup_id: bool, len: usize) {
-        debug_assert!((1..=RANGE_BYTES_MAX).contains(&len));
         assert!(offset < 1 << 16, "offset {offset} past any page");
-        self.body.extend_from_slice(&page.0.to_le_bytes());
-        self.body.extend_from_slice(&(offset as u16).to_le_bytes());
-        let word = len as u16 | if backup_id { BACKUP_BIT } else { 0 };
-        self.body.extend_from_slice(&word.to_le_bytes());
+        let header = RangeHeader {
+            page,
+            offset: offset as u16,
+            len,
+            backup_id,
+        };
+        self.headers.push(&mut self.body, header);
     }
 
     /// Marks the record as its transaction's commit.
@@ -141,9 +128,14 @@ impl XorRecordBuilder {
         self.body.len()
     }
 
-    /// The body so far (read it with [`ranges`]).
+    /// The body so far (read it with [`ranges`] and [`XorRecordBuilder::flags`]).
     pub fn body(&self) -> &[u8] {
         &self.body
+    }
+
+    /// The record header's flags.
+    pub fn flags(&self) -> u16 {
+        FLAG_COMPACT_RANGES | if self.commits { FLAG_COMMITS } else { 0 }
     }
 }
 
@@ -158,17 +150,18 @@ impl Body for XorRecordBuilder {
 
     fn write_body(&self, out: &mut [u8]) -> u16 {
         out[..self.body.len()].copy_from_slice(&self.body);
-        if self.commits {
-            FLAG_COMMITS
-        } else {
-            0
-        }
+        self.flags()
     }
 }
 
-/// The ranges of an XOR record's body, checked as they are read.
-pub fn ranges(body: &[u8]) -> XorRanges<'_> {
-    XorRanges { body, at: 0 }
+/// The ranges of an XOR record's body, in the layout its header's `flags` name, checked as
+/// they are read.
+pub fn ranges(flags: u16, body: &[u8]) -> XorRanges<'_> {
+    XorRanges {
+        body,
+        at: 0,
+        headers: RangeReader::new(flags),
+    }
 }
 
 /// Iterator over an XOR record's ranges; an item is `Err` (and the last) when the body is
@@ -176,6 +169,7 @@ pub fn ranges(body: &[u8]) -> XorRanges<'_> {
 pub struct XorRanges<'a> {
     body: &'a [u8],
     at: usize,
+    headers: RangeReader,
 }
 
 impl<'a> Iterator for XorRanges<'a> {
@@ -185,36 +179,33 @@ impl<'a> Iterator for XorRanges<'a> {
         if self.at >= self.body.len() {
             return None;
         }
-        let rest = &self.body[self.at..];
-        let item = parse_range(rest, self.at);
-        match &item {
-            Ok(range) => self.at += RANGE_HEADER_BYTES + range.delta.len(),
-            Err(_) => self.at = self.body.len(),
+        let item = self.parse_range();
+        if item.is_err() {
+            self.at = self.body.len();
         }
         Some(item)
     }
 }
 
-fn parse_range(rest: &[u8], at: usize) -> Result<XorRange<'_>, String> {
-    if rest.len() < RANGE_HEADER_BYTES {
-        return Err(format!("range header at body byte {at} is cut short"));
+impl<'a> XorRanges<'a> {
+    fn parse_range(&mut self) -> Result<XorRange<'a>, String> {
+        let at = self.at;
+        let (header, header_len) = self.headers.next(&self.body[at..], at)?;
+        let start = at + header_len;
+        let delta = self.body.get(start..start + header.len).ok_or_else(|| {
+            format!(
+                "range at body byte {at} claims {} bytes past the body",
+                header.len
+            )
+        })?;
+        self.at = start + header.len;
+        Ok(XorRange {
+            page: header.page,
+            offset: header.offset,
+            backup_id: header.backup_id,
+            delta,
+        })
     }
-    let page = PageId(u32::from_le_bytes(rest[0..4].try_into().unwrap()));
-    let offset = u16::from_le_bytes(rest[4..6].try_into().unwrap());
-    let word = u16::from_le_bytes(rest[6..8].try_into().unwrap());
-    let len = (word & !BACKUP_BIT) as usize;
-    if len == 0 {
-        return Err(format!("range at body byte {at} is empty"));
-    }
-    let delta = rest
-        .get(RANGE_HEADER_BYTES..RANGE_HEADER_BYTES + len)
-        .ok_or_else(|| format!("range at body byte {at} claims {len} bytes past the body"))?;
-    Ok(XorRange {
-        page,
-        offset,
-        backup_id: word & BACKUP_BIT != 0,
-        delta,
-    })
 }
 
 #[cfg(test)]
@@ -241,7 +232,9 @@ mod tests {
         let after = vec![2u8; 40_000];
         let mut b = XorRecordBuilder::new();
         b.push_change(PageId(9), 100, true, &before, &after);
-        let got: Vec<_> = ranges(&b.body).collect::<Result<_, _>>().unwrap();
+        let got: Vec<_> = ranges(b.flags(), &b.body)
+            .collect::<Result<_, _>>()
+            .unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(got[0].delta.len(), RANGE_BYTES_MAX);
         assert_eq!(got[1].offset as usize, 100 + RANGE_BYTES_MAX);
@@ -251,11 +244,60 @@ mod tests {
 
         let mut cut = b.body.clone();
         cut.truncate(cut.len() - 1);
-        let last = ranges(&cut).last().unwrap();
+        let last = ranges(b.flags(), &cut).last().unwrap();
         assert!(last.unwrap_err().contains("past the body"));
-        let err = ranges(&[0u8; 8]).next().unwrap().unwrap_err();
-        assert!(err.contains("empty"), "{err}");
-        assert!(ranges(&[1, 2, 3]).next().unwrap().is_err());
+        let err = ranges(0, &[0u8; 8]).next().unwrap().unwrap_err();
+        assert!(err.contains("length 0"), "{err}");
+        assert!(ranges(0, &[1, 2, 3]).next().unwrap().is_err());
+    }
+
+    /// Records written before the compact layout (fixed range headers, flag bit 1 clear) read
+    /// back as they did.
+    #[test]
+    fn fixed_range_headers_still_read() {
+        let mut body = Vec::new();
+        for (page, offset, delta) in [(4u32, 10u16, &[1u8, 2][..]), (4, 90, &[3]), (6, 0, &[4])] {
+            crate::range_header::push_fixed(
+                &mut body,
+                RangeHeader {
+                    page: PageId(page),
+                    offset,
+                    len: delta.len(),
+                    backup_id: page == 6,
+                },
+            );
+            body.extend_from_slice(delta);
+        }
+        let got: Vec<_> = ranges(FLAG_COMMITS, &body)
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|r| (r.page.0, r.offset, r.backup_id, r.delta.to_vec()))
+                .collect::<Vec<_>>(),
+            vec![
+                (4, 10, false, vec![1, 2]),
+                (4, 90, false, vec![3]),
+                (6, 0, true, vec![4])
+            ]
+        );
+        // The same changes in the compact layout take fewer bytes.
+        let mut b = XorRecordBuilder::new();
+        for r in &got {
+            b.push_delta(*r);
+        }
+        assert_eq!(
+            ranges(b.flags(), b.body())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap(),
+            got
+        );
+        assert!(
+            b.body_len() + 12 <= body.len(),
+            "{} against {}",
+            b.body_len(),
+            body.len()
+        );
     }
 
     proptest! {
@@ -276,13 +318,13 @@ mod tests {
                 b.push_change(PageId(1), start, false, &before, &post[start..end]);
             }
             let mut image = pre.clone();
-            for range in ranges(&b.body) {
+            for range in ranges(b.flags(), &b.body) {
                 let r = range.unwrap();
                 let at = r.offset as usize;
                 xor_into(&mut image[at..at + r.delta.len()], r.delta);
             }
             prop_assert_eq!(&image, &post);
-            for range in ranges(&b.body) {
+            for range in ranges(b.flags(), &b.body) {
                 let r = range.unwrap();
                 let at = r.offset as usize;
                 xor_into(&mut image[at..at + r.delta.len()], r.delta);

@@ -14,7 +14,7 @@
 
 use crate::anchor::Anchor;
 use crate::reader::{LogEnd, Segments};
-use crate::record::{self, Body, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
+use crate::record::{self, Body, Invalid, Record, RecordBody, RecordFormat, RECORD_HEADER_BYTES};
 use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_storage::{FileSystem, OpenMode, Storage};
@@ -35,6 +35,9 @@ pub struct LogOptions {
     pub spare_segments_max: usize,
     /// Largest page any record may describe (bounds decoding).
     pub page_size_max: usize,
+    /// How a log created with these options frames its records. A log opened keeps the
+    /// format its segments record (and its `options()` say so).
+    pub record_format: RecordFormat,
 }
 
 impl Default for LogOptions {
@@ -44,6 +47,7 @@ impl Default for LogOptions {
             buffer_bytes_max: 4 << 20,
             spare_segments_max: 2,
             page_size_max: 65536,
+            record_format: RecordFormat::Aligned,
         }
     }
 }
@@ -79,6 +83,7 @@ pub struct Log {
 struct Shared {
     fs: Arc<dyn FileSystem>,
     dir: PathBuf,
+    /// Its `record_format` is the one of this log's segments.
     options: LogOptions,
     inner: Mutex<Inner>,
     /// Written only by the flush leader when it opens a new segment.
@@ -151,7 +156,8 @@ impl Log {
     pub fn create(fs: Arc<dyn FileSystem>, dir: &Path, options: LogOptions) -> Result<Log> {
         check_options(&options)?;
         fs.create_dir_all(dir)?;
-        let first = segment::create(fs.as_ref(), dir, 1, options.segment_bytes)?;
+        let format = options.record_format;
+        let first = segment::create(fs.as_ref(), dir, 1, options.segment_bytes, format)?;
         let anchor = Anchor::create(fs.as_ref(), dir, 1)?;
         let start = options.segment_bytes;
         let mut segments = BTreeMap::new();
@@ -222,11 +228,13 @@ impl Log {
             });
         }
         let mut segments = BTreeMap::new();
+        let mut formats = BTreeMap::new();
         let mut spares = Vec::new();
         for path in fs.list(dir)? {
             if let Some(index) = segment::segment_index(&path) {
                 let file = fs.open(&path, OpenMode::Existing)?;
-                segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                let format = segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                formats.insert(index, format);
                 segments.insert(index, file);
             } else if segment::spare_index(&path).is_some() {
                 spares.push(path);
@@ -278,10 +286,16 @@ impl Log {
                 ),
             });
         }
+        let format = one_format(dir, &formats)?.unwrap_or(options.record_format);
+        let options = LogOptions {
+            record_format: format,
+            ..options
+        };
         let end = find_end(&Segments {
             files: &segments,
             segment_bytes: options.segment_bytes,
             page_size_max: options.page_size_max,
+            format,
         })?;
         Ok((
             Log::with(fs, dir, options, anchor, segments, spares, end.end.0),
@@ -301,10 +315,12 @@ impl Log {
     ) -> Result<LogEnd> {
         check_options(options)?;
         let mut segments = BTreeMap::new();
+        let mut formats = BTreeMap::new();
         for path in fs.list(dir)? {
             if let Some(index) = segment::segment_index(&path) {
                 let file = fs.open(&path, OpenMode::ReadOnly)?;
-                segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                let format = segment::check_header(file.as_ref(), index, options.segment_bytes)?;
+                formats.insert(index, format);
                 segments.insert(index, file);
             }
         }
@@ -312,6 +328,7 @@ impl Log {
             files: &segments,
             segment_bytes: options.segment_bytes,
             page_size_max: options.page_size_max,
+            format: one_format(dir, &formats)?.unwrap_or(options.record_format),
         }
         .scan(from, visit)
     }
@@ -389,7 +406,7 @@ impl Log {
         prev: Lsn,
         body: &(impl Body + ?Sized),
     ) -> Result<Lsn> {
-        let len = record::encoded_len(body) as u64;
+        let len = self.shared.options.record_format.encoded_len_max(body) as u64;
         let size = self.shared.options.segment_bytes;
         assert!(
             len <= size / 2,
@@ -400,7 +417,7 @@ impl Log {
             if let Some(reason) = &inner.failed {
                 return Err(self.shared.failed_error(reason));
             }
-            let lsn = inner.push(size, txn, prev, body);
+            let lsn = inner.push(self.shared.options.record_format, size, txn, prev, body);
             (lsn, inner.buffer.len())
         };
         if buffered > self.shared.options.buffer_bytes_max {
@@ -536,15 +553,17 @@ impl Log {
             reason: format!("segment holding LSN {lsn} is missing"),
         })?;
         let offset = SEGMENT_HEADER_BYTES + lsn.0 % size;
-        let mut header = [0u8; RECORD_HEADER_BYTES];
-        file.read_at(offset, &mut header)?;
         let room = (size - lsn.0 % size) as usize;
+        // Enough for any header (a compact record near a segment's end may be shorter).
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        let header = &mut header[..room.min(RECORD_HEADER_BYTES)];
+        file.read_at(offset, header)?;
         let corrupt = |reason: String| Error::CorruptLog {
             path: file.path().to_path_buf(),
             offset,
             reason,
         };
-        let len = match record::header(&header, lsn, room) {
+        let len = match record::header(header, lsn, room) {
             Ok(h) => h.len,
             Err(e) => return Err(corrupt(describe(e))),
         };
@@ -561,6 +580,7 @@ impl Log {
             files: &segments,
             segment_bytes: self.shared.options.segment_bytes,
             page_size_max: self.shared.options.page_size_max,
+            format: self.shared.options.record_format,
         }
         .scan(from, visit)
     }
@@ -613,18 +633,19 @@ impl Inner {
     /// segments: the rest of a segment too small for the record is padded.
     fn push(
         &mut self,
+        format: RecordFormat,
         segment_bytes: u64,
         txn: Option<TxnId>,
         prev: Lsn,
         body: &(impl Body + ?Sized),
     ) -> Lsn {
-        let len = record::encoded_len(body) as u64;
+        let mut len = format.encoded_len(Lsn(self.end), prev, txn, body) as u64;
         let room = segment_bytes - self.end % segment_bytes;
         if room < len {
             let at = self.end;
-            if room >= RECORD_HEADER_BYTES as u64 {
+            if room >= format.smallest_record() as u64 {
                 let mut skip = Vec::new();
-                record::encode(Lsn(at), Lsn(0), None, &RecordBody::Skip, &mut skip);
+                format.encode(Lsn(at), Lsn(0), None, &RecordBody::Skip, &mut skip);
                 skip.resize(room as usize, 0);
                 self.buffer.extend_from_slice(&skip);
             } else {
@@ -632,9 +653,13 @@ impl Inner {
                 self.buffer.resize(padded, 0);
             }
             self.end += room;
+            // A compact record's length depends on its position (the distance back).
+            len = format.encoded_len(Lsn(self.end), prev, txn, body) as u64;
         }
         let lsn = Lsn(self.end);
-        record::encode(lsn, prev, txn, body, &mut self.buffer);
+        let before = self.buffer.len();
+        format.encode(lsn, prev, txn, body, &mut self.buffer);
+        debug_assert_eq!((self.buffer.len() - before) as u64, len);
         self.end += len;
         self.stats.records += 1;
         self.stats.bytes_appended += len;
@@ -658,6 +683,7 @@ impl Shared {
         // The batch ends with a mark, so damage to its last real record is followed by a valid
         // record: the reader then reports it instead of taking it for a torn tail.
         inner.push(
+            self.options.record_format,
             self.options.segment_bytes,
             None,
             Lsn(0),
@@ -807,10 +833,11 @@ impl Shared {
             inner.spares.pop()
         };
         let size = self.options.segment_bytes;
+        let format = self.options.record_format;
         let reused = spare.is_some();
         let file = match spare {
-            Some(path) => segment::reuse(self.fs.as_ref(), &path, &self.dir, index, size)?,
-            None => segment::create(self.fs.as_ref(), &self.dir, index, size)?,
+            Some(path) => segment::reuse(self.fs.as_ref(), &path, &self.dir, index, size, format)?,
+            None => segment::create(self.fs.as_ref(), &self.dir, index, size, format)?,
         };
         // Recorded before any record goes into the segment: from now on, its loss is found.
         self.anchor
@@ -840,6 +867,25 @@ fn describe(invalid: Invalid) -> String {
     match invalid {
         Invalid::NewerVersion(v) => format!("record format version {v} is newer than this build"),
         Invalid::Damaged(reason) => reason,
+    }
+}
+
+/// The one record format of a log's segments (`None`: no segments).
+fn one_format(dir: &Path, formats: &BTreeMap<u64, RecordFormat>) -> Result<Option<RecordFormat>> {
+    let mut all = formats.iter();
+    let Some((_, &first)) = all.next() else {
+        return Ok(None);
+    };
+    match all.find(|(_, &format)| format != first) {
+        None => Ok(Some(first)),
+        Some((index, format)) => Err(Error::CorruptLog {
+            path: segment::segment_path(dir, *index),
+            offset: 0,
+            reason: format!(
+                "segment {index} holds {format:?} records, the log's first segment {first:?} ones: \
+                 a log never mixes the two"
+            ),
+        }),
     }
 }
 

@@ -7,7 +7,7 @@
 //! its end (a flipped bit, a lost block): that is reported as an error naming the segment and
 //! offset, never silently cut off.
 
-use crate::record::{self, Invalid, Record, RecordBody, RECORD_HEADER_BYTES};
+use crate::record::{self, Invalid, Record, RecordBody, RecordFormat};
 use crate::segment::SEGMENT_HEADER_BYTES;
 use lodestore_core::{Error, Lsn, Result};
 use lodestore_storage::Storage;
@@ -23,6 +23,9 @@ pub struct LogEnd {
     pub discarded_bytes: u64,
 }
 
+/// Where a compact record keeps its format version.
+const VERSION_AT: usize = 4;
+
 /// Segments past the one being scanned that the scan asks the operating system to read ahead.
 const PREFETCH_SEGMENTS: u64 = 4;
 
@@ -30,29 +33,40 @@ pub(crate) struct Segments<'a> {
     pub files: &'a BTreeMap<u64, Arc<dyn Storage>>,
     pub segment_bytes: u64,
     pub page_size_max: usize,
+    pub format: RecordFormat,
 }
 
 impl Segments<'_> {
     fn load(&self, index: u64) -> Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.load_into(index, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Reads segment `index` into `bytes`, reusing its allocation: a scan reads segment after
+    /// segment into one buffer (a fresh one each time cost a page fault per 4 KiB).
+    fn load_into(&self, index: u64, bytes: &mut Vec<u8>) -> Result<()> {
         let file = &self.files[&index];
-        let mut bytes = vec![0u8; self.segment_bytes as usize];
+        bytes.resize(self.segment_bytes as usize, 0);
         let available = file.len()?.saturating_sub(SEGMENT_HEADER_BYTES);
         let n = available.min(self.segment_bytes) as usize;
         file.read_at(SEGMENT_HEADER_BYTES, &mut bytes[..n])?;
+        bytes[n..].fill(0);
         // The next segments are read while this one's records are decoded and visited.
         for ahead in 1..=PREFETCH_SEGMENTS {
             if let Some(next) = self.files.get(&(index + ahead)) {
                 next.prefetch(0, SEGMENT_HEADER_BYTES + self.segment_bytes);
             }
         }
-        Ok(bytes)
+        Ok(())
     }
 
     /// Visits every valid record from `from` to the end of the log.
     pub fn scan(&self, from: Lsn, mut visit: impl FnMut(Record) -> Result<()>) -> Result<LogEnd> {
         let size = self.segment_bytes;
         let mut position = from.0;
-        let mut loaded: Option<(u64, Vec<u8>)> = None;
+        let mut loaded: Option<u64> = None;
+        let mut buffer = Vec::new();
         loop {
             let index = position / size;
             if !self.files.contains_key(&index) {
@@ -68,26 +82,27 @@ impl Segments<'_> {
                     discarded_bytes: 0,
                 });
             }
-            if loaded.as_ref().is_none_or(|(i, _)| *i != index) {
-                loaded = Some((index, self.load(index)?));
+            if loaded != Some(index) {
+                self.load_into(index, &mut buffer)?;
+                loaded = Some(index);
             }
-            let bytes = &loaded.as_ref().expect("segment loaded").1;
+            let bytes = &buffer;
             let offset = (position % size) as usize;
             let room = size as usize - offset;
-            if room < RECORD_HEADER_BYTES {
+            if room < self.format.smallest_record() {
                 position = (index + 1) * size;
                 continue;
             }
             let parsed = record::header(&bytes[offset..], Lsn(position), room).and_then(|h| {
-                record::decode(
+                let record = record::decode(
                     &bytes[offset..offset + h.len],
                     Lsn(position),
                     self.page_size_max,
-                )
+                )?;
+                Ok((h.len as u64, record))
             });
             match parsed {
-                Ok(record) => {
-                    let len = record::encoded_len(&record.body) as u64;
+                Ok((len, record)) => {
                     if record.body == RecordBody::Skip {
                         position = (index + 1) * size;
                     } else {
@@ -100,7 +115,7 @@ impl Segments<'_> {
                         path: self.files[&index].path().to_path_buf(),
                         structure: "log record",
                         found: u32::from(found),
-                        supported: u32::from(record::RECORD_FORMAT_VERSION),
+                        supported: u32::from(self.format.version()),
                     })
                 }
                 Err(Invalid::Damaged(reason)) if position == from.0 => {
@@ -143,12 +158,12 @@ impl Segments<'_> {
             .len()?
             .saturating_sub(SEGMENT_HEADER_BYTES)
             .min(self.segment_bytes) as usize;
-        if room < RECORD_HEADER_BYTES {
+        if room < self.format.smallest_record() {
             return Ok(false);
         }
         let lsn = Lsn(index * self.segment_bytes);
         // The header first: it tells how much more to read.
-        let mut bytes = vec![0u8; RECORD_HEADER_BYTES];
+        let mut bytes = vec![0u8; room.min(record::RECORD_HEADER_BYTES)];
         file.read_at(SEGMENT_HEADER_BYTES, &mut bytes)?;
         let Ok(header) = record::header(&bytes, lsn, room) else {
             return Ok(false);
@@ -164,7 +179,7 @@ impl Segments<'_> {
         let size = self.segment_bytes;
         let mut segment_bytes = std::borrow::Cow::Borrowed(bytes);
         let mut segment = index;
-        let mut from = offset + 8;
+        let mut from = offset + self.format.alignment();
         loop {
             if let Some(found) = self.valid_record_in(segment, &segment_bytes, from) {
                 return Err(Error::CorruptLog {
@@ -186,10 +201,9 @@ impl Segments<'_> {
         let end = Lsn(index * size + offset as u64);
         // A record that was being written when the log stopped claims this very LSN. Anything
         // else past the end is what a recycled segment held before (records of an older
-        // LSN), not part of this log: nothing to report.
-        let claims_end = bytes
-            .get(offset + 8..offset + 16)
-            .is_some_and(|field| field == end.0.to_le_bytes());
+        // LSN), not part of this log: nothing to report. A compact record does not store its
+        // LSN: one that begins here is taken for the torn one.
+        let claims_end = self.format.may_begin(&bytes[offset..], end);
         let discarded = if claims_end {
             bytes[offset..]
                 .iter()
@@ -210,11 +224,22 @@ impl Segments<'_> {
 
     fn valid_record_in(&self, segment: u64, bytes: &[u8], from: usize) -> Option<Lsn> {
         let base = segment * self.segment_bytes;
-        let mut offset = from.next_multiple_of(8);
-        while offset + RECORD_HEADER_BYTES <= bytes.len() {
+        let step = self.format.alignment();
+        let mut offset = from.next_multiple_of(step);
+        while offset + self.format.smallest_record() <= bytes.len() {
+            if self.format == RecordFormat::Compact {
+                // Straight to the next byte that could be a compact record's version.
+                let at = offset + VERSION_AT;
+                match memchr::memchr(record::COMPACT_FORMAT_VERSION, &bytes[at..]) {
+                    Some(skip) => offset += skip,
+                    None => break,
+                }
+                if offset + self.format.smallest_record() > bytes.len() {
+                    break;
+                }
+            }
             let lsn = base + offset as u64;
-            // Cheap test first: the LSN field must name this very position.
-            if bytes[offset + 8..offset + 16] == lsn.to_le_bytes() {
+            if self.format.may_begin(&bytes[offset..], Lsn(lsn)) {
                 let room = bytes.len() - offset;
                 let valid = record::header(&bytes[offset..], Lsn(lsn), room)
                     .and_then(|h| {
@@ -225,7 +250,7 @@ impl Segments<'_> {
                     return Some(Lsn(lsn));
                 }
             }
-            offset += 8;
+            offset += step;
         }
         None
     }

@@ -32,12 +32,123 @@
 //! ```
 //! New kinds get new kind numbers; a new layout of an existing kind gets a new version, and a
 //! reader refuses versions it does not know instead of misreading them.
+//!
+//! A log created with [`RecordFormat::Compact`] (the differential logging streams, where the
+//! fixed part of a small transaction's record is a visible share of the log) frames the same
+//! bodies with a short header instead, records back to back without alignment. Varints are
+//! unsigned LEB128, minimal.
+//!
+//! ```text
+//! compact record (format version 2)
+//!  0  4 crc32c of the record's LSN (8 bytes, little-endian) followed by bytes 4..length: the
+//!       position is checked without being stored
+//!  4  1 format version, 2 (in an aligned record this byte is its length's low byte, a
+//!       multiple of 8: the two never look alike; later compact versions keep bytes 0..5 and
+//!       the length, and avoid multiples of 8)
+//!  5    varint: length of the whole record
+//!       1 kind
+//!       2 flags
+//!       varint: transaction id (0: none)
+//!       varint: distance back to the transaction's previous record (0: none)
+//!       body, exactly the rest
+//! ```
 
-use lodestore_core::checksum::crc32c;
+use lodestore_core::checksum::{crc32c, crc32c_two};
 use lodestore_core::{Lsn, PageId, TxnId};
 
 pub const RECORD_HEADER_BYTES: usize = 40;
 pub const RECORD_FORMAT_VERSION: u8 = 1;
+/// The format version of a compact record (see the module docs).
+pub const COMPACT_FORMAT_VERSION: u8 = 2;
+/// Bytes of the smallest compact record: no body, no transaction, no previous record.
+pub const COMPACT_RECORD_MIN: usize = 11;
+/// Most bytes a compact record's header takes (every varint at its longest).
+pub const COMPACT_HEADER_MAX: usize = 4 + 1 + 5 + 1 + 2 + 10 + 10;
+
+/// How a log frames its records. Chosen when the log is created and recorded in every
+/// segment's header, so a log never mixes the two.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordFormat {
+    /// The 40-byte header, records aligned to 8 bytes: the engine's log.
+    #[default]
+    Aligned,
+    /// The short header of varints, records back to back (module docs).
+    Compact,
+}
+
+impl RecordFormat {
+    /// Bytes of the smallest record: a segment's tail with less room holds none.
+    pub fn smallest_record(self) -> usize {
+        match self {
+            RecordFormat::Aligned => RECORD_HEADER_BYTES,
+            RecordFormat::Compact => COMPACT_RECORD_MIN,
+        }
+    }
+
+    /// Records start at multiples of this many bytes.
+    pub fn alignment(self) -> usize {
+        match self {
+            RecordFormat::Aligned => RECORD_ALIGN,
+            RecordFormat::Compact => 1,
+        }
+    }
+
+    /// The newest record format version this build reads in such a log.
+    pub fn version(self) -> u8 {
+        match self {
+            RecordFormat::Aligned => RECORD_FORMAT_VERSION,
+            RecordFormat::Compact => COMPACT_FORMAT_VERSION,
+        }
+    }
+
+    /// The cheap test before a record at `lsn` is decoded: an aligned record's LSN field
+    /// names `lsn`; a compact record's version byte is there (its checksum names the LSN).
+    pub fn may_begin(self, bytes: &[u8], lsn: Lsn) -> bool {
+        match self {
+            RecordFormat::Aligned => bytes
+                .get(8..16)
+                .is_some_and(|field| field == lsn.0.to_le_bytes()),
+            RecordFormat::Compact => bytes.get(4) == Some(&COMPACT_FORMAT_VERSION),
+        }
+    }
+
+    /// Bytes a record with `body` takes at most, wherever it goes.
+    pub fn encoded_len_max(self, body: &(impl Body + ?Sized)) -> usize {
+        match self {
+            RecordFormat::Aligned => encoded_len(body),
+            RecordFormat::Compact => COMPACT_HEADER_MAX + body.body_len(),
+        }
+    }
+
+    /// Bytes the record takes at `lsn`.
+    pub fn encoded_len(
+        self,
+        lsn: Lsn,
+        prev: Lsn,
+        txn: Option<TxnId>,
+        body: &(impl Body + ?Sized),
+    ) -> usize {
+        match self {
+            RecordFormat::Aligned => encoded_len(body),
+            RecordFormat::Compact => compact_len(lsn, prev, txn, body),
+        }
+    }
+
+    /// Appends the record's encoding at `lsn` to `out`.
+    pub fn encode(
+        self,
+        lsn: Lsn,
+        prev: Lsn,
+        txn: Option<TxnId>,
+        body: &(impl Body + ?Sized),
+        out: &mut Vec<u8>,
+    ) {
+        match self {
+            RecordFormat::Aligned => encode(lsn, prev, txn, body, out),
+            RecordFormat::Compact => encode_compact(lsn, prev, txn, body, out),
+        }
+    }
+}
 const RECORD_ALIGN: usize = 8;
 const FLAG_BEFORE_ZERO: u16 = 1;
 
@@ -434,6 +545,145 @@ pub fn encode(
     rec[0..4].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Bytes of `value` as a varint.
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Appends `value` as a varint (unsigned LEB128, minimal): the compact formats' integers.
+pub fn push_varint(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(unsigned_varint::encode::u64(
+        value,
+        &mut unsigned_varint::encode::u64_buffer(),
+    ));
+}
+
+/// A compact record's distance back to the transaction's previous record (0: none).
+fn back_distance(lsn: Lsn, prev: Lsn) -> u64 {
+    if prev.0 == 0 {
+        return 0;
+    }
+    assert!(prev.0 < lsn.0, "previous record {prev} is not before {lsn}");
+    lsn.0 - prev.0
+}
+
+/// Bytes a compact record takes at `lsn`.
+fn compact_len(lsn: Lsn, prev: Lsn, txn: Option<TxnId>, body: &(impl Body + ?Sized)) -> usize {
+    let rest = 1
+        + 2
+        + varint_len(txn.map_or(0, |t| t.0))
+        + varint_len(back_distance(lsn, prev))
+        + body.body_len();
+    // The length counts its own varint.
+    let mut n = 1;
+    while varint_len((5 + n + rest) as u64) != n {
+        n += 1;
+    }
+    5 + n + rest
+}
+
+/// Appends the compact encoding of a record at `lsn` to `out`.
+fn encode_compact(
+    lsn: Lsn,
+    prev: Lsn,
+    txn: Option<TxnId>,
+    body: &(impl Body + ?Sized),
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    let len = compact_len(lsn, prev, txn, body);
+    out.reserve(len);
+    out.extend_from_slice(&[0; 4]);
+    out.push(COMPACT_FORMAT_VERSION);
+    push_varint(out, len as u64);
+    out.push(body.kind());
+    let flags_at = out.len();
+    out.extend_from_slice(&[0; 2]);
+    push_varint(out, txn.map_or(0, |t| t.0));
+    push_varint(out, back_distance(lsn, prev));
+    let body_at = out.len();
+    debug_assert_eq!(body_at - start + body.body_len(), len);
+    out.resize(start + len, 0);
+    let flags = body.write_body(&mut out[body_at..]);
+    out[flags_at..flags_at + 2].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c_two(&lsn.0.to_le_bytes(), &out[start + 4..]);
+    out[start..start + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Is the byte where an aligned record keeps its length's low byte that of a compact record?
+fn is_compact(bytes: &[u8]) -> bool {
+    bytes.get(4).is_some_and(|&b| b & 7 != 0)
+}
+
+/// A varint at the start of `bytes`: one or two bytes read inline, longer ones by the crate,
+/// which also refuses those not minimal.
+#[inline]
+pub fn read_varint(bytes: &[u8]) -> Result<(u64, &[u8]), unsigned_varint::decode::Error> {
+    match *bytes {
+        [b, ..] if b < 0x80 => Ok((u64::from(b), &bytes[1..])),
+        // Two bytes, the second not zero (that would not be minimal).
+        [b0, b1, ..] if b1 < 0x80 && b1 != 0 => {
+            Ok((u64::from(b0 & 0x7f) | u64::from(b1) << 7, &bytes[2..]))
+        }
+        _ => unsigned_varint::decode::u64(bytes),
+    }
+}
+
+/// A compact record's length, and where its fields after the length begin.
+fn compact_header(bytes: &[u8], lsn: Lsn, room: usize) -> Result<(Header, usize), Invalid> {
+    let after_version = bytes.get(5..).unwrap_or_default();
+    let (len, rest) = read_varint(after_version)
+        .map_err(|e| Invalid::Damaged(format!("compact record length: {e}")))?;
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len < COMPACT_RECORD_MIN || len > room {
+        return Err(Invalid::Damaged(format!("implausible record length {len}")));
+    }
+    Ok((Header { len, lsn }, bytes.len() - rest.len()))
+}
+
+fn decode_compact(bytes: &[u8], lsn: Lsn, page_size_max: usize) -> Result<Record, Invalid> {
+    let (header, fields) = compact_header(bytes, lsn, bytes.len())?;
+    if header.len != bytes.len() {
+        return Err(Invalid::Damaged("record length mismatch".into()));
+    }
+    let stored = get_u32(bytes, 0);
+    let computed = crc32c_two(&lsn.0.to_le_bytes(), &bytes[4..]);
+    if stored != computed {
+        return Err(Invalid::Damaged(format!(
+            "checksum mismatch: stored {stored:#010x}, computed {computed:#010x} (or not the \
+             record of LSN {lsn})"
+        )));
+    }
+    let version = bytes[4];
+    if version > COMPACT_FORMAT_VERSION {
+        return Err(Invalid::NewerVersion(version));
+    }
+    if version != COMPACT_FORMAT_VERSION {
+        return Err(Invalid::Damaged(format!("bad version {version}")));
+    }
+    let short = || Invalid::Damaged("compact record header is cut short".into());
+    let kind = *bytes.get(fields).ok_or_else(short)?;
+    let flags_bytes = bytes.get(fields + 1..fields + 3).ok_or_else(short)?;
+    let flags = u16::from_le_bytes([flags_bytes[0], flags_bytes[1]]);
+    let bad = |what: &str, e: unsigned_varint::decode::Error| {
+        Invalid::Damaged(format!("compact record {what}: {e}"))
+    };
+    let (txn, rest) = read_varint(&bytes[fields + 3..]).map_err(|e| bad("transaction id", e))?;
+    let (back, body_bytes) = read_varint(rest).map_err(|e| bad("previous record", e))?;
+    if back > lsn.0 {
+        return Err(Invalid::Damaged(format!(
+            "previous record {back} bytes back from LSN {lsn}"
+        )));
+    }
+    let body = decode_body(kind, flags, body_bytes, page_size_max).map_err(Invalid::Damaged)?;
+    Ok(Record {
+        lsn,
+        prev: Lsn(if back == 0 { 0 } else { lsn.0 - back }),
+        txn: (txn != 0).then_some(TxnId(txn)),
+        body,
+    })
+}
+
 fn put_u32(buf: &mut [u8], at: usize, value: u32) {
     buf[at..at + 4].copy_from_slice(&value.to_le_bytes());
 }
@@ -465,8 +715,12 @@ pub enum Invalid {
 }
 
 /// Reads the header of a record expected at `lsn`, checking what can be checked without the
-/// body: the LSN field and a plausible length.
+/// body: a plausible length and, in an aligned record, the LSN field (a compact record's
+/// checksum covers its LSN instead).
 pub fn header(bytes: &[u8], lsn: Lsn, room: usize) -> Result<Header, Invalid> {
+    if is_compact(bytes) {
+        return compact_header(bytes, lsn, room).map(|(header, _)| header);
+    }
     if bytes.len() < RECORD_HEADER_BYTES {
         return Err(Invalid::Damaged("shorter than a record header".into()));
     }
@@ -485,6 +739,9 @@ pub fn header(bytes: &[u8], lsn: Lsn, room: usize) -> Result<Header, Invalid> {
 
 /// Decodes a whole record (`bytes` exactly its length) found at `lsn`.
 pub fn decode(bytes: &[u8], lsn: Lsn, page_size_max: usize) -> Result<Record, Invalid> {
+    if is_compact(bytes) {
+        return decode_compact(bytes, lsn, page_size_max);
+    }
     let header = header(bytes, lsn, bytes.len())?;
     if header.len != bytes.len() {
         return Err(Invalid::Damaged("record length mismatch".into()));
@@ -696,21 +953,74 @@ mod tests {
     }
 
     fn round_trip(body: RecordBody) {
+        for format in [RecordFormat::Aligned, RecordFormat::Compact] {
+            let mut out = Vec::new();
+            format.encode(Lsn(4096), Lsn(77), Some(TxnId(5)), &body, &mut out);
+            assert_eq!(
+                out.len(),
+                format.encoded_len(Lsn(4096), Lsn(77), Some(TxnId(5)), &body)
+            );
+            assert!(out.len() <= format.encoded_len_max(&body));
+            assert_eq!(header(&out, Lsn(4096), out.len()).unwrap().len, out.len());
+            let record = decode(&out, Lsn(4096), 65536).unwrap();
+            let expected = match body.clone() {
+                RecordBody::PageImage { page, image } => RecordBody::PageImage {
+                    page,
+                    image: image[..stored_image_len(&image)].to_vec(),
+                },
+                other => other,
+            };
+            assert_eq!(record.body, expected, "{format:?}");
+            assert_eq!((record.prev, record.txn), (Lsn(77), Some(TxnId(5))));
+            // The same bytes are not a record anywhere else.
+            assert!(decode(&out, Lsn(4104), 65536).is_err());
+            assert!(decode(&out, Lsn(4097), 65536).is_err());
+        }
+    }
+
+    #[test]
+    fn a_compact_record_is_short() {
         let mut out = Vec::new();
-        encode(Lsn(4096), Lsn(77), Some(TxnId(5)), &body, &mut out);
-        assert_eq!(out.len(), encoded_len(&body));
-        let record = decode(&out, Lsn(4096), 65536).unwrap();
-        let expected = match body {
-            RecordBody::PageImage { page, image } => RecordBody::PageImage {
-                page,
-                image: image[..stored_image_len(&image)].to_vec(),
-            },
-            other => other,
-        };
-        assert_eq!(record.body, expected);
-        assert_eq!((record.prev, record.txn), (Lsn(77), Some(TxnId(5))));
-        // The same bytes are not a record anywhere else.
-        assert!(decode(&out, Lsn(4104), 65536).is_err());
+        encode_compact(Lsn(1 << 20), Lsn(0), None, &RecordBody::FlushMark, &mut out);
+        assert_eq!(out.len(), COMPACT_RECORD_MIN);
+        out.clear();
+        // A commit of transaction 300,000 whose previous record is 700 bytes back.
+        encode_compact(
+            Lsn(1 << 30),
+            Lsn((1 << 30) - 700),
+            Some(TxnId(300_000)),
+            &RecordBody::Commit,
+            &mut out,
+        );
+        assert_eq!(out.len(), COMPACT_RECORD_MIN + 2 + 1);
+        let record = decode(&out, Lsn(1 << 30), 8192).unwrap();
+        assert_eq!(record.prev, Lsn((1 << 30) - 700));
+        assert_eq!(record.txn, Some(TxnId(300_000)));
+    }
+
+    #[test]
+    fn the_inline_varint_reads_what_the_crate_writes_and_refuses_what_it_refuses() {
+        for value in (0..70_000u64).chain([u64::from(u32::MAX), u64::MAX]) {
+            let mut bytes = Vec::new();
+            push_varint(&mut bytes, value);
+            assert_eq!(read_varint(&bytes).unwrap(), (value, &[][..]));
+        }
+        assert!(read_varint(&[0x80, 0x00]).is_err(), "not minimal");
+        assert!(read_varint(&[0x80]).is_err(), "cut short");
+        assert!(read_varint(&[]).is_err());
+    }
+
+    #[test]
+    fn a_newer_compact_version_is_named() {
+        let mut out = Vec::new();
+        encode_compact(Lsn(64), Lsn(0), None, &RecordBody::Commit, &mut out);
+        out[4] = COMPACT_FORMAT_VERSION + 1;
+        let crc = crc32c_two(&64u64.to_le_bytes(), &out[4..]);
+        out[0..4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(
+            decode(&out, Lsn(64), 4096),
+            Err(Invalid::NewerVersion(COMPACT_FORMAT_VERSION + 1))
+        );
     }
 
     #[test]
@@ -813,6 +1123,35 @@ mod tests {
             let at = at % out.len();
             out[at] ^= 1 << bit;
             prop_assert!(decode(&out, Lsn(64), 4096).is_err());
+        }
+
+        #[test]
+        fn any_flip_of_a_compact_record_is_caught(at in 0usize..64, bit in 0u8..8) {
+            let mut out = Vec::new();
+            let body = RecordBody::Update { page: PageId(1), offset: 2, before: Some(vec![3; 8]), after: vec![4; 8] };
+            encode_compact(Lsn(64), Lsn(8), Some(TxnId(1)), &body, &mut out);
+            let at = at % out.len();
+            out[at] ^= 1 << bit;
+            prop_assert!(decode(&out, Lsn(64), 4096).is_err());
+        }
+
+        /// The length a compact record is given beforehand is the length it takes, across the
+        /// varints' boundaries.
+        #[test]
+        fn a_compact_length_is_exact(
+            body_len in prop_oneof![0usize..200, 100usize..140, 16_300usize..16_400],
+            txn in prop_oneof![Just(0u64), 1u64..200, any::<u64>()],
+            back in prop_oneof![Just(0u64), 1u64..300, 1u64..(1 << 40)],
+        ) {
+            let lsn = Lsn(1 << 41);
+            let prev = Lsn(if back == 0 { 0 } else { lsn.0 - back });
+            let txn = (txn != 0).then_some(TxnId(txn));
+            let body = RecordBody::Family { kind: kinds::EXTENSIONS.first, flags: 0x8001, body: vec![7; body_len] };
+            let mut out = Vec::new();
+            encode_compact(lsn, prev, txn, &body, &mut out);
+            prop_assert_eq!(out.len(), compact_len(lsn, prev, txn, &body));
+            let record = decode(&out, lsn, 65536).unwrap();
+            prop_assert_eq!((record.prev, record.txn, record.body), (prev, txn, body));
         }
 
         #[test]

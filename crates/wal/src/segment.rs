@@ -5,7 +5,8 @@
 //! ```text
 //! segment header (4096 bytes)
 //!  0  4 crc32c of bytes 4..4096
-//!  4  4 segment format version
+//!  4  4 segment format version: 1, records aligned; 2, compact records (the log's
+//!       RecordFormat: a build that knows only 1 refuses a segment of compact records)
 //!  8  8 magic "LODELOG\0"
 //! 16  8 segment index k
 //! 24  8 segment bytes (the LSN span of every segment)
@@ -18,6 +19,7 @@
 //! writing into a hole, and a segment takes disk space only as far as the log has come. Old
 //! segments are recycled (renamed and given a new header): they are allocated throughout.
 
+use crate::record::RecordFormat;
 use lodestore_core::checksum::crc32c;
 use lodestore_core::{Error, Result};
 use lodestore_storage::{FileSystem, OpenMode, Storage};
@@ -25,7 +27,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const SEGMENT_HEADER_BYTES: u64 = 4096;
-pub const SEGMENT_FORMAT_VERSION: u32 = 1;
+/// The newest segment format version (see the header's layout).
+pub const SEGMENT_FORMAT_VERSION: u32 = 2;
 pub const SEGMENT_MAGIC: [u8; 8] = *b"LODELOG\0";
 /// Smallest segment: must hold the largest record (a 64 KiB page image or update) with room.
 pub const SEGMENT_BYTES_MIN: u64 = 256 << 10;
@@ -63,9 +66,16 @@ pub fn spare_index(path: &Path) -> Option<u64> {
     parse(path, "spare-")
 }
 
-pub fn encode_header(index: u64, segment_bytes: u64) -> Vec<u8> {
+fn format_version(format: RecordFormat) -> u32 {
+    match format {
+        RecordFormat::Aligned => 1,
+        RecordFormat::Compact => 2,
+    }
+}
+
+pub fn encode_header(index: u64, segment_bytes: u64, format: RecordFormat) -> Vec<u8> {
     let mut header = vec![0u8; SEGMENT_HEADER_BYTES as usize];
-    header[4..8].copy_from_slice(&SEGMENT_FORMAT_VERSION.to_le_bytes());
+    header[4..8].copy_from_slice(&format_version(format).to_le_bytes());
     header[8..16].copy_from_slice(&SEGMENT_MAGIC);
     header[16..24].copy_from_slice(&index.to_le_bytes());
     header[24..32].copy_from_slice(&segment_bytes.to_le_bytes());
@@ -74,8 +84,9 @@ pub fn encode_header(index: u64, segment_bytes: u64) -> Vec<u8> {
     header
 }
 
-/// Checks the header of the segment file at `path`, expected to be segment `index`.
-pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Result<()> {
+/// Checks the header of the segment file at `path`, expected to be segment `index`, and
+/// returns the format of its records.
+pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Result<RecordFormat> {
     let path = file.path().to_path_buf();
     let corrupt = |reason: String| Error::CorruptLog {
         path: path.clone(),
@@ -106,11 +117,15 @@ pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Resul
     if stored != crc32c(&header[4..]) {
         return Err(corrupt("segment header checksum mismatch".into()));
     }
-    if version != SEGMENT_FORMAT_VERSION {
-        return Err(corrupt(format!(
-            "segment format version {version} was never written by any build"
-        )));
-    }
+    let format = match version {
+        1 => RecordFormat::Aligned,
+        2 => RecordFormat::Compact,
+        _ => {
+            return Err(corrupt(format!(
+                "segment format version {version} was never written by any build"
+            )))
+        }
+    };
     let found_index = u64::from_le_bytes(header[16..24].try_into().expect("8 bytes"));
     let found_bytes = u64::from_le_bytes(header[24..32].try_into().expect("8 bytes"));
     if found_index != index || found_bytes != segment_bytes {
@@ -132,7 +147,7 @@ pub fn check_header(file: &dyn Storage, index: u64, segment_bytes: u64) -> Resul
             }
         )));
     }
-    Ok(())
+    Ok(format)
 }
 
 /// Name a segment file has while it is being created; renamed when complete, so a crash during
@@ -148,6 +163,7 @@ pub fn create(
     dir: &Path,
     index: u64,
     segment_bytes: u64,
+    format: RecordFormat,
 ) -> Result<Arc<dyn Storage>> {
     let temporary = creating_path(dir, index);
     if fs.exists(&temporary) {
@@ -155,7 +171,7 @@ pub fn create(
     }
     let file = fs.open(&temporary, OpenMode::CreateNew)?;
     file.set_len(SEGMENT_HEADER_BYTES + segment_bytes)?;
-    file.write_at(0, &encode_header(index, segment_bytes))?;
+    file.write_at(0, &encode_header(index, segment_bytes, format))?;
     file.sync()?;
     drop(file);
     let path = segment_path(dir, index);
@@ -172,6 +188,7 @@ pub fn reuse(
     dir: &Path,
     index: u64,
     segment_bytes: u64,
+    format: RecordFormat,
 ) -> Result<Arc<dyn Storage>> {
     {
         let file = fs.open(spare, OpenMode::Existing)?;
@@ -179,9 +196,9 @@ pub fn reuse(
             // Not a whole segment any more: make a new one instead.
             drop(file);
             fs.remove(spare)?;
-            return create(fs, dir, index, segment_bytes);
+            return create(fs, dir, index, segment_bytes, format);
         }
-        file.write_at(0, &encode_header(index, segment_bytes))?;
+        file.write_at(0, &encode_header(index, segment_bytes, format))?;
         file.sync()?;
     }
     let path = segment_path(dir, index);

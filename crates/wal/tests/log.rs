@@ -19,6 +19,7 @@ fn options() -> LogOptions {
         buffer_bytes_max: 64 << 10,
         spare_segments_max: 1,
         page_size_max: 8192,
+        ..LogOptions::default()
     }
 }
 

@@ -216,12 +216,12 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
                             }
                         } else {
                             for _ in 0..2 {
-                                let oid = own[rng.random_range(0..own.len())];
-                                if removed.contains(&oid) {
+                                let at = rng.random_range(0..own.len());
+                                if removed.contains(&at) {
                                     continue;
                                 }
-                                txn.free(oid)?;
-                                removed.push(oid);
+                                txn.free(own[at])?;
+                                removed.push(at);
                             }
                         }
                         Ok(())
@@ -244,7 +244,13 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
                         Err(e) => return Err(e),
                         Ok(()) if abort => {}
                         Ok(()) => {
-                            own.retain(|oid| !removed.contains(oid));
+                            // Highest first, so each position still names its record (a pass
+                            // over the whole list per transaction was a visible share of the
+                            // CPU the threads compete for).
+                            removed.sort_unstable_by(|a, b| b.cmp(a));
+                            for at in removed {
+                                own.swap_remove(at);
+                            }
                             own.extend(added);
                         }
                     }

@@ -18,7 +18,12 @@ pub fn one_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
             Entry::Commit(txn) => {
                 committed.insert(txn);
             }
-            Entry::Xor { txn, commits, body } => {
+            Entry::Xor {
+                txn,
+                commits,
+                flags,
+                body,
+            } => {
                 if commits {
                     committed.insert(txn);
                 }
@@ -26,7 +31,7 @@ pub fn one_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
                 if !won {
                     rolled_back.insert(txn);
                 }
-                for range in crate::xor::ranges(body) {
+                for range in crate::xor::ranges(flags, body) {
                     let range = range.map_err(|r| tail.corrupt(record.lsn, r))?;
                     let in_backup = tail.in_backup(record.lsn, range.backup_id, checkpoint_id);
                     // Redo a committed change the backup lacks; undo an uncommitted one it has.

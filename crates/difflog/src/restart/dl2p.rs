@@ -17,11 +17,16 @@ pub fn two_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
             Entry::Commit(txn) => {
                 committed.insert(txn);
             }
-            Entry::Xor { txn, commits, body } => {
+            Entry::Xor {
+                txn,
+                commits,
+                flags,
+                body,
+            } => {
                 if commits {
                     committed.insert(txn);
                 }
-                for range in crate::xor::ranges(body) {
+                for range in crate::xor::ranges(flags, body) {
                     let range = range.map_err(|r| tail.corrupt(record.lsn, r))?;
                     if tail.in_backup(record.lsn, range.backup_id, checkpoint_id) {
                         replay.ranges_skipped += 1;
@@ -43,10 +48,14 @@ pub fn two_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
     // Every change is in the image now; those of transactions that did not commit go.
     let mut rolled_back = HashSet::new();
     for record in tail.records.iter().rev() {
-        if let Entry::Xor { txn, body, .. } = tail.classify(record)? {
+        if let Entry::Xor {
+            txn, flags, body, ..
+        } = tail.classify(record)?
+        {
             if !committed.contains(&txn) {
                 rolled_back.insert(txn);
-                replay.ranges_undone += apply_xor(tail, record.lsn, body, image, &mut replay)?;
+                replay.ranges_undone +=
+                    apply_xor(tail, record.lsn, flags, body, image, &mut replay)?;
             }
         }
     }

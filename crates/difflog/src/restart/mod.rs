@@ -104,12 +104,14 @@ enum Entry<'a> {
     Xor {
         txn: TxnId,
         commits: bool,
+        flags: u16,
         body: &'a [u8],
     },
     Physical {
         txn: TxnId,
         kind: u8,
         commits: bool,
+        flags: u16,
         body: &'a [u8],
     },
     Commit(TxnId),
@@ -140,12 +142,14 @@ impl StreamTail<'_> {
                 XOR_CHANGES => Entry::Xor {
                     txn: txn()?,
                     commits: flags & FLAG_COMMITS != 0,
+                    flags: *flags,
                     body,
                 },
                 PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => Entry::Physical {
                     txn: txn()?,
                     kind: *kind,
                     commits: flags & FLAG_COMMITS != 0,
+                    flags: *flags,
                     body,
                 },
                 STREAM_CHECKPOINT_BEGIN => Entry::Begin(
@@ -243,8 +247,8 @@ impl StreamTail<'_> {
         let mut undone = 0;
         let mut applied = Replay::default();
         replay.older_records += self.older_chain(txn, last, |record| {
-            if let Entry::Xor { body, .. } = self.classify(&record)? {
-                undone += apply_xor(self, record.lsn, body, image, &mut applied)?;
+            if let Entry::Xor { flags, body, .. } = self.classify(&record)? {
+                undone += apply_xor(self, record.lsn, flags, body, image, &mut applied)?;
             }
             Ok(())
         })?;
@@ -262,12 +266,13 @@ const CHAIN_MAX: u64 = 1 << 32;
 fn apply_xor(
     tail: &StreamTail<'_>,
     lsn: Lsn,
+    flags: u16,
     body: &[u8],
     image: &dyn Image,
     replay: &mut Replay,
 ) -> Result<u64> {
     let mut n = 0;
-    for range in crate::xor::ranges(body) {
+    for range in crate::xor::ranges(flags, body) {
         let range = range.map_err(|r| tail.corrupt(lsn, r))?;
         image
             .xor(range.page, range.offset as usize, range.delta)

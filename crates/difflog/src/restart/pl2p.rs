@@ -73,6 +73,7 @@ fn collect(tails: &[StreamTail<'_>]) -> Result<Collected> {
                     kind,
                     commits,
                     body,
+                    ..
                 } => {
                     let serial = physical::serial(body).map_err(|r| tail.corrupt(record.lsn, r))?;
                     if changes.last().is_some_and(|c| c.serial >= serial) {
@@ -137,7 +138,9 @@ fn redo(
 /// The ranges of a change or compensation record.
 fn ranges<'r>(tail: &StreamTail<'_>, record: &'r Record) -> Result<Vec<PhysicalRange<'r>>> {
     match tail.classify(record)? {
-        Entry::Physical { kind, body, .. } => Ok(physical::parse(kind, body)
+        Entry::Physical {
+            kind, flags, body, ..
+        } => Ok(physical::parse(kind, flags, body)
             .map_err(|r| tail.corrupt(record.lsn, r))?
             .1),
         Entry::Xor { .. } => Err(tail.corrupt(record.lsn, "an XOR record in a physical stream")),

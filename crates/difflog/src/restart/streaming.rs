@@ -103,10 +103,15 @@ impl<'a> OnePassForward<'a> {
         match tail.classify(&record)? {
             Entry::Commit(txn) => self.decide(&tail, txn, true)?,
             Entry::Abort(txn) => self.decide(&tail, txn, false)?,
-            Entry::Xor { txn, commits, body } => {
+            Entry::Xor {
+                txn,
+                commits,
+                flags,
+                body,
+            } => {
                 if commits {
                     // Its own commit: this record and any waiting ones are decided now.
-                    self.apply(&tail, record.lsn, body, true)?;
+                    self.apply(&tail, record.lsn, flags, body, true)?;
                     self.decide(&tail, txn, true)?;
                 } else {
                     self.waiting_bytes += body.len();
@@ -139,16 +144,23 @@ impl<'a> OnePassForward<'a> {
             self.rolled_back.insert(txn);
         }
         for record in records {
-            if let Entry::Xor { body, .. } = tail.classify(&record)? {
+            if let Entry::Xor { flags, body, .. } = tail.classify(&record)? {
                 self.waiting_bytes -= body.len();
-                self.apply(tail, record.lsn, body, won)?;
+                self.apply(tail, record.lsn, flags, body, won)?;
             }
         }
         Ok(())
     }
 
-    fn apply(&mut self, tail: &StreamTail<'_>, lsn: Lsn, body: &[u8], won: bool) -> Result<()> {
-        for range in crate::xor::ranges(body) {
+    fn apply(
+        &mut self,
+        tail: &StreamTail<'_>,
+        lsn: Lsn,
+        flags: u16,
+        body: &[u8],
+        won: bool,
+    ) -> Result<()> {
+        for range in crate::xor::ranges(flags, body) {
             let range = range.map_err(|r| tail.corrupt(lsn, r))?;
             let in_backup = tail.in_backup(lsn, range.backup_id, self.checkpoint_id);
             // Redo a committed change the backup lacks; undo an uncommitted one it has.

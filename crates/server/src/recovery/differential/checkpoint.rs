@@ -21,7 +21,8 @@ use lodestore_difflog::backup::Backup;
 use lodestore_difflog::marks::{CheckpointBegin, CheckpointEnd};
 use lodestore_difflog::restart::Window;
 use lodestore_storage::page;
-use lodestore_wal::Log;
+use lodestore_wal::record::RecordFormat;
+use lodestore_wal::{Log, LogOptions};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -39,7 +40,12 @@ pub(crate) fn attach(
     let dir = server.dir.join(DIFFERENTIAL_DIR_NAME);
     let page_size = server.volume.page_size();
     let volume_id = server.volume.volume_id();
-    let log_options = server.log.options().clone();
+    // Streams frame their records compactly: a small transaction's record is mostly its
+    // changes, and the fixed part is paid by every transaction (ARCHITECTURE, "Records").
+    let log_options = LogOptions {
+        record_format: RecordFormat::Compact,
+        ..server.log.options().clone()
+    };
     let recorded = RecoveryMethodKind::from_code(server.volume.superblock().recovery_method);
     let fresh = !recorded.same_log(kind) || !fs.exists(&anchor_path(&dir));
     let count = server.volume.page_count();

@@ -155,12 +155,14 @@ pub fn check(
 
 /// Checks that a family record's body reads back.
 fn parse(body: &RecordBody) -> std::result::Result<(), String> {
-    let RecordBody::Family { kind, body, .. } = body else {
+    let RecordBody::Family { kind, flags, body } = body else {
         return Ok(());
     };
     match *kind {
-        XOR_CHANGES => xor::ranges(body).try_for_each(|r| r.map(|_| ())),
-        PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => physical::parse(*kind, body).map(|_| ()),
+        XOR_CHANGES => xor::ranges(*flags, body).try_for_each(|r| r.map(|_| ())),
+        PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => {
+            physical::parse(*kind, *flags, body).map(|_| ())
+        }
         STREAM_CHECKPOINT_BEGIN => CheckpointBegin::parse(body).map(|_| ()),
         STREAM_CHECKPOINT_END => CheckpointEnd::parse(body).map(|_| ()),
         other => Err(format!(

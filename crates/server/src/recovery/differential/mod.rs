@@ -159,16 +159,16 @@ impl Differential {
                     "transaction {txn}'s chain of records is broken here"
                 )));
             }
-            if let RecordBody::Family { kind, body, .. } = &record.body {
+            if let RecordBody::Family { kind, flags, body } = &record.body {
                 match *kind {
                     XOR_CHANGES => {
-                        for range in xor::ranges(body) {
+                        for range in xor::ranges(*flags, body) {
                             let range = range.map_err(corrupt)?;
                             undo(range.page, range.offset as usize, range.delta)?;
                         }
                     }
                     PHYSICAL_CHANGES => {
-                        let (_, ranges) = physical::parse(*kind, body).map_err(corrupt)?;
+                        let (_, ranges) = physical::parse(*kind, *flags, body).map_err(corrupt)?;
                         for range in ranges.iter().rev() {
                             undo(range.page, range.offset as usize, range.before)?;
                         }

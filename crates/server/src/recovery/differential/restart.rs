@@ -404,15 +404,15 @@ impl Named {
 
     fn add(&mut self, record: &Record) {
         self.txn_max = self.txn_max.max(record.txn.map_or(0, |t| t.0));
-        if let RecordBody::Family { kind, body, .. } = &record.body {
+        if let RecordBody::Family { kind, flags, body } = &record.body {
             match *kind {
                 XOR_CHANGES => {
-                    for range in xor::ranges(body).flatten() {
+                    for range in xor::ranges(*flags, body).flatten() {
                         self.pages_end = self.pages_end.max(range.page.0.saturating_add(1));
                     }
                 }
                 PHYSICAL_CHANGES | PHYSICAL_COMPENSATION => {
-                    if let Ok((serial, ranges)) = physical::parse(*kind, body) {
+                    if let Ok((serial, ranges)) = physical::parse(*kind, *flags, body) {
                         self.serial_max = self.serial_max.max(serial);
                         for range in ranges {
                             self.pages_end = self.pages_end.max(range.page.0.saturating_add(1));

@@ -101,7 +101,7 @@ impl PendingRecord {
         };
         match self {
             PendingRecord::Xor(b) => {
-                let ranges: Vec<_> = lodestore_difflog::xor::ranges(b.body())
+                let ranges: Vec<_> = lodestore_difflog::xor::ranges(b.flags(), b.body())
                     .collect::<std::result::Result<_, _>>()
                     .map_err(malformed)?;
                 for r in ranges.iter().rev() {
@@ -109,8 +109,9 @@ impl PendingRecord {
                 }
             }
             PendingRecord::Physical(b) => {
-                let (_, ranges) = lodestore_difflog::physical::parse(PHYSICAL_CHANGES, b.body())
-                    .map_err(malformed)?;
+                let (_, ranges) =
+                    lodestore_difflog::physical::parse(PHYSICAL_CHANGES, b.flags(), b.body())
+                        .map_err(malformed)?;
                 for r in ranges.iter().rev() {
                     undo(r.page, r.offset as usize, r.before)?;
                 }

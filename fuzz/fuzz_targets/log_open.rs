@@ -1,24 +1,27 @@
 //! Fuzz target: a log whose segment files were damaged anywhere (bytes overwritten, a file cut
 //! short or gone) must open to an error or to a prefix of what was written, never a panic or
 //! a record that was not written; a log that opens takes new records and reads them back
-//! after another open. Run with `cargo fuzz run log_open` from the repository root
+//! after another open; in either record format (aligned, as the engine's log; compact, as the
+//! differential logging streams). Run with `cargo fuzz run log_open` from the repository root
 //! (cargo-fuzz, nightly).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use lodestore_core::{Lsn, PageId, TxnId};
 use lodestore_storage::{FileSystem, MemoryFileSystem};
+use lodestore_wal::record::RecordFormat;
 use lodestore_wal::segment::{segment_path, SEGMENT_BYTES_MIN};
 use lodestore_wal::{Log, LogOptions, RecordBody};
 use std::path::Path;
 use std::sync::Arc;
 
-fn options() -> LogOptions {
+fn options(record_format: RecordFormat) -> LogOptions {
     LogOptions {
         segment_bytes: SEGMENT_BYTES_MIN,
         buffer_bytes_max: 16 << 10,
         spare_segments_max: 1,
         page_size_max: 8192,
+        record_format,
     }
 }
 
@@ -37,10 +40,18 @@ fn body(i: u32, size: u8) -> RecordBody {
 }
 
 fuzz_target!(|data: &[u8]| {
-    // The first byte sets how many records (up to 252: one or two segments), the next 64
-    // their sizes, the rest the damage, six bytes at a time.
+    // The first byte sets how many records (its low six bits: up to 252, one or two segments)
+    // and the format (its top bit), the next 64 their sizes, the rest the damage, six bytes at
+    // a time.
     let Some((&count, rest)) = data.split_first() else {
         return;
+    };
+    let options = || {
+        options(if count & 0x80 != 0 {
+            RecordFormat::Compact
+        } else {
+            RecordFormat::Aligned
+        })
     };
     let (sizes, damage) = rest.split_at(rest.len().min(64));
     let sizes = if sizes.is_empty() { &[1u8][..] } else { sizes };

@@ -183,6 +183,56 @@ fn pages_added_after_the_checkpoint_come_back_from_the_log() {
     }
 }
 
+/// A store that grew after its last checkpoint past the pool it is reopened with is refused
+/// as too large for the pool (not as a damaged log) at every restart level: the one-pass
+/// forward replay counts the pages its changes name as it decides them.
+#[test]
+fn a_store_grown_past_the_pool_since_its_checkpoint_is_refused_by_name() {
+    for method in METHODS {
+        for level in [RestartLevel::One, RestartLevel::Two, RestartLevel::Four] {
+            let context = format!("{} at level {}", method.name(), level.number());
+            let fs = Arc::new(SimFileSystem::new());
+            let path = Path::new("/stores/outgrown");
+            // No checkpoint while it grows: every new page is named by the streams only.
+            let roomy = options(&fs, method, 2)
+                .checkpoint_log_bytes(1 << 30)
+                .server_pool_bytes(4 << 20);
+            let store = Store::create(path, roomy.clone()).unwrap();
+            let mut session = store.session().unwrap();
+            let mut txn = session.begin().unwrap();
+            // About 500 KiB of counters: some 130 pages of 4 KiB.
+            let first = txn.alloc(&counter(0)).unwrap();
+            for i in 1..8000 {
+                txn.alloc(&counter(i)).unwrap();
+            }
+            txn.set_root("first", first.raw()).unwrap();
+            txn.commit().unwrap();
+            drop(session);
+            fs.crash_now();
+            drop(store);
+            // The data file's growth was never synced: only the streams know the new pages.
+            fs.recover(Fault::DropUnsynced, 3);
+            let tight = options(&fs, method, 2)
+                .server_pool_bytes(256 << 10)
+                .restart_level(level);
+            let error = match Store::open(path, tight) {
+                Ok(_) => panic!("{context}: a store of 130 pages opened in a pool of 64"),
+                Err(error) => error.to_string(),
+            };
+            assert!(
+                error.contains("do not fit the server pool"),
+                "{context}: {error}"
+            );
+            // With room again, every counter is back.
+            let store = Store::open(path, roomy.restart_level(level)).unwrap();
+            let mut session = store.session().unwrap();
+            let mut txn = session.begin().unwrap();
+            let root = txn.root("first").unwrap().expect("the root survived");
+            assert_eq!(root, first.raw(), "{context}");
+        }
+    }
+}
+
 #[test]
 fn info_shows_the_streams_and_check_names_a_damaged_backup_or_stream() {
     use lodestore_storage::{FileSystem, OpenMode};

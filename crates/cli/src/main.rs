@@ -174,8 +174,16 @@ pub(crate) enum Command {
     },
     /// Recover the store in PATH if it was not closed cleanly (redo committed changes, roll
     /// back unfinished transactions, drop a torn log tail) and close it, writing the result:
-    /// the one inspection command that writes. Prints what recovery did.
-    Recover { path: PathBuf },
+    /// the one inspection command that writes. Prints what recovery did and how long it took.
+    Recover {
+        path: PathBuf,
+        /// Restart level of a dl1p, dl2p or pl2p store (1 to 4, Lee, Kim & Cha's Table 1): 1
+        /// loads the backup, then reads the streams, then replays them; 2 replays each stream
+        /// as it is read; 3 reads the backup and the streams at once; 4 also replays while the
+        /// backup goes in. Other methods ignore it
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(1..=4))]
+        restart_level: u8,
+    },
     /// Copy every object that can still be read from a damaged store at SOURCE into a new
     /// store at OUT (missing or an empty folder), page by page at the same page numbers so every
     /// object keeps its OID. SOURCE is only read. Its log is used when it can be; when it is
@@ -539,7 +547,13 @@ fn main() -> ExitCode {
         }),
         Command::Info { path, json } => inspect::info(&path, json),
         Command::Check { path, no_recover } => inspect::check(&path, !no_recover),
-        Command::Recover { path } => inspect::recover(&path),
+        Command::Recover {
+            path,
+            restart_level,
+        } => inspect::recover(
+            &path,
+            lodestore::RestartLevel::from_number(restart_level).expect("clap checks the range"),
+        ),
         Command::Salvage { source, out, json } => inspect::salvage(&source, &out, json),
         Command::Dump {
             path,

@@ -41,6 +41,43 @@ fn kill_minus_nine_twenty_times_on_a_main_memory_store_loses_no_transfer() {
         last_transfers > 100,
         "only {last_transfers} transfers in {ROUNDS} rounds"
     );
+    // `recover` at a chosen restart level writes the recovered store and says how long the
+    // restart took, split into backup load, stream reading and replay.
+    let recover = || {
+        let out = lodestore()
+            .args(["recover", store.to_str().unwrap(), "--restart-level", "2"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let said = recover();
+    assert!(said.starts_with("recovered "), "{said}");
+    assert!(said.contains("opened and recovered in"), "{said}");
+    assert!(
+        said.contains("backup load") && said.contains("log read"),
+        "{said}"
+    );
+    assert_eq!(
+        check_bank(&store, &[&acks], ACCOUNTS, ROUNDS),
+        last_transfers,
+        "recover kept every transfer"
+    );
+    let said = recover();
+    assert!(said.contains("closed cleanly"), "{said}");
+    let out = lodestore()
+        .args(["recover", store.to_str().unwrap(), "--restart-level", "5"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a restart level past 4 is refused"
+    );
     let out = lodestore()
         .args(["info", store.to_str().unwrap()])
         .output()

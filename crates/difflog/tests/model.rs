@@ -483,6 +483,23 @@ fn run_seed(seed: u64) {
                         .finish(tail.read)
                         .unwrap_or_else(|e| panic!("DL1P forward, {context}: {e}")),
                 );
+                // Every page a change of the window names is counted, decided or not.
+                let named_end = tail
+                    .records
+                    .iter()
+                    .filter_map(|record| match &record.body {
+                        RecordBody::Family {
+                            kind: lodestore_difflog::kinds::XOR_CHANGES,
+                            flags,
+                            body,
+                        } => xor::ranges(*flags, body)
+                            .map(|range| range.unwrap().page.0 + 1)
+                            .max(),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(0);
+                assert_eq!(pass.pages_end(), named_end, "DL1P forward pages, {context}");
             }
             assert_eq!(image.into_pages(), expected, "DL1P forward, {context}");
             assert_eq!(

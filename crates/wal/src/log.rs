@@ -13,7 +13,7 @@
 //! tell a torn tail from damage.
 
 use crate::anchor::Anchor;
-use crate::reader::{LogEnd, Segments};
+use crate::reader::{LogEnd, Segments, PREFETCH_SEGMENTS};
 use crate::record::{self, Body, Invalid, Record, RecordBody, RecordFormat, RECORD_HEADER_BYTES};
 use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use lodestore_core::{Error, Lsn, Result, TxnId};
@@ -192,7 +192,7 @@ impl Log {
         from: Lsn,
         visit: impl FnMut(Record) -> Result<()>,
     ) -> Result<(Log, LogEnd)> {
-        Log::open_scanning(fs, dir, options, from, |segments| {
+        Log::open_scanning(fs, dir, options, from, Some(from), |segments| {
             segments.scan(from, visit)
         })
     }
@@ -207,16 +207,20 @@ impl Log {
         options: LogOptions,
         from: Lsn,
     ) -> Result<(Log, LogEnd)> {
-        Log::open_scanning(fs, dir, options, from, |segments| segments.find_end(from))
+        Log::open_scanning(fs, dir, options, from, None, |segments| {
+            segments.find_end(from)
+        })
     }
 
     /// Opens the segments of the log in `dir` (checking that none is missing from the one
-    /// holding `from` on) and finds the end with `find_end`.
+    /// holding `from` on) and finds the end with `find_end`, which reads every segment from
+    /// `scan_from` on when that is given.
     fn open_scanning(
         fs: Arc<dyn FileSystem>,
         dir: &Path,
         options: LogOptions,
         from: Lsn,
+        scan_from: Option<Lsn>,
         find_end: impl FnOnce(&Segments<'_>) -> Result<LogEnd>,
     ) -> Result<(Log, LogEnd)> {
         check_options(&options)?;
@@ -227,15 +231,11 @@ impl Log {
                 reason: "the log folder is missing".into(),
             });
         }
-        let mut segments = BTreeMap::new();
-        let mut formats = BTreeMap::new();
+        let mut found = Vec::new();
         let mut spares = Vec::new();
         for path in fs.list(dir)? {
             if let Some(index) = segment::segment_index(&path) {
-                let file = fs.open(&path, OpenMode::Existing)?;
-                let format = segment::check_header(file.as_ref(), index, options.segment_bytes)?;
-                formats.insert(index, format);
-                segments.insert(index, file);
+                found.push((index, path));
             } else if segment::spare_index(&path).is_some() {
                 spares.push(path);
             } else if path
@@ -246,6 +246,13 @@ impl Log {
                 fs.remove(&path)?;
             }
         }
+        let (segments, formats) = open_segment_files(
+            fs.as_ref(),
+            found,
+            OpenMode::Existing,
+            options.segment_bytes,
+            scan_from,
+        )?;
         let anchor = Anchor::open(fs.as_ref(), dir)?;
         let indices: Vec<u64> = segments.keys().copied().collect();
         let highest_present = indices.last().copied().unwrap_or(0);
@@ -314,16 +321,18 @@ impl Log {
         visit: impl FnMut(Record) -> Result<()>,
     ) -> Result<LogEnd> {
         check_options(options)?;
-        let mut segments = BTreeMap::new();
-        let mut formats = BTreeMap::new();
-        for path in fs.list(dir)? {
-            if let Some(index) = segment::segment_index(&path) {
-                let file = fs.open(&path, OpenMode::ReadOnly)?;
-                let format = segment::check_header(file.as_ref(), index, options.segment_bytes)?;
-                formats.insert(index, format);
-                segments.insert(index, file);
-            }
-        }
+        let found = fs
+            .list(dir)?
+            .into_iter()
+            .filter_map(|path| segment::segment_index(&path).map(|index| (index, path)))
+            .collect();
+        let (segments, formats) = open_segment_files(
+            fs,
+            found,
+            OpenMode::ReadOnly,
+            options.segment_bytes,
+            Some(from),
+        )?;
         Segments {
             files: &segments,
             segment_bytes: options.segment_bytes,
@@ -868,6 +877,47 @@ fn describe(invalid: Invalid) -> String {
         Invalid::NewerVersion(v) => format!("record format version {v} is newer than this build"),
         Invalid::Damaged(reason) => reason,
     }
+}
+
+/// Opened log segment files by index, with the record format each header names.
+type SegmentFiles = (BTreeMap<u64, Arc<dyn Storage>>, BTreeMap<u64, RecordFormat>);
+
+/// Opens the segment files `found` (index and path) in `mode` and checks their headers. Every
+/// header is asked for before the first is read, and for a scan from `scan_from` the first
+/// segments it reads are asked for whole: on a cold disk, opening a log of many segments then
+/// waits for one round of reads, not for one small read after another.
+fn open_segment_files(
+    fs: &dyn FileSystem,
+    found: Vec<(u64, PathBuf)>,
+    mode: OpenMode,
+    segment_bytes: u64,
+    scan_from: Option<Lsn>,
+) -> Result<SegmentFiles> {
+    let mut files = BTreeMap::new();
+    for (index, path) in found {
+        files.insert(index, fs.open(&path, mode)?);
+    }
+    // The headers first: the reads of whole segments queue behind them.
+    for file in files.values() {
+        file.prefetch(0, SEGMENT_HEADER_BYTES);
+    }
+    if let Some(from) = scan_from {
+        let first = from.0 / segment_bytes;
+        for file in files
+            .range(first..first.saturating_add(PREFETCH_SEGMENTS))
+            .map(|(_, f)| f)
+        {
+            file.prefetch(SEGMENT_HEADER_BYTES, segment_bytes);
+        }
+    }
+    let mut formats = BTreeMap::new();
+    for (&index, file) in &files {
+        formats.insert(
+            index,
+            segment::check_header(file.as_ref(), index, segment_bytes)?,
+        );
+    }
+    Ok((files, formats))
 }
 
 /// The one record format of a log's segments (`None`: no segments).

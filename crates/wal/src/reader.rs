@@ -27,7 +27,7 @@ pub struct LogEnd {
 const VERSION_AT: usize = 4;
 
 /// Segments past the one being scanned that the scan asks the operating system to read ahead.
-const PREFETCH_SEGMENTS: u64 = 4;
+pub(crate) const PREFETCH_SEGMENTS: u64 = 4;
 
 pub(crate) struct Segments<'a> {
     pub files: &'a BTreeMap<u64, Arc<dyn Storage>>,

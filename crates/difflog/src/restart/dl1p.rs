@@ -1,6 +1,6 @@
 //! The one-pass backward restart of differential logging (DL1P, Algorithm 3).
 
-use super::{older_losers, Entry, Image, Replay, StreamTail};
+use super::{apply_xor, older_losers, one_pass_decision, Entry, Image, Replay, StreamTail};
 use lodestore_core::Result;
 use std::collections::HashSet;
 
@@ -31,24 +31,10 @@ pub fn one_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
                 if !won {
                     rolled_back.insert(txn);
                 }
-                for range in crate::xor::ranges(flags, body) {
-                    let range = range.map_err(|r| tail.corrupt(record.lsn, r))?;
+                apply_xor(tail, record.lsn, flags, body, image, &mut replay, |range| {
                     let in_backup = tail.in_backup(record.lsn, range.backup_id, checkpoint_id);
-                    // Redo a committed change the backup lacks; undo an uncommitted one it has.
-                    if won == in_backup {
-                        replay.ranges_skipped += 1;
-                        continue;
-                    }
-                    image
-                        .xor(range.page, range.offset as usize, range.delta)
-                        .map_err(|r| tail.corrupt(record.lsn, r))?;
-                    replay.bytes_applied += range.delta.len() as u64;
-                    if won {
-                        replay.ranges_redone += 1;
-                    } else {
-                        replay.ranges_undone += 1;
-                    }
-                }
+                    one_pass_decision(won, in_backup)
+                })?;
             }
             Entry::Physical { .. } => {
                 return Err(tail.corrupt(record.lsn, "a physical record in an XOR stream"))

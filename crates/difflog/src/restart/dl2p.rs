@@ -1,6 +1,6 @@
 //! The two-pass restart of differential logging (DL2P): redo forwards, then undo backwards.
 
-use super::{apply_xor, older_losers, Entry, Image, Replay, StreamTail};
+use super::{apply_xor, older_losers, Decision, Entry, Image, Replay, StreamTail};
 use lodestore_core::Result;
 use std::collections::HashSet;
 
@@ -26,18 +26,14 @@ pub fn two_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
                 if commits {
                     committed.insert(txn);
                 }
-                for range in crate::xor::ranges(flags, body) {
-                    let range = range.map_err(|r| tail.corrupt(record.lsn, r))?;
+                // Every change the backup lacks goes in; the losers' come out after.
+                apply_xor(tail, record.lsn, flags, body, image, &mut replay, |range| {
                     if tail.in_backup(record.lsn, range.backup_id, checkpoint_id) {
-                        replay.ranges_skipped += 1;
-                        continue;
+                        Decision::Skip
+                    } else {
+                        Decision::Redo
                     }
-                    image
-                        .xor(range.page, range.offset as usize, range.delta)
-                        .map_err(|r| tail.corrupt(record.lsn, r))?;
-                    replay.bytes_applied += range.delta.len() as u64;
-                    replay.ranges_redone += 1;
-                }
+                })?;
             }
             Entry::Physical { .. } => {
                 return Err(tail.corrupt(record.lsn, "a physical record in an XOR stream"))
@@ -54,8 +50,9 @@ pub fn two_pass(tail: &StreamTail<'_>, checkpoint_id: bool, image: &dyn Image) -
         {
             if !committed.contains(&txn) {
                 rolled_back.insert(txn);
-                replay.ranges_undone +=
-                    apply_xor(tail, record.lsn, flags, body, image, &mut replay)?;
+                apply_xor(tail, record.lsn, flags, body, image, &mut replay, |_| {
+                    Decision::Undo
+                })?;
             }
         }
     }

@@ -45,8 +45,8 @@ use crate::kinds::{
     XOR_CHANGES,
 };
 use crate::marks::CheckpointBegin;
-use crate::xor::FLAG_COMMITS;
-use lodestore_core::{Error, Lsn, Result, TxnId};
+use crate::xor::{XorRange, FLAG_COMMITS};
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_wal::{Record, RecordBody};
 use std::collections::HashSet;
 use std::path::Path;
@@ -244,15 +244,16 @@ impl StreamTail<'_> {
         image: &dyn Image,
         replay: &mut Replay,
     ) -> Result<()> {
-        let mut undone = 0;
         let mut applied = Replay::default();
         replay.older_records += self.older_chain(txn, last, |record| {
             if let Entry::Xor { flags, body, .. } = self.classify(&record)? {
-                undone += apply_xor(self, record.lsn, flags, body, image, &mut applied)?;
+                apply_xor(self, record.lsn, flags, body, image, &mut applied, |_| {
+                    Decision::Undo
+                })?;
             }
             Ok(())
         })?;
-        replay.ranges_undone += undone;
+        replay.ranges_undone += applied.ranges_undone;
         replay.bytes_applied += applied.bytes_applied;
         Ok(())
     }
@@ -262,7 +263,33 @@ impl StreamTail<'_> {
 /// must end).
 const CHAIN_MAX: u64 = 1 << 32;
 
-/// XORs every range of `body` into `image`; returns the ranges applied.
+/// What a replay does with one range of an XOR record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    /// The image already shows what the range should leave (the backup has the committed
+    /// change, or lacks the uncommitted one).
+    Skip,
+    Redo,
+    Undo,
+}
+
+/// DL1P's rule (Algorithm 3): redo a committed change the backup lacks, undo an uncommitted
+/// one it holds, leave the rest as the backup shows them.
+fn one_pass_decision(committed: bool, in_backup: bool) -> Decision {
+    match (committed, in_backup) {
+        (true, false) => Decision::Redo,
+        (false, true) => Decision::Undo,
+        _ => Decision::Skip,
+    }
+}
+
+/// Ranges of one page a replay XORs under one taking of the page's latch at most: a record's
+/// ranges come page by page (a page header, a slot, an object), and each latch is a locked
+/// instruction that waits for the stores before it.
+const PAGE_RUN_RANGES: usize = 8;
+
+/// XORs into `image` the ranges of `body` (the XOR record at `lsn`) that `decide` redoes or
+/// undoes, each run of ranges on one page under one latch, and counts them in `replay`.
 fn apply_xor(
     tail: &StreamTail<'_>,
     lsn: Lsn,
@@ -270,17 +297,38 @@ fn apply_xor(
     body: &[u8],
     image: &dyn Image,
     replay: &mut Replay,
-) -> Result<u64> {
-    let mut n = 0;
+    mut decide: impl FnMut(&XorRange<'_>) -> Decision,
+) -> Result<()> {
+    let mut run: [(usize, &[u8]); PAGE_RUN_RANGES] = [(0, &[]); PAGE_RUN_RANGES];
+    let mut run_len = 0;
+    let mut run_page = PageId(0);
     for range in crate::xor::ranges(flags, body) {
         let range = range.map_err(|r| tail.corrupt(lsn, r))?;
-        image
-            .xor(range.page, range.offset as usize, range.delta)
-            .map_err(|r| tail.corrupt(lsn, r))?;
+        match decide(&range) {
+            Decision::Skip => {
+                replay.ranges_skipped += 1;
+                continue;
+            }
+            Decision::Redo => replay.ranges_redone += 1,
+            Decision::Undo => replay.ranges_undone += 1,
+        }
         replay.bytes_applied += range.delta.len() as u64;
-        n += 1;
+        if run_len == PAGE_RUN_RANGES || (run_len > 0 && range.page != run_page) {
+            image
+                .xor_run(run_page, &run[..run_len])
+                .map_err(|r| tail.corrupt(lsn, r))?;
+            run_len = 0;
+        }
+        run_page = range.page;
+        run[run_len] = (range.offset as usize, range.delta);
+        run_len += 1;
     }
-    Ok(n)
+    if run_len > 0 {
+        image
+            .xor_run(run_page, &run[..run_len])
+            .map_err(|r| tail.corrupt(lsn, r))?;
+    }
+    Ok(())
 }
 
 /// Transactions active at the begin mark that did not commit: their older changes are undone.

@@ -8,7 +8,7 @@
 //! holds is undone. XOR commutes, so deciding a change later than its neighbours changes
 //! nothing; the model test checks that both passes build the same image.
 
-use super::{older_losers, Entry, Image, Replay, StreamTail, Window};
+use super::{apply_xor, older_losers, one_pass_decision, Entry, Image, Replay, StreamTail, Window};
 use crate::marks::CheckpointBegin;
 use lodestore_core::{Error, Lsn, Result, TxnId};
 use lodestore_wal::Record;
@@ -39,6 +39,7 @@ pub struct OnePassForward<'a> {
     committed: FxHashSet<TxnId>,
     rolled_back: FxHashSet<TxnId>,
     replay: Replay,
+    pages_end: u32,
 }
 
 impl<'a> OnePassForward<'a> {
@@ -63,6 +64,7 @@ impl<'a> OnePassForward<'a> {
             committed: FxHashSet::default(),
             rolled_back: FxHashSet::default(),
             replay: Replay::default(),
+            pages_end: 0,
         }
     }
 
@@ -73,6 +75,14 @@ impl<'a> OnePassForward<'a> {
             window: self.window,
             read,
         }
+    }
+
+    /// One past the highest page a change decided so far names (the records still waiting
+    /// for their transaction's outcome are counted when it comes). After an error from
+    /// [`OnePassForward::push`] or [`OnePassForward::finish`], a value past the image's
+    /// pages says the store outgrew the image: the caller may name that instead.
+    pub fn pages_end(&self) -> u32 {
+        self.pages_end
     }
 
     /// The stream's next record (in LSN order, from the window's begin mark on).
@@ -160,30 +170,25 @@ impl<'a> OnePassForward<'a> {
         body: &[u8],
         won: bool,
     ) -> Result<()> {
-        for range in crate::xor::ranges(flags, body) {
-            let range = range.map_err(|r| tail.corrupt(lsn, r))?;
-            let in_backup = tail.in_backup(lsn, range.backup_id, self.checkpoint_id);
-            // Redo a committed change the backup lacks; undo an uncommitted one it has.
-            if won == in_backup {
-                self.replay.ranges_skipped += 1;
-                continue;
-            }
-            self.image
-                .xor(range.page, range.offset as usize, range.delta)
-                .map_err(|r| tail.corrupt(lsn, r))?;
-            self.replay.bytes_applied += range.delta.len() as u64;
-            if won {
-                self.replay.ranges_redone += 1;
-            } else {
-                self.replay.ranges_undone += 1;
-            }
-        }
-        Ok(())
+        let checkpoint_id = self.checkpoint_id;
+        let pages_end = &mut self.pages_end;
+        apply_xor(
+            tail,
+            lsn,
+            flags,
+            body,
+            self.image,
+            &mut self.replay,
+            |range| {
+                *pages_end = (*pages_end).max(range.page.0.saturating_add(1));
+                one_pass_decision(won, tail.in_backup(lsn, range.backup_id, checkpoint_id))
+            },
+        )
     }
 
     /// The stream ended: transactions still open lost, and those active at the checkpoint
-    /// that did not commit have their older changes (read by `read`) undone.
-    pub fn finish(mut self, read: &'a (dyn Fn(Lsn) -> Result<Record> + Sync)) -> Result<Replay> {
+    /// that did not commit have their older changes (read by `read`) undone. Called once.
+    pub fn finish(&mut self, read: &'a (dyn Fn(Lsn) -> Result<Record> + Sync)) -> Result<Replay> {
         let tail = self.tail(read);
         if !self.seen_first && self.window.begin != Lsn::ZERO {
             return Err(tail.corrupt(
@@ -202,6 +207,6 @@ impl<'a> OnePassForward<'a> {
         }
         self.replay.committed = self.committed.len() as u64;
         self.replay.rolled_back = self.rolled_back.len() as u64;
-        Ok(self.replay)
+        Ok(std::mem::take(&mut self.replay))
     }
 }

@@ -110,36 +110,49 @@ pub(crate) fn open_and_replay(
         let mut named = Named::default();
         let mut forward = (replay_at_once && kind == RecoveryMethodKind::Dl1p)
             .then(|| OnePassForward::new(dir, window, checkpoint_id, image));
+        // A store grown past what the pool can hold is named as such, not as a bad record.
+        let past_pool = |pages_end: u32| -> Result<()> {
+            if pages_end > image_pages {
+                check_fits(server, capacity, pages_end)?;
+                return Err(lodestore_core::Error::InvalidArgument(format!(
+                    "{}: a record names page {}, past the {image_pages} pages the pool can hold",
+                    dir.display(),
+                    pages_end - 1
+                )));
+            }
+            Ok(())
+        };
         let (log, _) =
             Log::open_visiting(server.fs.clone(), dir, at.options.clone(), from, |record| {
-                named.add(&record);
-                if named.pages_end > image_pages {
-                    check_fits(server, capacity, named.pages_end)?;
-                    return Err(lodestore_core::Error::InvalidArgument(format!(
-                        "{}: a record names page {}, past the {image_pages} pages the pool \
-                         can hold",
-                        dir.display(),
-                        named.pages_end - 1
-                    )));
+                if let Some(pass) = forward.as_mut() {
+                    // The pass parses each change once and counts its pages itself.
+                    named.add_txn(&record);
+                    let pushed = pass.push(record);
+                    past_pool(pass.pages_end())?;
+                    return pushed;
                 }
-                match (forward.as_mut(), &feed) {
-                    (Some(pass), _) => pass.push(record)?,
-                    (None, Some(feed)) => feed.send(record).map_err(|_| {
+                named.add(&record);
+                past_pool(named.pages_end)?;
+                match &feed {
+                    Some(feed) => feed.send(record).map_err(|_| {
                         lodestore_core::Error::InvalidArgument(format!(
                             "{}: the merge of the streams stopped",
                             dir.display()
                         ))
                     })?,
-                    (None, None) => records.push(record),
+                    None => records.push(record),
                 }
                 Ok(())
             })?;
         // Replayed as read, the stream's reading and replaying are one span, counted as read.
         let read_us = reading.elapsed().as_micros() as u64;
         let mut replay = Replay::default();
-        if let Some(pass) = forward {
+        if let Some(mut pass) = forward {
             let read = |lsn| log.read(lsn);
-            replay = pass.finish(&read)?;
+            let finished = pass.finish(&read);
+            past_pool(pass.pages_end())?;
+            named.pages_end = named.pages_end.max(pass.pages_end());
+            replay = finished?;
         } else if replay_at_once {
             let read = |lsn| log.read(lsn);
             let tail = StreamTail {
@@ -402,8 +415,13 @@ impl Named {
         self.serial_max = self.serial_max.max(other.serial_max);
     }
 
-    fn add(&mut self, record: &Record) {
+    /// The record's transaction only (its pages are counted elsewhere).
+    fn add_txn(&mut self, record: &Record) {
         self.txn_max = self.txn_max.max(record.txn.map_or(0, |t| t.0));
+    }
+
+    fn add(&mut self, record: &Record) {
+        self.add_txn(record);
         if let RecordBody::Family { kind, flags, body } = &record.body {
             match *kind {
                 XOR_CHANGES => {

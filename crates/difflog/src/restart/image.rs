@@ -1,7 +1,8 @@
 //! The memory image a restart rebuilds.
 
 use lodestore_core::PageId;
-use std::sync::{Mutex, OnceLock};
+use memmap2::{Advice, MmapMut, UncheckedAdvice};
+use std::sync::Mutex;
 
 /// Pages a restart applies changes to. Shared by the threads of a parallel restart: each call
 /// changes one page under that page's own latch.
@@ -24,35 +25,71 @@ pub trait Image: Sync {
 /// touched reads as zeros and takes no memory, so an image can be made as large as the store
 /// may grow before a restart knows which pages its logs name (parallel restart level 4 starts
 /// XORing the backup into it at once).
+///
+/// The pages lie one after another in one anonymous mapping, in huge pages where the system
+/// allows them: a replay changes pages at random, and with a page of memory per store page a
+/// miss in the address translation cache came with nearly every change (and a fault with the
+/// first change of each page).
 pub struct MemoryImage {
     page_size: usize,
-    pages: Vec<OnceLock<Mutex<Box<[u8]>>>>,
+    count: usize,
+    /// Held for its memory; its bytes are reached through `base` only.
+    _arena: MmapMut,
+    /// The start of the mapping, taken once when it was made.
+    base: *mut u8,
+    latches: Vec<Mutex<()>>,
 }
 
+// SAFETY: the bytes behind `base` belong to the mapping the image owns. Page p's bytes are
+// only reached with `latches[p]` held (`with_latch`) or through `&mut self`, so no two threads
+// ever touch the same bytes at once, and the mapping lives as long as the image.
+unsafe impl Send for MemoryImage {}
+// SAFETY: as for `Send`: shared access goes through the latches.
+unsafe impl Sync for MemoryImage {}
+
 impl MemoryImage {
-    /// `count` pages of zeros (parallel restart level 4 XORs the backup into them).
-    pub fn zeroed(count: usize, page_size: usize) -> MemoryImage {
-        MemoryImage {
-            page_size,
-            pages: (0..count).map(|_| OnceLock::new()).collect(),
+    /// `count` pages of zeros (parallel restart level 4 XORs the backup into them); fails
+    /// only when the system refuses the address space.
+    pub fn try_zeroed(count: usize, page_size: usize) -> std::io::Result<MemoryImage> {
+        let bytes = count
+            .checked_mul(page_size)
+            .ok_or_else(|| std::io::Error::other("image size overflows"))?;
+        // A mapping cannot be empty.
+        let mut arena = MmapMut::map_anon(bytes.max(1))?;
+        if let Err(error) = arena.advise(Advice::HugePage) {
+            tracing::debug!(%error, "huge pages refused for a restart image");
         }
+        let base = arena.as_mut_ptr();
+        Ok(MemoryImage {
+            page_size,
+            count,
+            _arena: arena,
+            base,
+            latches: (0..count).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// [`MemoryImage::try_zeroed`] for images that must exist (tests, small stores): running
+    /// out of address space ends the process, as running out of memory does.
+    pub fn zeroed(count: usize, page_size: usize) -> MemoryImage {
+        MemoryImage::try_zeroed(count, page_size).unwrap_or_else(|error| {
+            panic!("no address space for an image of {count} pages of {page_size} bytes: {error}")
+        })
     }
 
     /// An image holding `pages` (all of one size).
     pub fn from_pages(pages: Vec<Vec<u8>>) -> MemoryImage {
         let page_size = pages.first().map_or(0, Vec::len);
         assert!(pages.iter().all(|p| p.len() == page_size));
-        MemoryImage {
-            page_size,
-            pages: pages
-                .into_iter()
-                .map(|p| OnceLock::from(Mutex::new(p.into_boxed_slice())))
-                .collect(),
+        let mut image = MemoryImage::zeroed(pages.len(), page_size);
+        for (p, bytes) in pages.iter().enumerate() {
+            image.page_mut(p).copy_from_slice(bytes);
         }
+        image
     }
 
     pub fn page_count(&self) -> usize {
-        self.pages.len()
+        self.count
     }
 
     pub fn page_size(&self) -> usize {
@@ -61,64 +98,80 @@ impl MemoryImage {
 
     /// A copy of `page`.
     pub fn page(&self, page: usize) -> Vec<u8> {
-        match self.pages[page].get() {
-            Some(latch) => lock(latch).to_vec(),
-            None => vec![0; self.page_size],
-        }
+        self.with_latch(page, |bytes| bytes.to_vec())
     }
 
     /// `read` run on `page`'s bytes (zeros if nothing touched it), without a copy.
     pub fn with_page<R>(&self, page: usize, read: impl FnOnce(&[u8]) -> R) -> R {
-        match self.pages[page].get() {
-            Some(latch) => read(&lock(latch)),
-            None => read(&vec![0; self.page_size]),
+        self.with_latch(page, |bytes| read(bytes))
+    }
+
+    /// `page`'s bytes, to change in place: with the image held alone, no latch is needed.
+    pub fn page_mut(&mut self, page: usize) -> &mut [u8] {
+        assert!(
+            page < self.count,
+            "page {page} of an image of {}",
+            self.count
+        );
+        // SAFETY: `page` lies inside the mapping (asserted above), and `&mut self` excludes
+        // every other access to the image while the slice lives.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(page * self.page_size), self.page_size)
         }
     }
 
-    /// Moves `page` out of the image (zeros if nothing touched it), leaving it untouched: a
-    /// restart hands each page over to the pool and frees it, so the store is not held twice.
-    pub fn take_page(&mut self, page: usize) -> Vec<u8> {
-        match self.pages[page].take() {
-            Some(latch) => latch
-                .into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .into_vec(),
-            None => vec![0; self.page_size],
+    /// Gives the memory of `pages` back to the system; they read as zeros afterwards. A
+    /// restart hands the pages over to the pool in order and releases them as it goes, so the
+    /// store is not held twice.
+    pub fn release(&mut self, pages: std::ops::Range<usize>) {
+        let end = pages.end.min(self.count);
+        if pages.start >= end {
+            return;
+        }
+        // Whole pages of the system only: those partly outside the range keep their bytes.
+        let system_page = 4096;
+        let from = (pages.start * self.page_size).next_multiple_of(system_page);
+        let to = end * self.page_size / system_page * system_page;
+        if from < to {
+            // SAFETY: `&mut self` means no slice into the image is alive, the range lies
+            // inside the private anonymous mapping, and there dropping pages only makes them
+            // read as zeros again, which is what this method promises.
+            let released = unsafe {
+                self._arena
+                    .unchecked_advise_range(UncheckedAdvice::DontNeed, from, to - from)
+            };
+            if let Err(error) = released {
+                tracing::debug!(%error, "restart image pages not released");
+            }
         }
     }
 
     /// XORs a whole page into `page` (a backup page under level 4).
     pub fn xor_page(&self, page: usize, bytes: &[u8]) {
-        crate::xor::xor_into(&mut self.latch(page), bytes);
+        self.with_latch(page, |target| crate::xor::xor_into(target, bytes));
     }
 
-    pub fn into_pages(self) -> Vec<Vec<u8>> {
-        let page_size = self.page_size;
-        self.pages
-            .into_iter()
-            .map(|p| match p.into_inner() {
-                Some(latch) => latch
-                    .into_inner()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .into_vec(),
-                None => vec![0; page_size],
-            })
-            .collect()
+    pub fn into_pages(mut self) -> Vec<Vec<u8>> {
+        (0..self.count).map(|p| self.page_mut(p).to_vec()).collect()
     }
 
-    fn latch(&self, page: usize) -> std::sync::MutexGuard<'_, Box<[u8]>> {
-        lock(
-            self.pages[page]
-                .get_or_init(|| Mutex::new(vec![0u8; self.page_size].into_boxed_slice())),
-        )
+    /// Runs `change` on `page`'s bytes with the page's latch held.
+    fn with_latch<R>(&self, page: usize, change: impl FnOnce(&mut [u8]) -> R) -> R {
+        let _latched = lock(&self.latches[page]);
+        // SAFETY: `latches[page]` exists, so the page lies inside the mapping; holding it
+        // excludes every other access to these bytes (see the `Send` and `Sync` impls).
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(self.base.add(page * self.page_size), self.page_size)
+        };
+        change(bytes)
     }
 
     fn range(&self, page: PageId, offset: usize, len: usize) -> Result<usize, String> {
         let index = page.0 as usize;
-        if index >= self.pages.len() {
+        if index >= self.count {
             return Err(format!(
                 "a change names page {page}, past the image's {} pages",
-                self.pages.len()
+                self.count
             ));
         }
         if offset + len > self.page_size {
@@ -134,7 +187,9 @@ impl MemoryImage {
 impl Image for MemoryImage {
     fn xor(&self, page: PageId, offset: usize, delta: &[u8]) -> Result<(), String> {
         let index = self.range(page, offset, delta.len())?;
-        crate::xor::xor_into(&mut self.latch(index)[offset..offset + delta.len()], delta);
+        self.with_latch(index, |bytes| {
+            crate::xor::xor_into(&mut bytes[offset..offset + delta.len()], delta)
+        });
         Ok(())
     }
 
@@ -147,21 +202,24 @@ impl Image for MemoryImage {
         let Some(index) = index else {
             return Ok(());
         };
-        let mut bytes = self.latch(index);
-        for &(offset, delta) in run {
-            crate::xor::xor_into(&mut bytes[offset..offset + delta.len()], delta);
-        }
+        self.with_latch(index, |bytes| {
+            for &(offset, delta) in run {
+                crate::xor::xor_into(&mut bytes[offset..offset + delta.len()], delta);
+            }
+        });
         Ok(())
     }
 
     fn write(&self, page: PageId, offset: usize, bytes: &[u8]) -> Result<(), String> {
         let index = self.range(page, offset, bytes.len())?;
-        self.latch(index)[offset..offset + bytes.len()].copy_from_slice(bytes);
+        self.with_latch(index, |target| {
+            target[offset..offset + bytes.len()].copy_from_slice(bytes)
+        });
         Ok(())
     }
 }
 
-fn lock(latch: &Mutex<Box<[u8]>>) -> std::sync::MutexGuard<'_, Box<[u8]>> {
+fn lock(latch: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
     // A panicking replay thread fails the whole restart; the bytes are not reused.
     latch.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -180,6 +238,50 @@ mod tests {
         }
         run.xor_run(PageId(1), &ranges).unwrap();
         assert_eq!(run.into_pages(), one_by_one.into_pages());
+    }
+
+    #[test]
+    fn threads_changing_the_same_pages_lose_no_change() {
+        let image = MemoryImage::zeroed(3, 4096);
+        std::thread::scope(|scope| {
+            for t in 0..4u8 {
+                let image = &image;
+                scope.spawn(move || {
+                    for i in 0..2000usize {
+                        let page = PageId((i % 3) as u32);
+                        let offset = (i * 7) % 4000;
+                        image.xor(page, offset, &[1 << (t % 8); 8]).unwrap();
+                    }
+                });
+            }
+        });
+        // The same changes one after another.
+        let alone = MemoryImage::zeroed(3, 4096);
+        for t in 0..4u8 {
+            for i in 0..2000usize {
+                alone
+                    .xor(PageId((i % 3) as u32), (i * 7) % 4000, &[1 << (t % 8); 8])
+                    .unwrap();
+            }
+        }
+        assert_eq!(image.into_pages(), alone.into_pages());
+    }
+
+    #[test]
+    fn released_pages_read_as_zeros_and_the_others_keep_their_bytes() {
+        let pages: Vec<Vec<u8>> = (1..=4u8).map(|b| vec![b; 4096]).collect();
+        let mut image = MemoryImage::from_pages(pages);
+        image.page_mut(3)[17] = 99;
+        image.release(1..3);
+        image.release(2..2);
+        image.release(7..9);
+        assert_eq!(image.page(0), vec![1; 4096]);
+        assert_eq!(image.page(1), vec![0; 4096]);
+        assert_eq!(image.page(2), vec![0; 4096]);
+        let mut last = vec![4; 4096];
+        last[17] = 99;
+        assert_eq!(image.page(3), last);
+        assert!(image.with_page(0, |bytes| bytes.iter().all(|&b| b == 1)));
     }
 
     #[test]

@@ -71,10 +71,10 @@ pub(crate) fn open_and_replay(
     let first_lsn = Lsn(at.options.segment_bytes);
     let known = done.page_count.max(server.volume.page_count());
     // Large enough for every page the pool may hold; untouched pages take no memory.
-    let image_owned = MemoryImage::zeroed(
+    let image_owned = new_image(
         page_number_bound(capacity, page_size).max(known) as usize,
         page_size,
-    );
+    )?;
     let image = &image_owned;
     let image_pages = image.page_count() as u32;
     let level = server.options().restart_level;
@@ -302,7 +302,7 @@ impl RestartPass for DlRestart {
             Some(recovered) => recovered,
             None => {
                 let known = done.page_count.max(server.volume.page_count());
-                let image = MemoryImage::zeroed(known as usize, page_size);
+                let image = new_image(known as usize, page_size)?;
                 let started = Instant::now();
                 load_backup(
                     &dl(state).backups[done.backup()],
@@ -360,17 +360,26 @@ impl RestartPass for DlRestart {
             + logged
             + 1;
         let touched: BTreeSet<PageId> = data_pages(pages_end, page_size).collect();
+        // The image's memory goes back to the system a run of pages at a time as the pages
+        // move into the pool, so the store is not held twice.
+        let mut released = 0;
         for &p in &touched {
-            let mut bytes = image.take_page(p.0 as usize);
-            page::set_lsn(&mut bytes, Lsn(version));
+            let bytes = image.page_mut(p.0 as usize);
+            page::set_lsn(bytes, Lsn(version));
             if state.pool.contains(p) {
-                server.put_changed(state, p, &bytes, Lsn(version));
+                server.put_changed(state, p, bytes, Lsn(version));
             } else {
-                server.install(state, p, &bytes)?;
+                server.install(state, p, bytes)?;
                 state.pool.mark_dirty(p, Lsn(version));
             }
             version += 1;
+            let installed = p.0 as usize + 1;
+            if installed - released >= IMAGE_RELEASE_PAGES {
+                image.release(released..installed);
+                released = installed;
+            }
         }
+        drop(image);
 
         let dl = dl_mut(state);
         dl.backup_id = vec![done.backup_id(); pages_end as usize];
@@ -443,6 +452,9 @@ impl Named {
     }
 }
 
+/// Pages of the restart image handed to the pool before their memory is given back at once.
+const IMAGE_RELEASE_PAGES: usize = 256;
+
 /// Pages read at once while loading a backup.
 const BACKUP_RUN_PAGES: u32 = 64;
 
@@ -470,6 +482,15 @@ fn load_backup(
         first += count;
     }
     Ok(())
+}
+
+/// An image of `count` zeroed pages, or an error naming its size.
+fn new_image(count: usize, page_size: usize) -> Result<MemoryImage> {
+    MemoryImage::try_zeroed(count, page_size).map_err(|error| {
+        lodestore_core::Error::InvalidArgument(format!(
+            "no memory for a restart image of {count} pages of {page_size} bytes: {error}"
+        ))
+    })
 }
 
 /// The smallest page number past `capacity` data pages: an image that large holds any store

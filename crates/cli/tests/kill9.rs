@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{check_bank, lodestore, stress_on};
+use common::{check_bank, lodestore, stress_on, succeed};
 use rand::{Rng, SeedableRng};
 use std::path::Path;
 use std::time::Duration;
@@ -49,16 +49,6 @@ fn check_exit_code(store: &Path) -> Option<i32> {
         eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     }
     out.status.code()
-}
-
-/// Runs `lodestore ARGS` and requires it to succeed.
-fn succeed(args: &[&str]) {
-    let out = lodestore().args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn recover(store: &Path) {

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{check_bank, lodestore, stress_on};
+use common::{check_bank, lodestore, stress_on, succeed};
 use rand::{Rng, SeedableRng};
 use std::time::Duration;
 
@@ -17,17 +17,8 @@ fn kill_minus_nine_twenty_times_on_a_main_memory_store_loses_no_transfer() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("bank");
     let acks = dir.path().join("acks");
-    let out = lodestore()
-        .arg("init")
-        .arg(&store)
-        .args(["--method", "dl1p", "--log-streams", "3"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let path = store.to_str().unwrap();
+    succeed(&["init", path, "--method", "dl1p", "--log-streams", "3"]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(21);
     let mut last_transfers = 0;
     for round in 0..ROUNDS {
@@ -43,18 +34,7 @@ fn kill_minus_nine_twenty_times_on_a_main_memory_store_loses_no_transfer() {
     );
     // `recover` at a chosen restart level writes the recovered store and says how long the
     // restart took, split into backup load, stream reading and replay.
-    let recover = || {
-        let out = lodestore()
-            .args(["recover", store.to_str().unwrap(), "--restart-level", "2"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
-    };
+    let recover = || succeed(&["recover", path, "--restart-level", "2"]);
     let said = recover();
     assert!(said.starts_with("recovered "), "{said}");
     assert!(said.contains("opened and recovered in"), "{said}");
@@ -70,7 +50,7 @@ fn kill_minus_nine_twenty_times_on_a_main_memory_store_loses_no_transfer() {
     let said = recover();
     assert!(said.contains("closed cleanly"), "{said}");
     let out = lodestore()
-        .args(["recover", store.to_str().unwrap(), "--restart-level", "5"])
+        .args(["recover", path, "--restart-level", "5"])
         .output()
         .unwrap();
     assert_eq!(

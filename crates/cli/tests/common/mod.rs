@@ -11,6 +11,18 @@ pub fn lodestore() -> Command {
     Command::new(env!("CARGO_BIN_EXE_lodestore"))
 }
 
+/// Runs `lodestore ARGS`, requires it to succeed and returns what it printed.
+pub fn succeed(args: &[&str]) -> String {
+    let out = lodestore().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "lodestore {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Starts `lodestore serve STORE --listen LISTEN EXTRA..`; returns it and the address it
 /// prints on its first line, or `None` (the process reaped) if it did not start listening.
 pub fn spawn_serve(

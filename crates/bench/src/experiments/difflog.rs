@@ -303,7 +303,11 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
     // the page cache so the real disk beneath adds nothing.
     let cold = setup.disk.is_none();
     if cold {
-        crate::workspace::evict_from_page_cache(&copies[0])?;
+        // Every copy written out first: a copy still dirty would be written back while
+        // another is read, and the restart measured would share the disk with it.
+        for copy in &copies {
+            crate::workspace::evict_from_page_cache(copy)?;
+        }
     }
     let disk_read_mb_s = read_streams_raw(file_system(setup).as_ref(), &copies[0], setup.streams)?;
     let mut restarts = [None; 4];
@@ -313,6 +317,11 @@ pub fn run(method: RecoveryMethodKind, dir: &Path, setup: &Setup, seed: u64) -> 
         }
         restarts[level.number() as usize - 1] =
             Some(restart(copy, options(method, setup).restart_level(*level))?);
+        if cold {
+            // What the reopened store wrote as it closed goes to the disk now, not during
+            // the next restart's reads.
+            crate::workspace::evict_from_page_cache(copy)?;
+        }
     }
     let [level1, level2, _, level4] = restarts;
     Ok(Figures {

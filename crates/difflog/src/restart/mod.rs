@@ -299,24 +299,48 @@ fn apply_xor(
     replay: &mut Replay,
     mut decide: impl FnMut(&XorRange<'_>) -> Decision,
 ) -> Result<()> {
+    let mut decided = Ok(());
+    let ranges = crate::xor::ranges(flags, body).map_while(|range| match range {
+        Ok(range) => Some(range),
+        Err(reason) => {
+            decided = Err(reason);
+            None
+        }
+    });
+    let applied = xor_in_runs(
+        image,
+        ranges.filter(|range| count(replay, range, decide(range))),
+    );
+    decided
+        .and(applied)
+        .map_err(|reason| tail.corrupt(lsn, reason))
+}
+
+/// Counts `range` in `replay` as `decision` says; true if it is to be XORed in.
+fn count(replay: &mut Replay, range: &XorRange<'_>, decision: Decision) -> bool {
+    match decision {
+        Decision::Skip => {
+            replay.ranges_skipped += 1;
+            return false;
+        }
+        Decision::Redo => replay.ranges_redone += 1,
+        Decision::Undo => replay.ranges_undone += 1,
+    }
+    replay.bytes_applied += range.delta.len() as u64;
+    true
+}
+
+/// XORs `ranges` into `image` in order, a run of ranges on one page under one latch.
+fn xor_in_runs<'b>(
+    image: &dyn Image,
+    ranges: impl Iterator<Item = XorRange<'b>>,
+) -> std::result::Result<(), String> {
     let mut run: [(usize, &[u8]); PAGE_RUN_RANGES] = [(0, &[]); PAGE_RUN_RANGES];
     let mut run_len = 0;
     let mut run_page = PageId(0);
-    for range in crate::xor::ranges(flags, body) {
-        let range = range.map_err(|r| tail.corrupt(lsn, r))?;
-        match decide(&range) {
-            Decision::Skip => {
-                replay.ranges_skipped += 1;
-                continue;
-            }
-            Decision::Redo => replay.ranges_redone += 1,
-            Decision::Undo => replay.ranges_undone += 1,
-        }
-        replay.bytes_applied += range.delta.len() as u64;
+    for range in ranges {
         if run_len == PAGE_RUN_RANGES || (run_len > 0 && range.page != run_page) {
-            image
-                .xor_run(run_page, &run[..run_len])
-                .map_err(|r| tail.corrupt(lsn, r))?;
+            image.xor_run(run_page, &run[..run_len])?;
             run_len = 0;
         }
         run_page = range.page;
@@ -324,9 +348,7 @@ fn apply_xor(
         run_len += 1;
     }
     if run_len > 0 {
-        image
-            .xor_run(run_page, &run[..run_len])
-            .map_err(|r| tail.corrupt(lsn, r))?;
+        image.xor_run(run_page, &run[..run_len])?;
     }
     Ok(())
 }

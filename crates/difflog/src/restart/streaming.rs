@@ -7,13 +7,25 @@
 //! [`super::one_pass`]: a committed change the backup lacks is redone, an uncommitted one it
 //! holds is undone. XOR commutes, so deciding a change later than its neighbours changes
 //! nothing; the model test checks that both passes build the same image.
+//!
+//! A decided record's changes are XORed in [`APPLY_LAG_RECORDS`] records later, their image
+//! lines prefetched when it was decided: changes land on pages all over a large image, and
+//! applying each at once waited for memory on every one.
 
-use super::{apply_xor, older_losers, one_pass_decision, Entry, Image, Replay, StreamTail, Window};
+use super::{
+    count, older_losers, one_pass_decision, xor_in_runs, Entry, Image, Replay, StreamTail, Window,
+};
 use crate::marks::CheckpointBegin;
-use lodestore_core::{Error, Lsn, Result, TxnId};
-use lodestore_wal::Record;
+use crate::xor::XorRange;
+use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
+use lodestore_wal::{Record, RecordBody};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::VecDeque;
 use std::path::Path;
+
+/// Decided records whose changes wait, prefetched, before they are XORed in: enough for the
+/// memory reads of the oldest to be done when it is applied, few enough to stay in cache.
+pub const APPLY_LAG_RECORDS: usize = 8;
 
 /// Bytes of records waiting for their transaction's outcome beyond which the stream is
 /// refused: a transaction appends its pending changes at 64 KiB, so only damage or a vast
@@ -40,6 +52,26 @@ pub struct OnePassForward<'a> {
     rolled_back: FxHashSet<TxnId>,
     replay: Replay,
     pages_end: u32,
+    /// Decided records, oldest first, with the changes of each to XOR in.
+    lagging: VecDeque<Decided>,
+    /// Emptied change lists, kept for the next records.
+    spare: Vec<Vec<Change>>,
+}
+
+/// A record whose changes are decided but not yet XORed in.
+struct Decided {
+    record: Record,
+    changes: Vec<Change>,
+}
+
+/// One range of a decided record to XOR in: `len` bytes at `offset` of `page`, taken from
+/// the record's body at `at`.
+#[derive(Clone, Copy)]
+struct Change {
+    page: PageId,
+    offset: u16,
+    at: u32,
+    len: u32,
 }
 
 impl<'a> OnePassForward<'a> {
@@ -65,6 +97,8 @@ impl<'a> OnePassForward<'a> {
             rolled_back: FxHashSet::default(),
             replay: Replay::default(),
             pages_end: 0,
+            lagging: VecDeque::with_capacity(APPLY_LAG_RECORDS + 1),
+            spare: Vec::new(),
         }
     }
 
@@ -121,7 +155,7 @@ impl<'a> OnePassForward<'a> {
             } => {
                 if commits {
                     // Its own commit: this record and any waiting ones are decided now.
-                    self.apply(&tail, record.lsn, flags, body, true)?;
+                    self.apply(&tail, record, flags, true)?;
                     self.decide(&tail, txn, true)?;
                 } else {
                     self.waiting_bytes += body.len();
@@ -156,34 +190,71 @@ impl<'a> OnePassForward<'a> {
         for record in records {
             if let Entry::Xor { flags, body, .. } = tail.classify(&record)? {
                 self.waiting_bytes -= body.len();
-                self.apply(tail, record.lsn, flags, body, won)?;
+                self.apply(tail, record, flags, won)?;
             }
         }
         Ok(())
     }
 
+    /// Decides `record`'s changes (its transaction `won` or not), asks for the image lines
+    /// they change, and XORs in the record decided [`APPLY_LAG_RECORDS`] records ago.
     fn apply(
         &mut self,
         tail: &StreamTail<'_>,
-        lsn: Lsn,
+        record: Record,
         flags: u16,
-        body: &[u8],
         won: bool,
     ) -> Result<()> {
+        let body = xor_body(&record);
+        let mut changes = self.spare.pop().unwrap_or_default();
         let checkpoint_id = self.checkpoint_id;
-        let pages_end = &mut self.pages_end;
-        apply_xor(
-            tail,
-            lsn,
-            flags,
-            body,
-            self.image,
-            &mut self.replay,
-            |range| {
-                *pages_end = (*pages_end).max(range.page.0.saturating_add(1));
-                one_pass_decision(won, tail.in_backup(lsn, range.backup_id, checkpoint_id))
-            },
-        )
+        let in_backup =
+            |range: &XorRange<'_>| tail.in_backup(record.lsn, range.backup_id, checkpoint_id);
+        for range in crate::xor::ranges(flags, body) {
+            let range = range.map_err(|reason| tail.corrupt(record.lsn, reason))?;
+            self.pages_end = self.pages_end.max(range.page.0.saturating_add(1));
+            if count(
+                &mut self.replay,
+                &range,
+                one_pass_decision(won, in_backup(&range)),
+            ) {
+                self.image
+                    .prefetch(range.page, range.offset as usize, range.delta.len());
+                changes.push(Change {
+                    page: range.page,
+                    offset: range.offset,
+                    at: (range.delta.as_ptr() as usize - body.as_ptr() as usize) as u32,
+                    len: range.delta.len() as u32,
+                });
+            }
+        }
+        self.lagging.push_back(Decided { record, changes });
+        if self.lagging.len() > APPLY_LAG_RECORDS {
+            self.xor_oldest(tail)?;
+        }
+        Ok(())
+    }
+
+    /// XORs in the oldest decided record's changes.
+    fn xor_oldest(&mut self, tail: &StreamTail<'_>) -> Result<()> {
+        let Some(Decided {
+            record,
+            mut changes,
+        }) = self.lagging.pop_front()
+        else {
+            return Ok(());
+        };
+        let body = xor_body(&record);
+        let ranges = changes.iter().map(|change| XorRange {
+            page: change.page,
+            offset: change.offset,
+            backup_id: false,
+            delta: &body[change.at as usize..][..change.len as usize],
+        });
+        xor_in_runs(self.image, ranges).map_err(|reason| tail.corrupt(record.lsn, reason))?;
+        changes.clear();
+        self.spare.push(changes);
+        Ok(())
     }
 
     /// The stream ended: transactions still open lost, and those active at the checkpoint
@@ -200,6 +271,9 @@ impl<'a> OnePassForward<'a> {
         for txn in open {
             self.decide(&tail, txn, false)?;
         }
+        while !self.lagging.is_empty() {
+            self.xor_oldest(&tail)?;
+        }
         let begin = self.begin.take();
         for (txn, last) in older_losers(&begin, &self.committed) {
             self.rolled_back.insert(txn);
@@ -208,5 +282,13 @@ impl<'a> OnePassForward<'a> {
         self.replay.committed = self.committed.len() as u64;
         self.replay.rolled_back = self.rolled_back.len() as u64;
         Ok(std::mem::take(&mut self.replay))
+    }
+}
+
+/// The body of an XOR record (`apply` is only given those).
+fn xor_body(record: &Record) -> &[u8] {
+    match &record.body {
+        RecordBody::Family { body, .. } => body,
+        _ => &[],
     }
 }

@@ -249,6 +249,11 @@ struct WaitSignal {
     ready: AtomicBool,
     /// For a waiter asleep.
     woken: Condvar,
+    /// Set and cleared under the table's lock around the waiter's sleep: a release wakes
+    /// only a waiter asleep, as a notification costs a system call even when nobody sleeps
+    /// (a spinning waiter sees `ready`; one about to sleep checks its request first, under
+    /// the same lock).
+    asleep: AtomicBool,
 }
 
 /// How long a request blocked only by subtransactions spins (yielding its CPU) before it
@@ -494,15 +499,18 @@ impl Table {
                     .is_empty()
                 }
             })
-            .map(|(_, w)| {
+            .filter_map(|(_, w)| {
                 w.wake.ready.store(true, Ordering::Release);
-                w.wake.clone()
+                w.wake
+                    .asleep
+                    .load(Ordering::Relaxed)
+                    .then(|| w.wake.clone())
             })
             .collect()
     }
 }
 
-/// Wakes the waiters `Table::grantable` found (after the table is unlocked).
+/// Wakes the sleeping waiters `Table::grantable` found (after the table is unlocked).
 fn wake(waiters: Vec<Arc<WaitSignal>>) {
     for waiter in waiters {
         waiter.woken.notify_one();
@@ -646,11 +654,13 @@ impl LockManager {
                 continue;
             }
             table.sleeps += 1;
+            signal.asleep.store(true, Ordering::Relaxed);
             table = signal
                 .woken
                 .wait_timeout(table, self.timeout - waited)
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+            signal.asleep.store(false, Ordering::Relaxed);
         }
     }
 

@@ -1784,7 +1784,12 @@ impl PageServer for Server {
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             let mut freed = own.freed.clone();
             freed.extend(self.emptied_pages(&mut state, txn)?);
-            let mut blank = vec![0u8; self.volume.page_size()];
+            // Most commits free no page: no zeroed page for them.
+            let mut blank = if freed.is_empty() {
+                Vec::new()
+            } else {
+                vec![0u8; self.volume.page_size()]
+            };
             for page in freed {
                 self.before_first_change(&mut state, txn, page)?;
                 page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());

@@ -31,3 +31,15 @@ pub use overlay::OverlayFileSystem;
 pub use page::PageKind;
 pub use sim::{Fault, SimFileSystem};
 pub use volume::{Volume, DATA_FILE_NAME};
+
+/// The size of the system's memory pages (4 KiB on most x86-64 systems, 16 or 64 KiB on some
+/// ARM ones): what `mprotect` and `madvise` work in. 4096 where the system does not say.
+pub fn os_page_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if bytes > 0 {
+        bytes as usize
+    } else {
+        4096
+    }
+}

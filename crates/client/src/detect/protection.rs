@@ -477,15 +477,7 @@ fn claim_slot(start: usize, len: usize, shared: &Arc<TrapShared>) -> Option<usiz
     Some(index)
 }
 
-pub fn os_page_bytes() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let bytes = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if bytes > 0 {
-        bytes as usize
-    } else {
-        4096
-    }
-}
+pub use lodestore_storage::os_page_bytes;
 
 /// Maps one anonymous memory file twice: the user view read-only (or writable, when userfaultfd
 /// protects it), the shadow view writable.

@@ -127,12 +127,18 @@ impl MemoryImage {
     /// restart hands the pages over to the pool in order and releases them as it goes, so the
     /// store is not held twice.
     pub fn release(&mut self, pages: std::ops::Range<usize>) {
+        self.release_in(pages, lodestore_storage::os_page_bytes());
+    }
+
+    /// [`MemoryImage::release`] on a system whose memory pages are `system_page` bytes.
+    fn release_in(&mut self, pages: std::ops::Range<usize>, system_page: usize) {
         let end = pages.end.min(self.count);
         if pages.start >= end {
             return;
         }
-        // Whole pages of the system only: those partly outside the range keep their bytes.
-        let system_page = 4096;
+        // Whole pages of the system only: those partly outside the range keep their bytes
+        // (the system drops whole pages of its own, rounding a partial one up).
+        debug_assert!(system_page.is_power_of_two());
         let from = (pages.start * self.page_size).next_multiple_of(system_page);
         let to = end * self.page_size / system_page * system_page;
         if from < to {
@@ -304,19 +310,47 @@ mod tests {
 
     #[test]
     fn released_pages_read_as_zeros_and_the_others_keep_their_bytes() {
-        let pages: Vec<Vec<u8>> = (1..=4u8).map(|b| vec![b; 4096]).collect();
+        // Pages of the system's size, so that each is released whole wherever this runs.
+        let size = lodestore_storage::os_page_bytes();
+        let pages: Vec<Vec<u8>> = (1..=4u8).map(|b| vec![b; size]).collect();
         let mut image = MemoryImage::from_pages(pages);
         image.page_mut(3)[17] = 99;
         image.release(1..3);
         image.release(2..2);
         image.release(7..9);
-        assert_eq!(image.page(0), vec![1; 4096]);
-        assert_eq!(image.page(1), vec![0; 4096]);
-        assert_eq!(image.page(2), vec![0; 4096]);
-        let mut last = vec![4; 4096];
+        assert_eq!(image.page(0), vec![1; size]);
+        assert_eq!(image.page(1), vec![0; size]);
+        assert_eq!(image.page(2), vec![0; size]);
+        let mut last = vec![4; size];
         last[17] = 99;
         assert_eq!(image.page(3), last);
         assert!(image.with_page(0, |bytes| bytes.iter().all(|&b| b == 1)));
+    }
+
+    /// Store pages smaller than the system's (8 KiB pages on a system of 16 or 64 KiB pages):
+    /// only the system pages wholly inside the range go; the store pages sharing one with a
+    /// page outside it keep their bytes, on either side.
+    #[test]
+    fn a_release_keeps_store_pages_that_share_a_system_page_with_others() {
+        for system_page in [16 << 10, 64 << 10] {
+            // Multiples of this system's page, so the advice is valid here too.
+            if system_page % lodestore_storage::os_page_bytes() != 0 {
+                continue;
+            }
+            let pages: Vec<Vec<u8>> = (1..=16u8).map(|b| vec![b; 8 << 10]).collect();
+            let mut image = MemoryImage::from_pages(pages);
+            image.release_in(1..6, system_page);
+            for p in 0..16usize {
+                let released = system_page == 16 << 10 && (2..6).contains(&p);
+                let expected = if released { 0 } else { p as u8 + 1 };
+                assert!(
+                    image.with_page(p, |bytes| bytes.iter().all(|&b| b == expected)),
+                    "system pages of {system_page} bytes: store page {p} should hold {expected}"
+                );
+            }
+            image.release_in(0..16, system_page);
+            assert!((0..16).all(|p| image.with_page(p, |b| b.iter().all(|&x| x == 0))));
+        }
     }
 
     #[test]

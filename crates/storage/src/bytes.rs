@@ -45,9 +45,39 @@ pub fn is_all_zero(bytes: &[u8]) -> bool {
     blocks_zero && blocks.remainder().iter().all(|&b| b == 0)
 }
 
+/// The index of the first byte of `bytes` that is not zero. Zeros are passed over 64 at a
+/// time (the tail of a log segment is mostly zeros, and the end of the log is searched past).
+pub fn first_nonzero(bytes: &[u8]) -> Option<usize> {
+    let mut blocks = bytes.chunks_exact(64);
+    let zero_blocks = blocks
+        .by_ref()
+        .take_while(|block| block.iter().fold(0u8, |acc, &b| acc | b) == 0)
+        .count();
+    let from = zero_blocks * 64;
+    bytes[from..]
+        .iter()
+        .position(|&b| b != 0)
+        .map(|at| from + at)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_nonzero_finds_every_position() {
+        for len in [0usize, 1, 63, 64, 65, 200] {
+            assert_eq!(first_nonzero(&vec![0u8; len]), None);
+            for at in 0..len {
+                let mut bytes = vec![0u8; len];
+                bytes[at] = 0x10;
+                if at + 1 < len {
+                    bytes[len - 1] = 1;
+                }
+                assert_eq!(first_nonzero(&bytes), Some(at), "len {len}, at {at}");
+            }
+        }
+    }
 
     #[test]
     fn zero_detection_sees_every_position() {

@@ -10,6 +10,7 @@
 use crate::record::{self, Invalid, Record, RecordBody, RecordFormat};
 use crate::segment::SEGMENT_HEADER_BYTES;
 use lodestore_core::{Error, Lsn, Result};
+use lodestore_storage::bytes::first_nonzero;
 use lodestore_storage::Storage;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -237,6 +238,16 @@ impl Segments<'_> {
                 if offset + self.format.smallest_record() > bytes.len() {
                     break;
                 }
+            } else {
+                // Past a run of zeros (the unwritten rest of a segment) in one step.
+                match skip_zero_lsn_fields(bytes, offset) {
+                    Some(next) if next == offset => {}
+                    Some(next) => {
+                        offset = next;
+                        continue;
+                    }
+                    None => break,
+                }
             }
             let lsn = base + offset as u64;
             if self.format.may_begin(&bytes[offset..], Lsn(lsn)) {
@@ -253,5 +264,50 @@ impl Segments<'_> {
             offset += step;
         }
         None
+    }
+}
+
+/// Aligned records: the first offset from `offset` on (`offset` itself if its field is not
+/// all zeros or runs past `bytes`) where a record's LSN field holds a non-zero byte, or `None`
+/// if no such offset is left. A record names its own LSN there, never 0, so no record begins
+/// at the offsets passed over.
+fn skip_zero_lsn_fields(bytes: &[u8], offset: usize) -> Option<usize> {
+    const FIELD: usize = 8;
+    let field = offset + record::LSN_AT;
+    match bytes.get(field..field + FIELD) {
+        Some(lsn) if lsn.iter().all(|&b| b == 0) => {}
+        _ => return Some(offset),
+    }
+    let from = field + FIELD;
+    let nonzero = from + first_nonzero(&bytes[from..])?;
+    // The offsets whose field holds byte `nonzero`: nonzero - 15 ..= nonzero - 8, one of them
+    // aligned.
+    Some((nonzero + 1 - record::LSN_AT - FIELD).next_multiple_of(RecordFormat::Aligned.alignment()))
+}
+
+#[cfg(test)]
+mod skip_tests {
+    use super::*;
+
+    /// Against a plain walk over every aligned offset: the skip lands on the first offset
+    /// whose LSN field has a non-zero byte, whatever byte of the field that is.
+    #[test]
+    fn a_skip_lands_where_the_walk_would() {
+        let align = RecordFormat::Aligned.alignment();
+        for len in [0usize, 15, 16, 17, 64, 100, 200] {
+            for at in 0..len {
+                let mut bytes = vec![0u8; len];
+                bytes[at] = 1;
+                for offset in (0..len).step_by(align) {
+                    let walk = (offset..)
+                        .step_by(align)
+                        .take_while(|o| o + record::LSN_AT + 8 <= len)
+                        .find(|o| bytes[o + record::LSN_AT..o + record::LSN_AT + 8] != [0; 8]);
+                    let skipped = skip_zero_lsn_fields(&bytes, offset)
+                        .filter(|o| o + record::LSN_AT + 8 <= len);
+                    assert_eq!(skipped, walk, "len {len}, byte {at}, from {offset}");
+                }
+            }
+        }
     }
 }

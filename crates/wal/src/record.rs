@@ -106,7 +106,7 @@ impl RecordFormat {
     pub fn may_begin(self, bytes: &[u8], lsn: Lsn) -> bool {
         match self {
             RecordFormat::Aligned => bytes
-                .get(8..16)
+                .get(LSN_AT..LSN_AT + 8)
                 .is_some_and(|field| field == lsn.0.to_le_bytes()),
             RecordFormat::Compact => bytes.get(4) == Some(&COMPACT_FORMAT_VERSION),
         }
@@ -150,6 +150,8 @@ impl RecordFormat {
     }
 }
 const RECORD_ALIGN: usize = 8;
+/// Where an aligned record's header holds its own LSN (8 bytes, little-endian; never 0).
+pub(crate) const LSN_AT: usize = 8;
 const FLAG_BEFORE_ZERO: u16 = 1;
 
 /// A transaction active when a checkpoint began.
@@ -529,7 +531,7 @@ pub fn encode(
     out.resize(start + len, 0);
     let rec = &mut out[start..];
     rec[4..8].copy_from_slice(&(len as u32).to_le_bytes());
-    rec[8..16].copy_from_slice(&lsn.0.to_le_bytes());
+    rec[LSN_AT..LSN_AT + 8].copy_from_slice(&lsn.0.to_le_bytes());
     rec[16..24].copy_from_slice(&prev.0.to_le_bytes());
     rec[24..32].copy_from_slice(&txn.map_or(0, |t| t.0).to_le_bytes());
     let kind = body.kind();

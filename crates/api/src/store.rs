@@ -8,7 +8,7 @@ use crate::object::{Oid, Persistent};
 use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{AsOfReader, SnapshotPages};
-use lodestore_client::{ClientSession, DetectionStats, Scheme};
+use lodestore_client::{ClientSession, DetectionStats, Scheme, SpareArenas};
 use lodestore_core::{Result, TypeId};
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
@@ -32,6 +32,8 @@ pub struct Store {
     /// Counters of the sessions that ended, by scheme; added to the store's counters file
     /// when an embedded store closes.
     session_counters: Arc<Mutex<CountersByScheme>>,
+    /// Client cache arenas of closed sessions, for the next sessions (`SpareArenas`).
+    spare_arenas: Arc<SpareArenas>,
     path: PathBuf,
     options: Options,
     /// The snapshot component of an embedded store that keeps snapshots.
@@ -162,6 +164,7 @@ impl Store {
         let store = Store {
             _workers: workers,
             session_counters: Arc::default(),
+            spare_arenas: Arc::default(),
             backend: Backend::Embedded(server.clone()),
             path,
             options,
@@ -198,7 +201,8 @@ impl Store {
                     .ok_or_else(|| lodestore_core::Error::TransactionInactive {
                         reason: "the store closed".into(),
                     })?;
-            let mut client = ClientSession::new(server.clone(), pages, scheme, recovery_buffer)?;
+            let mut client =
+                ClientSession::new(server.clone(), pages, scheme, recovery_buffer, None)?;
             crate::multilevel::compensate_abandoned(
                 &server,
                 &operations,
@@ -230,6 +234,7 @@ impl Store {
         Ok(Store {
             _workers: None,
             session_counters: Arc::default(),
+            spare_arenas: Arc::default(),
             backend: Backend::Remote {
                 address: address.to_string(),
                 control: Box::new(control),
@@ -352,7 +357,13 @@ impl Store {
             )?),
         };
         Ok(Session {
-            client: ClientSession::new(server, pages, scheme, self.options.recovery_buffer_bytes)?,
+            client: ClientSession::new(
+                server,
+                pages,
+                scheme,
+                self.options.recovery_buffer_bytes,
+                Some(self.spare_arenas.clone()),
+            )?,
             operations: self.options.operations.clone(),
             strategy: self.multi_level_strategy(),
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),

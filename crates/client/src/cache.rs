@@ -5,10 +5,14 @@
 
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
+use crate::spare_arenas::SpareArenas;
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
 use memmap2::MmapMut;
+use std::mem::ManuallyDrop;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 
 /// What the cache knows about one frame.
 #[derive(Clone, Copy, Debug, Default)]
@@ -22,11 +26,40 @@ pub struct FrameState {
 /// Where the frames live.
 enum Arena {
     /// One writable anonymous mapping (software detectors).
-    Plain(MmapMut),
+    Plain(PlainArena),
     /// Protected frames with a writable shadow view (page protection).
     Protected(ProtectedArena),
     /// Frames whose writes the kernel notes, with a shadow view for fills (written pages).
     Written(WrittenPageArena),
+}
+
+/// A plain arena, handed to the store's spares when its cache is dropped.
+struct PlainArena {
+    map: ManuallyDrop<MmapMut>,
+    spares: Option<Arc<SpareArenas>>,
+}
+
+impl Deref for PlainArena {
+    type Target = MmapMut;
+    fn deref(&self) -> &MmapMut {
+        &self.map
+    }
+}
+
+impl DerefMut for PlainArena {
+    fn deref_mut(&mut self) -> &mut MmapMut {
+        &mut self.map
+    }
+}
+
+impl Drop for PlainArena {
+    fn drop(&mut self) {
+        // SAFETY: `map` is taken once, here, and never used after.
+        let map = unsafe { ManuallyDrop::take(&mut self.map) };
+        if let Some(spares) = &self.spares {
+            spares.give(map);
+        }
+    }
 }
 
 /// Asks the kernel to back `arena` with huge pages where it can: a cache is read at random
@@ -71,6 +104,17 @@ impl ClientCache {
     /// A cache of `frame_count` frames of `page_size` bytes in an arena of `kind`: with
     /// protection, frames are read-only until a write faults, delivered by that mechanism.
     pub fn new(page_size: usize, frame_count: usize, kind: ArenaKind) -> Result<ClientCache> {
+        ClientCache::with_spares(page_size, frame_count, kind, None)
+    }
+
+    /// [`ClientCache::new`], taking a plain arena from `spares` when one of the size is kept
+    /// there and giving it back when dropped.
+    pub fn with_spares(
+        page_size: usize,
+        frame_count: usize,
+        kind: ArenaKind,
+        spares: Option<Arc<SpareArenas>>,
+    ) -> Result<ClientCache> {
         if frame_count == 0 {
             return Err(Error::InvalidArgument(
                 "client cache needs at least one page".into(),
@@ -87,10 +131,20 @@ impl ClientCache {
                 Arena::Written(WrittenPageArena::new(page_size, frame_count)?)
             }
             ArenaKind::Plain => {
-                let arena = MmapMut::map_anon(bytes)
-                    .map_err(|source| Error::io("client cache arena", "map", source))?;
-                advise_huge_pages(&arena);
-                Arena::Plain(arena)
+                let kept = spares.as_ref().and_then(|s| s.take(bytes));
+                let map = match kept {
+                    Some(map) => map,
+                    None => {
+                        let map = MmapMut::map_anon(bytes)
+                            .map_err(|source| Error::io("client cache arena", "map", source))?;
+                        advise_huge_pages(&map);
+                        map
+                    }
+                };
+                Arena::Plain(PlainArena {
+                    map: ManuallyDrop::new(map),
+                    spares,
+                })
             }
         };
         Ok(ClientCache {
@@ -293,5 +347,72 @@ impl ClientCache {
     /// Every cached page with its frame.
     pub fn pages(&self) -> Vec<(PageId, FrameId)> {
         self.table.pages().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spare_arenas::SPARE_ARENAS_MAX;
+
+    const PAGE: usize = 8192;
+    const FRAMES: usize = 16;
+
+    fn cache(spares: &Arc<SpareArenas>, kind: ArenaKind) -> ClientCache {
+        ClientCache::with_spares(PAGE, FRAMES, kind, Some(spares.clone())).unwrap()
+    }
+
+    #[test]
+    fn a_dropped_cache_leaves_its_arena_to_the_next_cache_of_its_size() {
+        let spares = Arc::new(SpareArenas::new());
+        let mut first = cache(&spares, ArenaKind::Plain);
+        let address = first.frame_ptr(0);
+        assert!(spares.is_empty());
+        drop(first);
+        assert_eq!(spares.len(), 1);
+        let mut second = cache(&spares, ArenaKind::Plain);
+        assert_eq!(second.frame_ptr(0), address, "the first cache's memory");
+        assert!(spares.is_empty());
+        // A cache of another size maps its own arena, and both are kept when dropped.
+        let other =
+            ClientCache::with_spares(PAGE, FRAMES * 2, ArenaKind::Plain, Some(spares.clone()))
+                .unwrap();
+        drop(second);
+        drop(other);
+        assert_eq!(spares.len(), 2.min(SPARE_ARENAS_MAX));
+    }
+
+    #[test]
+    fn a_reused_frame_is_what_its_fill_writes() {
+        let spares = Arc::new(SpareArenas::new());
+        let mut first = cache(&spares, ArenaKind::Plain);
+        first.fill_mut(3).fill(0x11);
+        drop(first);
+        let mut second = cache(&spares, ArenaKind::Plain);
+        let (frame, evicted) = second.assign(PageId(9)).unwrap();
+        assert!(evicted.is_none());
+        page::format(
+            second.fill_mut(frame),
+            page::PageKind::Slotted,
+            PageId(9),
+            1,
+        );
+        assert_eq!(page::lsn(second.frame(frame)), Lsn(0));
+        assert!(
+            second.frame(frame)[page::PAGE_HEADER_BYTES..]
+                .iter()
+                .all(|&b| b == 0),
+            "format clears the frame"
+        );
+    }
+
+    #[test]
+    fn arenas_of_protected_frames_are_not_kept() {
+        let spares = Arc::new(SpareArenas::new());
+        drop(cache(
+            &spares,
+            ArenaKind::Protected(crate::detect::protection::FaultMechanism::Signal),
+        ));
+        assert!(spares.is_empty());
     }
 }

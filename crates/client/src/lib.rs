@@ -9,9 +9,11 @@ mod located;
 mod reserved;
 pub mod scheme;
 pub mod session;
+pub mod spare_arenas;
 
 pub use as_of::{AsOfReader, SnapshotPages};
 pub use cache::ClientCache;
 pub use detect::{DetectionStats, Detector};
 pub use scheme::Scheme;
 pub use session::{ClientSession, ObjectInfo, Placement};
+pub use spare_arenas::SpareArenas;

@@ -15,6 +15,7 @@ use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
 use crate::located::{Located, Place, Stamp};
 use crate::reserved::{self, Reserved, ReservedPage};
 use crate::scheme::Scheme;
+use crate::spare_arenas::SpareArenas;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
@@ -165,12 +166,14 @@ struct PendingCommit {
 
 impl ClientSession {
     /// A session with a client cache of `cache_pages` frames, detecting and logging updates as
-    /// `scheme` says with a recovery buffer of `recovery_buffer_bytes`.
+    /// `scheme` says with a recovery buffer of `recovery_buffer_bytes`; its cache's memory
+    /// comes from `spares` when a closed session left an arena there, and goes back to it.
     pub fn new(
         server: Arc<dyn PageServer>,
         cache_pages: usize,
         scheme: Scheme,
         recovery_buffer_bytes: usize,
+        spares: Option<Arc<SpareArenas>>,
     ) -> Result<ClientSession> {
         let page_size = server.page_size();
         let tracker = WriteTracker::new(
@@ -182,7 +185,12 @@ impl ClientSession {
             server.volume_id(),
         )?;
         Ok(ClientSession {
-            cache: ClientCache::new(page_size, cache_pages, scheme.detector.arena_kind())?,
+            cache: ClientCache::with_spares(
+                page_size,
+                cache_pages,
+                scheme.detector.arena_kind(),
+                spares,
+            )?,
             tracker,
             scheme,
             volume: server.volume_id(),

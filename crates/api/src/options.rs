@@ -16,15 +16,10 @@ use std::time::Duration;
 /// machine's or less where a control group limits it (a container; 1 TiB where neither can be
 /// read). Past it, the allocation would fail, swap, or have the process killed.
 pub fn memory_bytes_max() -> u64 {
-    // SAFETY: sysconf only reads system constants.
-    let (pages, page) = unsafe {
-        (
-            libc::sysconf(libc::_SC_PHYS_PAGES),
-            libc::sysconf(libc::_SC_PAGESIZE),
-        )
-    };
-    let machine = if pages > 0 && page > 0 {
-        pages as u64 * page as u64
+    // SAFETY: sysconf only reads a system constant.
+    let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
+    let machine = if pages > 0 {
+        pages as u64 * lodestore_storage::os_page_bytes() as u64
     } else {
         1 << 40
     };

@@ -126,16 +126,27 @@ impl BufferPool {
         Some(&mut self.bytes[range])
     }
 
+    /// The frame of cached `page`, if present, counted as a use.
+    pub fn lookup(&mut self, page: PageId) -> Option<FrameId> {
+        self.frames.lookup(page)
+    }
+
     /// The LSN in the header of cached `page`, if present.
     pub fn page_lsn(&mut self, page: PageId) -> Option<Lsn> {
         let frame = self.frames.lookup(page)?;
+        Some(self.frame_lsn(frame))
+    }
+
+    /// The LSN in the header of the page in `frame` (which holds one), kept beside the frame
+    /// once read.
+    pub fn frame_lsn(&mut self, frame: FrameId) -> Lsn {
         if let Some(lsn) = self.states[frame].page_lsn {
             debug_assert_eq!(lsn, page::lsn(&self.bytes[self.range(frame)]));
-            return Some(lsn);
+            return lsn;
         }
         let lsn = page::lsn(&self.bytes[self.range(frame)]);
         self.states[frame].page_lsn = Some(lsn);
-        Some(lsn)
+        lsn
     }
 
     /// Gives `page` (not present) a frame; if another page had to leave, returns it with its

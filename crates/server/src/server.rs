@@ -747,6 +747,16 @@ impl Server {
         }
         let defers = self.method.defers_page_writes();
         Server::sub_locked_page(&mut state, txn, page, defers);
+        if let Some(frame) = state.pool.lookup(page) {
+            // The common case, the page in the pool: nothing to read or to check again.
+            state.stats.pool_hits += 1;
+            let lsn = state.pool.frame_lsn(frame);
+            if let Some(buf) = fetch {
+                buf.copy_from_slice(state.pool.frame_bytes(frame));
+                state.stats.pages_fetched_by_clients += 1;
+            }
+            return Ok(lsn);
+        }
         let own = held == LockMode::Exclusive;
         if let Some(buf) = fetch {
             let (mut state, read_here) = self.cache_locked_page(state, page, own, buf)?;

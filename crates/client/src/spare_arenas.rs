@@ -10,8 +10,8 @@
 //! A kept arena is marked free (`MADV_FREE`): the kernel takes its memory back when it needs
 //! it, and until then the pages stay, so keeping arenas never holds memory the machine wants.
 //! A reused frame holds whatever it held before; the cache fills every frame whole before it
-//! is read (a fetch, or a new page's format, which clears it), and debug builds fill a reused
-//! arena with a poison byte so that a read before a fill shows.
+//! is read (a fetch, or a new page's format, which clears it), and debug builds fill the
+//! start of a reused arena with a poison byte so that a read before a fill shows.
 
 use memmap2::MmapMut;
 use std::sync::Mutex;
@@ -20,8 +20,12 @@ use std::sync::Mutex;
 /// sessions beyond it at once map arenas of their own, given back to the system as they close.
 pub const SPARE_ARENAS_MAX: usize = 2;
 
-/// Byte a debug build writes over a reused arena.
+/// Byte a debug build writes over the start of a reused arena.
 pub const REUSED_POISON: u8 = 0xA5;
+
+/// Bytes of a reused arena a debug build poisons: the first frames a cache hands out (frames
+/// come into use lowest first), bounded so that tests opening many sessions stay quick.
+pub const POISONED_BYTES_MAX: usize = 4 << 20;
 
 /// The arenas of closed sessions, at most [`SPARE_ARENAS_MAX`], shared by a store's sessions.
 #[derive(Debug, Default)]
@@ -41,7 +45,8 @@ impl SpareArenas {
         let mut arena = arenas.swap_remove(at);
         drop(arenas);
         if cfg!(debug_assertions) {
-            arena.fill(REUSED_POISON);
+            let poisoned = arena.len().min(POISONED_BYTES_MAX);
+            arena[..poisoned].fill(REUSED_POISON);
         }
         Some(arena)
     }

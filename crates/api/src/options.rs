@@ -234,7 +234,10 @@ impl Options {
         self
     }
 
-    /// Memory of each session's client cache (default 64 MiB).
+    /// Memory of each session's client cache (default 64 MiB). A store keeps the cache memory
+    /// of up to two closed sessions for its next sessions (marked free, so the kernel takes it
+    /// back when it needs it): a session opened after another closed fills memory already
+    /// faulted in rather than its own.
     pub fn client_cache_bytes(mut self, bytes: usize) -> Options {
         self.client_cache_bytes = bytes;
         self

@@ -35,7 +35,7 @@ pub struct SpaceManager {
     reserved: BTreeSet<PageId>,
 }
 
-/// Pages per block of [`SpaceManager::block_max`].
+/// Pages per block of [`SpaceManager::block_room`].
 const BLOCK_PAGES: usize = 64;
 
 /// The bytes a hint promises a search for room in a slotted page: free and unavailable pages

@@ -153,6 +153,43 @@ fn an_abort_after_new_pages_went_home_leaves_them_free() {
     assert_eq!(objects, 2 * ROWS, "the aborted rows left no trace");
 }
 
+/// Rows freed in the transaction that allocated them, after their pages went home one by one
+/// and left a server pool too small to keep them: the commit finds those pages empty (it
+/// reads them again, as changed since they went home) and gives them back to free space.
+#[test]
+fn pages_emptied_after_they_went_home_are_free_again() {
+    let fs = Arc::new(SimFileSystem::new());
+    let path = Path::new("/stores/emptied");
+    let options = || {
+        options(&fs, 1)
+            .client_cache_bytes(16 * 4096)
+            .server_pool_bytes(64 * 4096)
+    };
+    let store = Store::create(path, options()).unwrap();
+    let before = store.server_stats();
+    {
+        let mut session = store.session().unwrap();
+        let mut txn = session.begin().unwrap();
+        // About 160 pages: more than the pool keeps once they are read back to be emptied.
+        let rows = 4 * ROWS;
+        let oids: Vec<Oid<Row>> = (0..rows).map(|i| txn.alloc(&row(i)).unwrap()).collect();
+        for oid in oids {
+            txn.free(oid).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let homed = store.server_stats().new_pages_written_home - before.new_pages_written_home;
+    assert!(homed >= 120, "only {homed} pages went home");
+    store.close().unwrap();
+    let info = lodestore::info(fs.as_ref(), path).unwrap();
+    assert_eq!(info.objects, 0);
+    assert_eq!(
+        info.pages_by_kind.get("slotted").copied().unwrap_or(0),
+        1,
+        "only the directory page stays slotted: {info:?}"
+    );
+}
+
 #[test]
 fn a_crash_anywhere_in_a_large_commit_keeps_it_whole_or_not_at_all() {
     let faults = [

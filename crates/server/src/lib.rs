@@ -5,6 +5,7 @@
 
 pub mod buffer_pool;
 pub mod check;
+pub mod home_run;
 pub mod inspect;
 pub mod lock_table;
 pub mod log_inspect;

@@ -7,6 +7,7 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::BufferPool;
+use crate::home_run::HomeRun;
 use crate::interface::{
     AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, OperationNote, PageServer,
     PageUpdate, PageUpdates, ShippedPage, ShippedRecords, TxnKind,
@@ -156,6 +157,16 @@ impl Default for ServerOptions {
     }
 }
 
+/// What a transaction's commit needs to know of a new page it wrote home (see
+/// `Server::write_new_pages_home`).
+#[derive(Clone, Copy, Debug)]
+pub struct HomedPage {
+    /// The space hint of the image written.
+    pub hint: u8,
+    /// The image was a slotted page without objects.
+    pub empty: bool,
+}
+
 pub struct Server {
     /// The file system and folder of the store (methods with files of their own open them
     /// there).
@@ -235,9 +246,10 @@ pub(crate) struct TxnState {
     pub allocated: Vec<PageId>,
     /// Pages to format as free at commit.
     pub freed: Vec<PageId>,
-    /// New pages written to the data file by the transaction itself (logged by number only),
-    /// with the space hint of the image written: set at commit without reading them back.
-    pub homed: BTreeMap<PageId, u8>,
+    /// New pages written to the data file by the transaction itself (logged by number only)
+    /// and not changed since, with what the commit needs to know of the image written, so it
+    /// need not read them back.
+    pub homed: BTreeMap<PageId, HomedPage>,
     /// A read-only transaction of the store as of this snapshot: no locks, no changes.
     pub as_of: Option<Snapshot>,
     /// A subtransaction's level-1 transaction.
@@ -1267,11 +1279,18 @@ impl Server {
     /// and go through them would grow without bound around pages it never uses again.
     fn emptied_pages(&self, state: &mut State, txn: TxnId) -> Result<Vec<PageId>> {
         let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        // A page written home holding objects and not changed since is not empty: reading it
+        // back to find that out would cost a read of the file for every page of a bulk load.
+        let homed_full = |page: &PageId| {
+            own.homed.get(page).is_some_and(|homed| !homed.empty) && !state.pool.contains(*page)
+        };
         let candidates: Vec<PageId> = own
             .touched
             .iter()
             .copied()
-            .filter(|page| *page != DIRECTORY_PAGE && !own.freed.contains(page))
+            .filter(|page| {
+                *page != DIRECTORY_PAGE && !own.freed.contains(page) && !homed_full(page)
+            })
             .collect();
         let mut emptied = Vec::new();
         for page in candidates {
@@ -1375,7 +1394,7 @@ impl Server {
             own.homed
                 .get(page)
                 .filter(|_| committed && !state.pool.contains(*page))
-                .copied()
+                .map(|homed| homed.hint)
         };
         let homed: BTreeMap<PageId, u8> = own
             .touched
@@ -2108,18 +2127,21 @@ impl Server {
             own.last_lsn = lsn;
         }
         self.log.flush(lsn)?;
-        let mut buf = vec![0u8; self.volume.page_size()];
+        let page_size = self.volume.page_size();
+        let mut run = HomeRun::new(page_size);
         let mut lsns = vec![None; pages.len()];
         for (i, shipped) in pages.iter().enumerate() {
             if !new[i] {
                 continue;
             }
             let page = shipped.page;
-            buf.copy_from_slice(shipped.image);
-            page::set_lsn(&mut buf, lsn);
-            self.volume.write_page(page, &mut buf)?;
+            if !run.continues_with(page) {
+                run.write(&self.volume)?;
+            }
+            let image = run.push(page, shipped.image);
+            page::set_lsn(image, lsn);
             state.stats.pages_written += 1;
-            let hint = entry_for_image(page, &buf);
+            let hint = entry_for_image(page, image);
             // The pool's free image is stale now; the next reader reads the file.
             state.pool.remove(page);
             if state.fresh_pages.contains(&page.0) {
@@ -2129,9 +2151,12 @@ impl Server {
             }
             let own = state.txns.get_mut(&txn).expect("checked above");
             own.touched.insert(page);
-            own.homed.insert(page, hint);
+            let empty =
+                page::kind(image) == Some(PageKind::Slotted) && slotted::slot_count(image) == 0;
+            own.homed.insert(page, HomedPage { hint, empty });
             lsns[i] = Some(lsn);
         }
+        run.write(&self.volume)?;
         self.volume.sync()?;
         state.stats.new_pages_written_home += count as u64;
         tracing::debug!(%txn, pages = count, %lsn, "new pages written home");

@@ -315,6 +315,8 @@ fn changes_logged(
     }
     own.last_lsn = last;
     own.touched.insert(page);
+    // Changed since it went home, if it did: what the commit knew of its image is stale.
+    own.homed.remove(&page);
     last
 }
 

@@ -164,7 +164,8 @@ pub trait PageServer: Send + Sync {
 
     /// Finds a slotted page with at least `bytes` free bytes according to the free-space hints,
     /// skipping `skip`, and locks it exclusively for `txn`. Returns the page and the LSN of its
-    /// committed version, or `None` when no known page has room.
+    /// committed version, or `None` when no known page has room. A server may pass over pages
+    /// whose room is a small part of a page, not worth reading for a new object.
     fn find_space(
         &self,
         txn: TxnId,

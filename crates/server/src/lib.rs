@@ -5,6 +5,7 @@
 
 pub mod buffer_pool;
 pub mod check;
+pub mod fresh_pages;
 pub mod home_run;
 pub mod inspect;
 pub mod lock_table;

@@ -7,6 +7,7 @@
 //! up to their LSN (the write-ahead rule, enforced in `write_back`).
 
 use crate::buffer_pool::BufferPool;
+use crate::fresh_pages::FreshPages;
 use crate::home_run::HomeRun;
 use crate::interface::{
     AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, OperationNote, PageServer,
@@ -38,6 +39,11 @@ use std::time::Duration;
 const EXTEND_PAGES_MIN: u32 = 64;
 /// How many hinted pages `find_space` tries before it gives up.
 const FIND_SPACE_CANDIDATES_MAX: usize = 16;
+/// `find_space` offers a page only with room for a `1 / FIND_SPACE_ROOM_MIN_PART` of a page at
+/// least (256 bytes of 8 KiB): a smaller hole would cost a read of the page, a logged change
+/// and a checkpoint write to take a few bytes. A bulk load otherwise reads back nearly every
+/// page it filled to put one small object in the bytes left at its end.
+const FIND_SPACE_ROOM_MIN_PART: usize = 32;
 /// The fewest frames a buffer pool may have.
 pub const POOL_PAGES_MIN: usize = 4;
 /// Folder of the log inside a store.
@@ -221,10 +227,10 @@ pub(crate) struct State {
     /// Set when a write failed half way: the in-memory state no longer matches the disk and
     /// the server refuses further work until it is reopened (and recovers).
     pub failed: Option<String>,
-    /// Pages of the newest extension of the volume that nothing has allocated since: each
-    /// still holds the image the extension wrote, so an allocation installs that image
-    /// instead of reading it back (a bulk load allocates thousands).
-    pub fresh_pages: Range<u32>,
+    /// Pages that have not been in the pool since an extension of the volume wrote them
+    /// free: an allocation installs that image instead of reading it back (a bulk load
+    /// allocates thousands), and a reservation takes them without caching them.
+    pub fresh_pages: FreshPages,
     /// Pages reserved for clients across their transactions (`PageServer::reserve_pages`).
     pub reservations: Reservations,
     /// Was everything committed at its home location when the last checkpoint (or a restart
@@ -417,7 +423,7 @@ impl Server {
                 stats: ServerStats::default(),
                 method_state,
                 failed: None,
-                fresh_pages: 0..0,
+                fresh_pages: FreshPages::default(),
                 reservations: Reservations::default(),
                 home_at_checkpoint: false,
                 multilevel: MultiLevelState::default(),
@@ -697,7 +703,7 @@ impl Server {
     /// [`Self::cache_page`] for a page about to be allocated: a page of the newest extension
     /// that has not been in the pool since gets the image the extension wrote, without a read.
     fn cache_page_to_allocate(&self, state: &mut State, page: PageId) -> Result<()> {
-        if !state.fresh_pages.contains(&page.0) || state.pool.contains(page) {
+        if !state.fresh_pages.contains(page) || state.pool.contains(page) {
             return self.cache_page(state, page);
         }
         let mut image = vec![0u8; self.volume.page_size()];
@@ -924,11 +930,8 @@ impl Server {
     /// it is dirty. The caller fills the frame.
     fn reserve_frame(&self, state: &mut State, page: PageId) -> Result<FrameId> {
         // Every change to a page passes through the pool: one that has been here may differ
-        // from what the extension wrote. Allocation takes free pages in ascending order, so
-        // the fresh range shrinks from its start; pages skipped below `page` are simply read.
-        if state.fresh_pages.contains(&page.0) {
-            state.fresh_pages.start = page.0 + 1;
-        }
+        // from what the extension wrote.
+        state.fresh_pages.remove(page);
         if self.method.keeps_pages_resident() && state.pool.len() >= state.pool.capacity() {
             return Err(crate::recovery::resident_pool_full(
                 self.volume.page_size(),
@@ -1353,7 +1356,7 @@ impl Server {
                 }
                 let first = self.volume.extend(grow)?;
                 state.space.grow(self.volume.page_count());
-                state.fresh_pages = first.0..first.0 + grow;
+                state.fresh_pages.extended(first.0..first.0 + grow);
                 continue;
             };
             // Reserve it first, so the search moves on whatever the page turns out to be.
@@ -1361,12 +1364,18 @@ impl Server {
             if self.locks.locked_by_other(me, page) {
                 continue;
             }
-            self.cache_page_to_allocate(state, page)?;
-            let image = state.pool.get(page).expect("page just cached");
-            if page::kind(image) != Some(PageKind::Free) {
-                let actual = entry_for_image(page, image);
-                state.space.unreserve(page, actual);
-                continue;
+            // A reservation's fresh page is free as the extension wrote it, and is cached
+            // when a transaction takes it: caching it now would fill the pool with the pages
+            // of a whole bulk load's reservations ahead of their use.
+            let known_free = txn.is_none() && state.fresh_pages.contains(page);
+            if !known_free {
+                self.cache_page_to_allocate(state, page)?;
+                let image = state.pool.get(page).expect("page just cached");
+                if page::kind(image) != Some(PageKind::Free) {
+                    let actual = entry_for_image(page, image);
+                    state.space.unreserve(page, actual);
+                    continue;
+                }
             }
             if let Some(txn) = txn {
                 if !self.locks.try_acquire(txn, page, LockMode::Exclusive) {
@@ -1659,9 +1668,10 @@ impl PageServer for Server {
     ) -> Result<Option<(PageId, Lsn)>> {
         let mut state = self.usable_state()?;
         writable(&state, txn)?;
+        let room = bytes.max(self.volume.page_size() / FIND_SPACE_ROOM_MIN_PART);
         let candidates = state
             .space
-            .slotted_candidates(bytes, FIND_SPACE_CANDIDATES_MAX + skip.len());
+            .slotted_candidates(room, FIND_SPACE_CANDIDATES_MAX + skip.len());
         for page in candidates {
             if skip.contains(&page) || self.locks.locked_by_other(txn, page) {
                 continue;
@@ -2144,11 +2154,10 @@ impl Server {
             let hint = entry_for_image(page, image);
             // The pool's free image is stale now; the next reader reads the file.
             state.pool.remove(page);
-            if state.fresh_pages.contains(&page.0) {
-                // Formatting it free on its next allocation would drop what was written:
-                // pages of the newest extension up to it are read from the file from now on.
-                state.fresh_pages.start = page.0 + 1;
-            }
+            // It was in the pool, so it is not fresh; were it, formatting it free on its next
+            // allocation would drop what was written.
+            debug_assert!(!state.fresh_pages.contains(page));
+            state.fresh_pages.remove(page);
             let own = state.txns.get_mut(&txn).expect("checked above");
             own.touched.insert(page);
             let empty =

@@ -1,9 +1,10 @@
 //! Pages of a new extension of the volume are allocated without being read back: the server
 //! installs the image the extension wrote. That image must be the one on disk, and a page
 //! allocated this way must take changes and keep them across a reopen, under every recovery
-//! method.
+//! method. A reservation of such pages does not cache them before they are taken, and the
+//! search for room passes over holes too small to be worth a read.
 
-use lodestore_core::TypeId;
+use lodestore_core::{PageId, TypeId};
 use lodestore_server::{
     LockMode, PageServer, RecoveryMethodKind, Server, ServerOptions, ShippedPage,
 };
@@ -93,4 +94,92 @@ fn new_pages_are_not_read_back_and_match_the_disk() {
             );
         }
     }
+}
+
+#[test]
+fn reserved_pages_enter_the_pool_only_when_taken() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let dir = Path::new("/s");
+    // A pool of eight frames: caching a reservation of 100 pages would evict 92 of them.
+    let options = ServerOptions {
+        pool_bytes: 8 * PAGE,
+        ..ServerOptions::default()
+    };
+    let server = Server::create(fs.clone(), dir, PAGE, options).unwrap();
+    let before = server.stats();
+    let (reservation, extents) = server.reserve_pages(100).unwrap();
+    let pages: Vec<PageId> = extents
+        .iter()
+        .flat_map(|e| (e.first.0..e.first.0 + e.count).map(PageId))
+        .collect();
+    assert_eq!(pages.len(), 100);
+    let after = server.stats();
+    assert_eq!(
+        after.pool_evictions, before.pool_evictions,
+        "reserving cached pages"
+    );
+    assert_eq!(after.pages_read, before.pages_read, "reserving read pages");
+
+    // Taken, each is the free page the extension wrote, as on disk.
+    let txn = server.begin().unwrap();
+    let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
+    let mut on_disk = vec![0u8; PAGE];
+    let mut served = vec![0u8; PAGE];
+    for &page in pages.iter().step_by(7) {
+        server.take_reserved(txn, reservation, page).unwrap();
+        file.read_at(page.offset(PAGE), &mut on_disk).unwrap();
+        server.fetch_page(txn, page, &mut served).unwrap();
+        assert_eq!(page::kind(&served), Some(PageKind::Free), "{page}");
+        assert!(served == on_disk, "page {page} differs from the disk");
+    }
+    assert_eq!(server.stats().pages_read, before.pages_read);
+}
+
+/// A slotted page of `page` holding one object of `len` bytes, shipped by `txn`.
+fn page_with_object(page: PageId, len: usize) -> Vec<u8> {
+    let mut image = vec![0u8; PAGE];
+    slotted::init(&mut image, page, 0);
+    slotted::insert(&mut image, TypeId(7), len, false).unwrap();
+    image
+}
+
+#[test]
+fn the_search_for_room_passes_over_small_holes() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let dir = Path::new("/s");
+    let server = Server::create(fs.clone(), dir, PAGE, ServerOptions::default()).unwrap();
+    let txn = server.begin().unwrap();
+    let full = server.allocate_pages(txn, 1).unwrap()[0].first;
+    let roomy = server.allocate_pages(txn, 1).unwrap()[0].first;
+    // One page keeps 100 bytes free, less than a 32nd of it; the other keeps 1,000.
+    let mut images = [page_with_object(full, 8), page_with_object(roomy, 8)];
+    let fill = |image: &mut Vec<u8>, room: usize| {
+        let len =
+            slotted::free_bytes(image) - room - slotted::record_bytes(0) - slotted::SLOT_BYTES;
+        slotted::insert(image, TypeId(7), len, false).unwrap();
+        assert!(slotted::free_bytes(image).abs_diff(room) < 16);
+    };
+    fill(&mut images[0], 100);
+    fill(&mut images[1], 1000);
+    let shipped: Vec<ShippedPage<'_>> = [full, roomy]
+        .iter()
+        .zip(&images)
+        .map(|(&page, image)| ShippedPage {
+            page,
+            image,
+            logged: false,
+        })
+        .collect();
+    server.ship_dirty_pages(txn, &shipped).unwrap();
+    server.commit(txn).unwrap();
+
+    let txn = server.begin().unwrap();
+    let found = server
+        .find_space(txn, 40, &[])
+        .unwrap()
+        .map(|(page, _)| page);
+    assert_eq!(found, Some(roomy), "the page with room is offered");
+    let found = server.find_space(txn, 40, &[roomy]).unwrap();
+    assert_eq!(found, None, "a hole of 100 bytes is not worth a read");
+    server.commit(txn).unwrap();
 }

@@ -96,8 +96,10 @@ fn a_large_commit_writes_its_new_pages_home_and_logs_only_their_numbers() {
             assert!(homed >= 30, "only {homed} new pages written home");
             assert!(after.pages_written >= before.pages_written + homed);
         }
+        let reads = store.server_stats().pages_read;
         assert_rows(&store, &oids, 0, "before closing");
-        // Read from the file now: the pool let them go.
+        // The pool keeps what went home: reading the rows back reads no page of the file.
+        assert_eq!(store.server_stats().pages_read, reads, "pages read back");
         store.close().unwrap();
         let store = Store::open(path, options(&fs, min)).unwrap();
         assert_rows(&store, &oids, 0, "reopened");

@@ -27,9 +27,14 @@ pub struct BufferPool {
     bytes: Frames,
 }
 
-/// The pool's memory: an anonymous mapping the kernel is asked to back with huge pages (a
-/// pool is read at random across its size, and with 4 KiB pages nearly every frame touched
-/// is a TLB miss too), or a plain vector where no mapping can be had.
+/// The pool's memory: an anonymous mapping the kernel is asked to back with ordinary pages, or
+/// a plain vector where no mapping can be had. Not huge pages, unlike the client cache: the
+/// pool keeps every page a transaction writes home, so a bulk load touches it for the first
+/// time as fast as it writes, and a huge page touched for the first time cost 3 ms per MiB on
+/// the virtual machine this was measured on (the kernel clears 2 MiB at once, from memory
+/// the host had not backed yet), 4 KiB pages 0.6 ms. The pool's copies are read a page at a
+/// time, so the larger TLB reach of huge pages bought less than that cost (docs/BENCHMARKS.md,
+/// "Written pages stay in the pool").
 enum Frames {
     Mapped(memmap2::MmapMut),
     Heap(Vec<u8>),
@@ -40,8 +45,8 @@ impl Frames {
         match memmap2::MmapMut::map_anon(len) {
             Ok(map) => {
                 #[cfg(target_os = "linux")]
-                if let Err(e) = map.advise(memmap2::Advice::HugePage) {
-                    tracing::debug!("server pool without huge pages: {e}");
+                if let Err(e) = map.advise(memmap2::Advice::NoHugePage) {
+                    tracing::debug!("server pool may get huge pages: {e}");
                 }
                 Frames::Mapped(map)
             }

@@ -2084,7 +2084,7 @@ impl Server {
     /// reservation) that no logged record has changed yet (LSN 0 in the pool), so what the
     /// file held there is of no account. The record is forced first (undo information before
     /// the data it undoes), the pages are written carrying its LSN and synced (durable before
-    /// any commit record of the transaction can be), and they leave the pool. For each
+    /// any commit record of the transaction can be), and the pool keeps them clean. For each
     /// shipped page, the LSN it carries now if it was written here; empty when the shipment
     /// does not qualify.
     fn write_new_pages_home(
@@ -2152,8 +2152,12 @@ impl Server {
             page::set_lsn(image, lsn);
             state.stats.pages_written += 1;
             let hint = entry_for_image(page, image);
-            // The pool's free image is stale now; the next reader reads the file.
-            state.pool.remove(page);
+            // The pool keeps what was written, clean, in the frame of the free image: the
+            // pages a load writes are those its readers ask for next, and the memory is
+            // touched already.
+            let frame = state.pool.lookup(page).expect("a new page is in the pool");
+            state.pool.fill(frame, image);
+            state.pool.mark_clean(page);
             // It was in the pool, so it is not fresh; were it, formatting it free on its next
             // allocation would drop what was written.
             debug_assert!(!state.fresh_pages.contains(page));

@@ -163,6 +163,13 @@ impl Default for ServerOptions {
     }
 }
 
+/// Marks the server failed by `e`, a write that left the pool ahead of the file, and returns
+/// it.
+fn write_failed(state: &mut State, e: Error) -> Error {
+    state.failed = Some(e.to_string());
+    e
+}
+
 /// What a transaction's commit needs to know of a new page it wrote home (see
 /// `Server::write_new_pages_home`).
 #[derive(Clone, Copy, Debug)]
@@ -2146,7 +2153,8 @@ impl Server {
             }
             let page = shipped.page;
             if !run.continues_with(page) {
-                run.write(&self.volume)?;
+                run.write(&self.volume)
+                    .map_err(|e| write_failed(state, e))?;
             }
             let image = run.push(page, shipped.image);
             page::set_lsn(image, lsn);
@@ -2169,8 +2177,11 @@ impl Server {
             own.homed.insert(page, HomedPage { hint, empty });
             lsns[i] = Some(lsn);
         }
-        run.write(&self.volume)?;
-        self.volume.sync()?;
+        // The pool holds the pages as written, clean: a write that fails leaves it ahead of
+        // the file, and the server refuses work until a reopen recovers.
+        run.write(&self.volume)
+            .and_then(|()| self.volume.sync())
+            .map_err(|e| write_failed(state, e))?;
         state.stats.new_pages_written_home += count as u64;
         tracing::debug!(%txn, pages = count, %lsn, "new pages written home");
         Ok(lsns)

@@ -17,6 +17,26 @@ const PAGE: usize = 4096;
 /// More than one extension's worth (an extension adds at least 64 pages).
 const PAGES: usize = 150;
 
+/// Ships `images` as new (unlogged) pages `pages` of `txn` and commits it.
+fn ship_and_commit(
+    server: &Server,
+    txn: lodestore_core::TxnId,
+    pages: &[PageId],
+    images: &[Vec<u8>],
+) {
+    let shipped: Vec<ShippedPage<'_>> = pages
+        .iter()
+        .zip(images)
+        .map(|(&page, image)| ShippedPage {
+            page,
+            image,
+            logged: false,
+        })
+        .collect();
+    server.ship_dirty_pages(txn, &shipped).unwrap();
+    server.commit(txn).unwrap();
+}
+
 #[test]
 fn new_pages_are_not_read_back_and_match_the_disk() {
     for method in [
@@ -69,17 +89,7 @@ fn new_pages_are_not_read_back_and_match_the_disk() {
             image[record.payload()].copy_from_slice(&u64::from(page.0).to_le_bytes());
             images.push(image);
         }
-        let shipped: Vec<ShippedPage<'_>> = pages
-            .iter()
-            .zip(&images)
-            .map(|(&page, image)| ShippedPage {
-                page,
-                image,
-                logged: false,
-            })
-            .collect();
-        server.ship_dirty_pages(txn, &shipped).unwrap();
-        server.commit(txn).unwrap();
+        ship_and_commit(&server, txn, &pages, &images);
         drop(server);
 
         let server = Server::open(fs.clone(), dir, Some(PAGE), options).unwrap();
@@ -161,17 +171,7 @@ fn the_search_for_room_passes_over_small_holes() {
     };
     fill(&mut images[0], 100);
     fill(&mut images[1], 1000);
-    let shipped: Vec<ShippedPage<'_>> = [full, roomy]
-        .iter()
-        .zip(&images)
-        .map(|(&page, image)| ShippedPage {
-            page,
-            image,
-            logged: false,
-        })
-        .collect();
-    server.ship_dirty_pages(txn, &shipped).unwrap();
-    server.commit(txn).unwrap();
+    ship_and_commit(&server, txn, &[full, roomy], &images);
 
     let txn = server.begin().unwrap();
     let found = server

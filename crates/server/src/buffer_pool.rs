@@ -34,7 +34,7 @@ pub struct BufferPool {
 /// the virtual machine this was measured on (the kernel clears 2 MiB at once, from memory
 /// the host had not backed yet), 4 KiB pages 0.6 ms. The pool's copies are read a page at a
 /// time, so the larger TLB reach of huge pages bought less than that cost (docs/BENCHMARKS.md,
-/// "Written pages stay in the pool").
+/// "Bulk loads without reading back what they wrote").
 enum Frames {
     Mapped(memmap2::MmapMut),
     Heap(Vec<u8>),

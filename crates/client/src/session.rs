@@ -1129,13 +1129,17 @@ impl ClientSession {
 
     fn alloc_small(&mut self, type_id: TypeId, len: usize, large: bool) -> Result<Oid> {
         debug_assert!(len <= slotted::payload_max(self.page_size));
-        // 1. Pages this transaction is already filling.
-        let window = self.active()?.allocation_window.clone();
-        for page in window.into_iter().rev() {
+        // 1. Pages this transaction is already filling, newest first (by position: a copy of
+        // the window per object cost an allocation for every small object).
+        let mut at = self.active()?.allocation_window.len();
+        while at > 0 {
+            at -= 1;
+            let page = self.active()?.allocation_window[at];
             if let Some(oid) = self.try_insert(page, type_id, len, large)? {
                 return Ok(oid);
             }
-            self.active()?.allocation_window.retain(|p| *p != page);
+            // The window holds each page once (`remember_allocation_page`).
+            self.active()?.allocation_window.remove(at);
         }
         // 2. In a cluster, the pages its earlier transactions filled; elsewhere, pages the
         // server's free-space hints suggest.

@@ -1,7 +1,8 @@
-//! Pages that still hold the image the volume's extension wrote (`Volume::format_new_page`):
-//! added when the file grows, each dropped the first time it enters the buffer pool (every
-//! change to a page passes through the pool). The server installs such a page's image without
-//! reading it back, and a reservation knows it free without holding it in the pool, so a bulk
+//! Pages that still hold the image the file's growth gave them (`Volume::format_new_page`:
+//! written by `Volume::extend`, or read as such until written after `Volume::grow`): added
+//! when the file grows, each dropped the first time it enters the buffer pool (every change to
+//! a page passes through the pool). The server installs such a page's image without a read,
+//! and a reservation or an allocation knows it free without holding it in the pool, so a bulk
 //! load that reserves or allocates thousands of pages neither reads them nor fills the pool
 //! with them ahead of use. In memory only: after a restart every page is read.
 

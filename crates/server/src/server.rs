@@ -707,17 +707,6 @@ impl Server {
         self.cache_page_checked(state, page, true)
     }
 
-    /// [`Self::cache_page`] for a page about to be allocated: a page of the newest extension
-    /// that has not been in the pool since gets the image the extension wrote, without a read.
-    fn cache_page_to_allocate(&self, state: &mut State, page: PageId) -> Result<()> {
-        if !state.fresh_pages.contains(page) || state.pool.contains(page) {
-            return self.cache_page(state, page);
-        }
-        let mut image = vec![0u8; self.volume.page_size()];
-        self.volume.format_new_page(page, &mut image);
-        self.install(state, page, &image)
-    }
-
     /// [`Self::cache_page`] for a page in the middle of a change: one the caller's
     /// transaction holds exclusively, or one recovery redoes or undoes. Log records of one
     /// change may reach the server apart (a client logs a page's blocks as its recovery
@@ -840,9 +829,12 @@ impl Server {
         Ok((state, false))
     }
 
-    /// Would caching `page` read the data file (neither the pool nor the log holds a copy)?
+    /// Would caching `page` read the data file (neither the pool nor the log holds a copy, and
+    /// it is not a fresh page, whose image is known)?
     fn must_read_from_disk(&self, state: &State, page: PageId) -> bool {
-        !state.pool.contains(page) && self.method.newer_copy_in_log(state, page).is_none()
+        !state.pool.contains(page)
+            && !state.fresh_pages.contains(page)
+            && self.method.newer_copy_in_log(state, page).is_none()
     }
 
     fn cache_page_checked(&self, state: &mut State, page: PageId, whole: bool) -> Result<()> {
@@ -855,6 +847,14 @@ impl Server {
             self.read_logged_image(page, lsn, &mut buf)?;
             state.stats.pages_reread_from_log += 1;
             return self.install(state, page, &buf);
+        }
+        // A page the file grew by that has not been in the pool since holds the image its
+        // growth gave it: known without a read.
+        if state.fresh_pages.contains(page) {
+            let frame = self.reserve_frame(state, page)?;
+            self.volume
+                .format_new_page(page, state.pool.frame_bytes_mut(frame));
+            return Ok(());
         }
         // Read straight into the frame: no buffer to clear and copy on every miss.
         let frame = self.reserve_frame(state, page)?;
@@ -937,7 +937,7 @@ impl Server {
     /// it is dirty. The caller fills the frame.
     fn reserve_frame(&self, state: &mut State, page: PageId) -> Result<FrameId> {
         // Every change to a page passes through the pool: one that has been here may differ
-        // from what the extension wrote.
+        // from the image the file's growth gave it.
         state.fresh_pages.remove(page);
         if self.method.keeps_pages_resident() && state.pool.len() >= state.pool.capacity() {
             return Err(crate::recovery::resident_pool_full(
@@ -1218,6 +1218,9 @@ impl Server {
             .append(None, Lsn::ZERO, &RecordBody::CheckpointEnd { begin })?;
         self.log.flush(end)?;
         state.stats.pages_written += state.space.write_dirty_maps(&self.volume, begin)? as u64;
+        // The superblock below records the page count: every page it covers gets its image
+        // on disk, synced with the rest.
+        state.stats.pages_written += u64::from(self.volume.write_unwritten()?);
         self.volume.sync()?;
         state.double_write.home_synced();
         if install_all {
@@ -1361,7 +1364,7 @@ impl Server {
                         capacity,
                     ));
                 }
-                let first = self.volume.extend(grow)?;
+                let first = self.volume.grow(grow)?;
                 state.space.grow(self.volume.page_count());
                 state.fresh_pages.extended(first.0..first.0 + grow);
                 continue;
@@ -1371,12 +1374,13 @@ impl Server {
             if self.locks.locked_by_other(me, page) {
                 continue;
             }
-            // A reservation's fresh page is free as the extension wrote it, and is cached
-            // when a transaction takes it: caching it now would fill the pool with the pages
-            // of a whole bulk load's reservations ahead of their use.
-            let known_free = txn.is_none() && state.fresh_pages.contains(page);
+            // A fresh page is free as the file's growth left it, and enters the pool when it is
+            // first read or changed (a bulk load's new pages only when written home): caching
+            // it now would touch pool memory for an image that is replaced before anyone
+            // reads it, and fill the pool with a whole reservation ahead of its use.
+            let known_free = state.fresh_pages.contains(page);
             if !known_free {
-                self.cache_page_to_allocate(state, page)?;
+                self.cache_page(state, page)?;
                 let image = state.pool.get(page).expect("page just cached");
                 if page::kind(image) != Some(PageKind::Free) {
                     let actual = entry_for_image(page, image);
@@ -1746,7 +1750,11 @@ impl PageServer for Server {
                 "reserved page {page} is locked by another transaction"
             )));
         }
-        self.cache_page_to_allocate(&mut state, page)?;
+        if state.fresh_pages.contains(page) {
+            // Free as the file's growth left it: nobody has taken it since.
+            return Ok(());
+        }
+        self.cache_page(&mut state, page)?;
         let image = state.pool.get(page).expect("page just cached");
         if page::kind(image) != Some(PageKind::Free) {
             return Err(Error::InvalidArgument(format!(
@@ -2120,7 +2128,8 @@ impl Server {
             new[i] = !shipped.logged
                 && !shipped.image.is_empty()
                 && (allocated.contains(&shipped.page) || state.reservations.holds(shipped.page))
-                && state.pool.page_lsn(shipped.page) == Some(Lsn::ZERO);
+                && (state.pool.page_lsn(shipped.page) == Some(Lsn::ZERO)
+                    || state.fresh_pages.contains(shipped.page));
         }
         let ids: Vec<PageId> = pages
             .iter()
@@ -2160,16 +2169,16 @@ impl Server {
             page::set_lsn(image, lsn);
             state.stats.pages_written += 1;
             let hint = entry_for_image(page, image);
-            // The pool keeps what was written, clean, in the frame of the free image: the
-            // pages a load writes are those its readers ask for next, and the memory is
-            // touched already.
-            let frame = state.pool.lookup(page).expect("a new page is in the pool");
+            // The pool keeps what was written, clean: the pages a load writes are those its
+            // readers ask for next. A fresh page gets its first frame here, which ends its
+            // freshness (formatting it free when next cached would drop what was written).
+            let frame = match state.pool.lookup(page) {
+                Some(frame) => frame,
+                None => self.reserve_frame(state, page)?,
+            };
             state.pool.fill(frame, image);
             state.pool.mark_clean(page);
-            // It was in the pool, so it is not fresh; were it, formatting it free on its next
-            // allocation would drop what was written.
             debug_assert!(!state.fresh_pages.contains(page));
-            state.fresh_pages.remove(page);
             let own = state.txns.get_mut(&txn).expect("checked above");
             own.touched.insert(page);
             let empty =
@@ -2254,7 +2263,8 @@ impl Server {
         let quiet = state.home_at_checkpoint
             && self.log.end_lsn() == state.checkpoint_log_end
             && state.pool.dirty_pages().is_empty()
-            && !state.space.has_dirty_maps();
+            && !state.space.has_dirty_maps()
+            && !self.volume.has_unwritten();
         if !quiet {
             self.checkpoint_locked_with(&mut state, true)?;
         }

@@ -1,8 +1,9 @@
-//! Pages of a new extension of the volume are allocated without being read back: the server
-//! installs the image the extension wrote. That image must be the one on disk, and a page
-//! allocated this way must take changes and keep them across a reopen, under every recovery
-//! method. A reservation of such pages does not cache them before they are taken, and the
-//! search for room passes over holes too small to be worth a read.
+//! Pages the volume grew by are allocated without being read back (nothing is written there
+//! before they are used): the server serves the image the growth gives them. That image must
+//! be the one a checkpoint puts on disk, and a page allocated this way must take changes and
+//! keep them across a reopen, under every recovery method. A reservation of such pages does
+//! not cache them before they are taken, and the search for room passes over holes too small
+//! to be worth a read.
 
 use lodestore_core::{PageId, TypeId};
 use lodestore_server::{
@@ -62,22 +63,28 @@ fn new_pages_are_not_read_back_and_match_the_disk() {
             "{method}: allocation read new pages back"
         );
 
+        let mut served = vec![vec![0u8; PAGE]; pages.len()];
+        for (&page, served) in pages.iter().zip(&mut served) {
+            server.fetch_page(txn, page, served).unwrap();
+            assert_eq!(page::kind(served), Some(PageKind::Free), "{method}: {page}");
+        }
+        assert_eq!(
+            server.stats().pages_read,
+            reads_before,
+            "{method}: fetches read"
+        );
+        // A checkpoint records the page count, so it writes what the pages read as.
+        server.checkpoint().unwrap();
         let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
         let mut on_disk = vec![0u8; PAGE];
-        let mut served = vec![0u8; PAGE];
-        for &page in &pages {
+        for (&page, served) in pages.iter().zip(&served) {
             file.read_at(page.offset(PAGE), &mut on_disk).unwrap();
-            server.fetch_page(txn, page, &mut served).unwrap();
-            assert_eq!(
-                page::kind(&served),
-                Some(PageKind::Free),
-                "{method}: {page}"
-            );
             assert!(
-                served == on_disk,
+                *served == on_disk,
                 "{method}: page {page} differs from the disk"
             );
         }
+        let mut served = vec![0u8; PAGE];
 
         // Each page becomes a slotted page holding one object that names it.
         let mut images = Vec::new();
@@ -130,19 +137,24 @@ fn reserved_pages_enter_the_pool_only_when_taken() {
     );
     assert_eq!(after.pages_read, before.pages_read, "reserving read pages");
 
-    // Taken, each is the free page the extension wrote, as on disk.
+    // Taken, each is the free page the file's growth gave it, as a checkpoint writes it.
     let txn = server.begin().unwrap();
-    let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
-    let mut on_disk = vec![0u8; PAGE];
-    let mut served = vec![0u8; PAGE];
+    let mut served = Vec::new();
     for &page in pages.iter().step_by(7) {
         server.take_reserved(txn, reservation, page).unwrap();
-        file.read_at(page.offset(PAGE), &mut on_disk).unwrap();
-        server.fetch_page(txn, page, &mut served).unwrap();
-        assert_eq!(page::kind(&served), Some(PageKind::Free), "{page}");
-        assert!(served == on_disk, "page {page} differs from the disk");
+        let mut image = vec![0u8; PAGE];
+        server.fetch_page(txn, page, &mut image).unwrap();
+        assert_eq!(page::kind(&image), Some(PageKind::Free), "{page}");
+        served.push((page, image));
     }
     assert_eq!(server.stats().pages_read, before.pages_read);
+    server.checkpoint().unwrap();
+    let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
+    let mut on_disk = vec![0u8; PAGE];
+    for (page, image) in &served {
+        file.read_at(page.offset(PAGE), &mut on_disk).unwrap();
+        assert!(*image == on_disk, "page {page} differs from the disk");
+    }
 }
 
 /// A slotted page of `page` holding one object of `len` bytes, shipped by `txn`.
@@ -182,4 +194,36 @@ fn the_search_for_room_passes_over_small_holes() {
     let found = server.find_space(txn, 40, &[roomy]).unwrap();
     assert_eq!(found, None, "a hole of 100 bytes is not worth a read");
     server.commit(txn).unwrap();
+}
+
+#[test]
+fn pages_a_crash_left_unwritten_pass_check_and_are_written_when_a_count_covers_them() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let dir = Path::new("/s");
+    let server = Server::create(fs.clone(), dir, PAGE, ServerOptions::default()).unwrap();
+    let txn = server.begin().unwrap();
+    let page = server.allocate_pages(txn, 1).unwrap()[0].first;
+    // A crash: the server stops without closing, the file longer than the recorded count and
+    // its new pages never written.
+    std::mem::forget(server);
+    let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
+    let mut raw = vec![0u8; PAGE];
+    file.read_at(page.offset(PAGE), &mut raw).unwrap();
+    assert!(raw.iter().all(|&b| b == 0), "the allocation wrote its page");
+    drop(file);
+    // Past the recorded page count, a page of zeros reads as a free page.
+    let report = lodestore_server::check::check(fs.as_ref(), dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+
+    let server = Server::open(fs.clone(), dir, Some(PAGE), ServerOptions::default()).unwrap();
+    drop(server);
+    let file = fs.open(&data_file_path(dir), OpenMode::ReadOnly).unwrap();
+    file.read_at(page.offset(PAGE), &mut raw).unwrap();
+    assert_eq!(
+        page::kind(&raw),
+        Some(PageKind::Free),
+        "formatted at the open"
+    );
+    let report = lodestore_server::check::check(fs.as_ref(), dir).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
 }

@@ -5,7 +5,8 @@
 //!   file system that crashes, tears and corrupts writes.
 //! - [`page`]: the header every page carries (checksum, format version, kind, LSN, number).
 //! - [`superblock`], [`slotted`], [`large`], [`spacemap`]: the layouts of each page kind.
-//! - [`volume`]: one data file of fixed-size pages, read and written whole and checksummed.
+//! - [`volume`]: one data file of fixed-size pages, read and written whole and checksummed;
+//!   [`unwritten`]: the pages it grew by without writing them yet.
 //! - [`doublewrite`]: the ring of page slots a page goes through before a home write a crash
 //!   could tear.
 
@@ -22,6 +23,7 @@ pub mod sim;
 pub mod slotted;
 pub mod spacemap;
 pub mod superblock;
+pub mod unwritten;
 pub mod volume;
 
 pub use emulated::{DiskModel, EmulatedDisks};

@@ -2,12 +2,14 @@
 //! each verified when read back. Pages 0 and 1 are the superblock copies, page 2 the first space
 //! map, page 3 the named-roots directory; everything after is data.
 
+use crate::bytes::is_all_zero;
 use crate::directory::{self, DIRECTORY_PAGE};
 use crate::fs::{FileSystem, OpenMode, Storage};
 use crate::page::{self, PageKind};
 use crate::slotted;
 use crate::spacemap::{self, FIRST_MAP_PAGE};
 use crate::superblock::{self, CopyProblem, Superblock, SUPERBLOCK_PAGES};
+use crate::unwritten::UnwrittenPages;
 use lodestore_core::limits::{page_size_is_supported, PAGE_SIZES_SUPPORTED, PAGE_SIZE_MIN};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TypeId, VolumeId};
 use std::collections::BTreeMap;
@@ -39,8 +41,12 @@ pub struct Volume {
     /// Pages in the file, committed or not.
     page_count: AtomicU32,
     superblock: Mutex<Superblock>,
+    /// The superblock's page count, read on every page read past it without its lock.
+    recorded_pages: AtomicU32,
     /// Serialises file extension, and keeps the buffer extensions write from.
     extend_lock: Mutex<Vec<u8>>,
+    /// Pages [`Volume::grow`] added and nothing has written since.
+    unwritten: UnwrittenPages,
     read_only: bool,
 }
 
@@ -124,8 +130,10 @@ impl Volume {
             page_size,
             volume_id,
             page_count: AtomicU32::new(INITIAL_PAGE_COUNT),
+            recorded_pages: AtomicU32::new(current.page_count),
             superblock: Mutex::new(current),
             extend_lock: Mutex::new(Vec::new()),
+            unwritten: UnwrittenPages::default(),
             read_only: false,
         })
     }
@@ -192,8 +200,10 @@ impl Volume {
             page_size,
             volume_id: sb.volume_id,
             page_count: AtomicU32::new(page_count),
+            recorded_pages: AtomicU32::new(sb.page_count),
             superblock: Mutex::new(sb),
             extend_lock: Mutex::new(Vec::new()),
+            unwritten: UnwrittenPages::default(),
             read_only: mode == OpenMode::ReadOnly,
         })
     }
@@ -260,7 +270,21 @@ impl Volume {
                 self.page_count()
             )));
         }
-        self.storage.read_at(id.offset(self.page_size), buf)
+        if self.unwritten.contains(id.0) {
+            self.format_new_page(id, buf);
+            return Ok(());
+        }
+        self.storage.read_at(id.offset(self.page_size), buf)?;
+        // Past the recorded page count, a page of zeros is one the file grew by and nothing
+        // wrote (before a crash, or seen from another open of the file): it reads as the image
+        // its growth gives it, and a writer writes it before recording a count that covers it.
+        if id.0 >= self.recorded_pages.load(Ordering::Acquire) && is_all_zero(buf) {
+            if !self.read_only {
+                self.unwritten.grown(id.0, id.0 + 1);
+            }
+            self.format_new_page(id, buf);
+        }
+        Ok(())
     }
 
     /// Seals and writes page `id`. The page's header must name `id`.
@@ -271,7 +295,9 @@ impl Volume {
         assert!(id.0 >= INITIAL_PAGE_COUNT || id == FIRST_MAP_PAGE || id == DIRECTORY_PAGE);
         assert!(id.0 < self.page_count(), "write past the end of the file");
         page::seal(buf);
-        self.storage.write_at(id.offset(self.page_size), buf)
+        self.storage.write_at(id.offset(self.page_size), buf)?;
+        self.unwritten.written(id.0, id.0 + 1);
+        Ok(())
     }
 
     /// Writes the consecutive pages `first`, `first + 1`, ... whose images fill `buf`, sealing
@@ -299,7 +325,9 @@ impl Volume {
             );
             page::seal(page);
         }
-        self.storage.write_at(first.offset(self.page_size), buf)
+        self.storage.write_at(first.offset(self.page_size), buf)?;
+        self.unwritten.written(first.0, first.0 + count);
+        Ok(())
     }
 
     /// The image [`Self::extend`] writes for page `id`: free, or a space-map page where the
@@ -343,6 +371,57 @@ impl Volume {
         Ok(PageId(first))
     }
 
+    /// Appends `count` pages without writing them: until something is written there, each
+    /// reads as the image [`Self::extend`] would have written, and they are written with that
+    /// image before a superblock records a page count covering them
+    /// ([`Self::write_unwritten`]). A bulk load's new pages are then written once, with their
+    /// contents. Returns the first new page.
+    pub fn grow(&self, count: u32) -> Result<PageId> {
+        assert!(!self.read_only, "grow a read-only volume");
+        assert!(count > 0 && count <= EXTEND_PAGES_MAX);
+        let _serialised = self.extend_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let first = self.page_count();
+        let end = first.checked_add(count).ok_or_else(|| {
+            Error::InvalidArgument(format!("volume cannot grow past {} pages", u32::MAX))
+        })?;
+        self.storage
+            .set_len(u64::from(end) * self.page_size as u64)?;
+        self.unwritten.grown(first, end);
+        self.page_count.store(end, Ordering::Release);
+        Ok(PageId(first))
+    }
+
+    /// Does the volume hold pages [`Self::grow`] added that are still to be written?
+    pub fn has_unwritten(&self) -> bool {
+        !self.unwritten.is_empty()
+    }
+
+    /// Writes every page [`Self::grow`] added and nothing wrote since with the image it reads
+    /// as, in runs; returns how many. Not durable until the next sync. The caller keeps other
+    /// writers of the data file out meanwhile (the server holds its state lock, under which
+    /// every page is written), or a page written between the look and the write would lose
+    /// its contents.
+    pub fn write_unwritten(&self) -> Result<u32> {
+        let mut written = 0;
+        let mut buf = Vec::new();
+        for (first, end) in self.unwritten.runs() {
+            let mut at = first;
+            while at < end {
+                let pages = (end - at).min(EXTEND_WRITE_PAGES as u32);
+                buf.resize(pages as usize * self.page_size, 0);
+                for (i, page) in buf.chunks_exact_mut(self.page_size).enumerate() {
+                    self.format_new_page(PageId(at + i as u32), page);
+                }
+                self.storage
+                    .write_at(PageId(at).offset(self.page_size), &buf)?;
+                self.unwritten.written(at, at + pages);
+                written += pages;
+                at += pages;
+            }
+        }
+        Ok(written)
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.storage.sync()
     }
@@ -362,11 +441,17 @@ impl Volume {
     pub fn update_superblock(&self, change: impl FnOnce(&mut Superblock)) -> Result<()> {
         assert!(!self.read_only, "superblock update on a read-only volume");
         let mut sb = self.superblock.lock().unwrap_or_else(|e| e.into_inner());
+        // Every page a recorded count covers must hold a valid image on disk.
+        if self.write_unwritten()? > 0 {
+            self.storage.sync()?;
+        }
         let mut next = sb.clone();
         change(&mut next);
         next.generation = sb.generation + 1;
         assert_eq!(next.page_size, self.page_size);
         write_superblock_copies(self.storage.as_ref(), &next)?;
+        self.recorded_pages
+            .store(next.page_count, Ordering::Release);
         *sb = next;
         Ok(())
     }
@@ -523,6 +608,83 @@ mod tests {
         assert_eq!(read[300..400], [0; 100]);
         volume.read_page(PageId(start.0 + 3), &mut read).unwrap();
         assert_eq!(read[300..400], [0; 100]);
+    }
+
+    #[test]
+    fn grown_pages_read_as_formatted_until_written_and_are_written_before_a_count_is_recorded() {
+        let fs = MemoryFileSystem::new();
+        let volume = Volume::create(&fs, Path::new("/v"), PAGE).unwrap();
+        let first = volume.grow(8).unwrap();
+        assert_eq!(volume.page_count(), first.0 + 8);
+        assert_eq!(
+            volume.storage().len().unwrap(),
+            u64::from(first.0 + 8) * PAGE as u64
+        );
+        let (mut read, mut raw, mut expected) = (vec![0u8; PAGE], vec![0u8; PAGE], vec![0u8; PAGE]);
+        for p in first.0..first.0 + 8 {
+            let kind = volume.read_page(PageId(p), &mut read).unwrap();
+            volume.format_new_page(PageId(p), &mut expected);
+            assert_eq!(page::kind(&expected), Some(kind));
+            assert!(
+                read == expected,
+                "page {p} reads as the image an extension writes"
+            );
+            volume
+                .storage()
+                .read_at(PageId(p).offset(PAGE), &mut raw)
+                .unwrap();
+            assert!(
+                raw.iter().all(|&b| b == 0),
+                "page {p} was written by its growth"
+            );
+        }
+        // A page written reads as written; the rest are written by the next superblock update.
+        let mut run = images(first.0 + 2, 2, volume.volume_id());
+        volume.write_pages(PageId(first.0 + 2), &mut run).unwrap();
+        volume.read_page(PageId(first.0 + 3), &mut read).unwrap();
+        assert_eq!(read[300..400], [2; 100]);
+        assert!(volume.has_unwritten());
+        volume
+            .update_superblock(|sb| sb.page_count = first.0 + 8)
+            .unwrap();
+        assert!(!volume.has_unwritten());
+        for p in first.0..first.0 + 8 {
+            volume
+                .storage()
+                .read_at(PageId(p).offset(PAGE), &mut raw)
+                .unwrap();
+            volume.read_page(PageId(p), &mut read).unwrap();
+            assert!(raw == read, "page {p} on disk");
+            if p == first.0 + 3 {
+                assert_eq!(raw[300..400], [2; 100], "the write survives");
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_of_zeros_reads_as_free_only_past_the_recorded_page_count() {
+        let fs = MemoryFileSystem::new();
+        let volume = Volume::create(&fs, Path::new("/v"), PAGE).unwrap();
+        let first = volume.extend(4).unwrap();
+        volume
+            .update_superblock(|sb| sb.page_count = first.0 + 4)
+            .unwrap();
+        volume.grow(4).unwrap();
+        // Another open of the file (an inspection, or the next open after a crash) sees the
+        // grown pages as zeros.
+        let other = Volume::open(&fs, Path::new("/v"), None, OpenMode::ReadOnly).unwrap();
+        let mut read = vec![0u8; PAGE];
+        let kind = other.read_page(PageId(first.0 + 5), &mut read).unwrap();
+        assert_eq!(kind, PageKind::Free);
+        // Below the count a page of zeros is damage.
+        volume
+            .storage()
+            .write_at(PageId(first.0 + 1).offset(PAGE), &[0u8; PAGE])
+            .unwrap();
+        assert!(matches!(
+            other.read_page(PageId(first.0 + 1), &mut read),
+            Err(Error::CorruptPage { .. })
+        ));
     }
 
     #[test]

@@ -622,7 +622,10 @@ pub(crate) fn check_checkpoint_record(
 
 /// Pages past the page count of the last checkpoint that are torn were being added when the
 /// crash came and hold nothing recovery needs from the data file (the log holds every page it
-/// describes): they are formatted free again so the file is whole.
+/// describes): they are formatted free again so the file is whole. Pages of zeros, which the
+/// file grew by and nothing wrote, read as free (`Volume::read_page`) and are left to the next
+/// checkpoint, so a crash in a bulk load does not make the restart write every page the file
+/// had grown by.
 pub(crate) fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Result<u64> {
     let recorded = server.volume.superblock().page_count;
     let page_size = server.volume.page_size();
@@ -630,10 +633,11 @@ pub(crate) fn repair_unrecorded_tail(server: &Server, state: &mut State) -> Resu
     let mut buf = vec![0u8; page_size];
     for p in recorded..server.volume.page_count() {
         let id = PageId(p);
-        if state.pool.contains(id)
-            || server.method.newer_copy_in_log(state, id).is_some()
-            || server.volume.read_page_sealed(id, &mut buf).is_ok()
-        {
+        if state.pool.contains(id) || server.method.newer_copy_in_log(state, id).is_some() {
+            continue;
+        }
+        // A page of zeros reads as free, and the volume writes it at the next checkpoint.
+        if server.volume.read_page_sealed(id, &mut buf).is_ok() {
             continue;
         }
         if lodestore_storage::spacemap::is_map_page(id, page_size) {

@@ -227,31 +227,3 @@ fn pages_a_crash_left_unwritten_pass_check_and_are_written_when_a_count_covers_t
     let report = lodestore_server::check::check(fs.as_ref(), dir).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
 }
-
-#[test]
-fn a_committed_page_written_home_that_the_file_lost_is_reported_not_read_as_free() {
-    let fs = Arc::new(MemoryFileSystem::new());
-    let dir = Path::new("/s");
-    let server = Server::create(fs.clone(), dir, PAGE, ServerOptions::default()).unwrap();
-    let txn = server.begin().unwrap();
-    let pages: Vec<PageId> = (0..PAGES)
-        .map(|_| server.allocate_pages(txn, 1).unwrap()[0].first)
-        .collect();
-    let images: Vec<Vec<u8>> = pages.iter().map(|&p| page_with_object(p, 8)).collect();
-    ship_and_commit(&server, txn, &pages, &images);
-    assert!(server.stats().new_pages_written_home >= PAGES as u64);
-    // A crash, then the storage loses one of the pages (zeros where it was written).
-    std::mem::forget(server);
-    let lost = pages[PAGES / 2];
-    let file = fs.open(&data_file_path(dir), OpenMode::Existing).unwrap();
-    file.write_at(lost.offset(PAGE), &[0u8; PAGE]).unwrap();
-    drop(file);
-    let error = match Server::open(fs.clone(), dir, Some(PAGE), ServerOptions::default()) {
-        Ok(_) => panic!("a lost committed page was read as free"),
-        Err(error) => error.to_string(),
-    };
-    assert!(
-        error.contains(&lost.to_string()) && error.contains("holds nothing"),
-        "{error}"
-    );
-}

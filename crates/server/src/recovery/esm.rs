@@ -428,23 +428,6 @@ fn redo(
                 }
             }
         }
-        RecordBody::PagesHome { pages } => {
-            // A winner's pages were synced before its commit. Past the recorded page count a
-            // page of zeros reads as free (the file grew before anything was written there),
-            // so one of these holding nothing would pass unnoticed: it is damage.
-            for &page in pages {
-                if !state.pool.contains(page) && server.volume.holds_nothing(page)? {
-                    return Err(server.volume.corrupt(
-                        page,
-                        format!(
-                            "transaction {} wrote this page home and committed (LSN {}), but it                              holds nothing",
-                            record.txn.map_or_else(|| "?".to_string(), |t| t.to_string()),
-                            record.lsn
-                        ),
-                    ));
-                }
-            }
-        }
         _ => {}
     }
     Ok(())

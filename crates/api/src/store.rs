@@ -18,6 +18,7 @@ use lodestore_server::{
     pool_pages, PageServer, RecoveryMethodKind, RestartReport, Server, ServerStats,
 };
 use lodestore_snapshots::Snapshots;
+use lodestore_storage::StagingFileSystem;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -72,9 +73,19 @@ impl Store {
         }
         let temporary = folder::sibling(&path, "creating")?;
         folder::clear_leftover(fs.as_ref(), &temporary)?;
-        let built = Server::create(fs.clone(), &temporary, page_size, options.server_options());
+        // Nothing reads the temporary folder before the rename: its syncs wait for one pass
+        // over the finished tree, once the server has closed every file.
+        let staging = Arc::new(StagingFileSystem::new(fs.clone(), &temporary));
+        let built = Server::create(
+            staging.clone(),
+            &temporary,
+            page_size,
+            options.server_options(),
+        )
+        .map(drop)
+        .and_then(|()| staging.make_durable());
         match built {
-            Ok(server) => drop(server),
+            Ok(()) => {}
             Err(error) => {
                 if let Err(cleanup) = fs.remove_dir_all(&temporary) {
                     tracing::warn!(error = %cleanup, path = %temporary.display(), "could not remove a failed store creation");

@@ -67,6 +67,24 @@ pub trait FileSystem: Send + Sync {
     fn rename_dir(&self, from: &Path, to: &Path) -> Result<()>;
     /// Removes the folder `path` and everything in it.
     fn remove_dir_all(&self, path: &Path) -> Result<()>;
+
+    /// Like `open`, but a new file's entry in its folder may stay volatile until `sync_dir` of
+    /// that folder: for a folder nothing reads before it is made durable as a whole
+    /// ([`crate::staging`]). The default is `open`, which makes the entry durable at once.
+    fn open_unsynced(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
+        self.open(path, mode)
+    }
+    /// Like `rename`, but the rename may stay volatile until `sync_dir` of the folder. The
+    /// default is `rename`.
+    fn rename_unsynced(&self, from: &Path, to: &Path) -> Result<()> {
+        self.rename(from, to)
+    }
+    /// Makes the entries of the folder `dir` durable (created, renamed and removed files and
+    /// folders). Nothing to do (the default) where every change of a folder is durable when it
+    /// returns.
+    fn sync_dir(&self, _dir: &Path) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The operating system's file system.
@@ -75,6 +93,17 @@ pub struct RealFileSystem;
 
 impl FileSystem for RealFileSystem {
     fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
+        let file = self.open_unsynced(path, mode)?;
+        if mode == OpenMode::CreateNew {
+            // Make the new file's directory entry durable, so a synced file cannot vanish.
+            if let Some(parent) = path.parent() {
+                sync_directory(parent)?;
+            }
+        }
+        Ok(file)
+    }
+
+    fn open_unsynced(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
         let mut options = OpenOptions::new();
         options.read(true);
         match mode {
@@ -102,12 +131,6 @@ impl FileSystem for RealFileSystem {
                 return Err(Error::io(path, "lock", source))
             }
         }
-        if mode == OpenMode::CreateNew {
-            // Make the new file's directory entry durable, so a synced file cannot vanish.
-            if let Some(parent) = path.parent() {
-                sync_directory(parent)?;
-            }
-        }
         Ok(Arc::new(FileStorage {
             file,
             path: path.to_path_buf(),
@@ -131,11 +154,19 @@ impl FileSystem for RealFileSystem {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-        std::fs::rename(from, to).map_err(|source| Error::io(from, "rename", source))?;
+        self.rename_unsynced(from, to)?;
         if let Some(parent) = to.parent() {
             sync_directory(parent)?;
         }
         Ok(())
+    }
+
+    fn rename_unsynced(&self, from: &Path, to: &Path) -> Result<()> {
+        std::fs::rename(from, to).map_err(|source| Error::io(from, "rename", source))
+    }
+
+    fn sync_dir(&self, dir: &Path) -> Result<()> {
+        sync_directory(dir)
     }
 
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {

@@ -9,6 +9,8 @@
 //!   [`unwritten`]: the pages it grew by without writing them yet.
 //! - [`doublewrite`]: the ring of page slots a page goes through before a home write a crash
 //!   could tear.
+//! - [`staging`]: a folder built whole before anything reads it (a new store), its syncs
+//!   deferred to one pass at the end.
 
 pub mod bytes;
 pub mod directory;
@@ -22,6 +24,7 @@ pub mod page;
 pub mod sim;
 pub mod slotted;
 pub mod spacemap;
+pub mod staging;
 pub mod superblock;
 pub mod unwritten;
 pub mod volume;
@@ -32,6 +35,7 @@ pub use memory::MemoryFileSystem;
 pub use overlay::OverlayFileSystem;
 pub use page::PageKind;
 pub use sim::{Fault, SimFileSystem};
+pub use staging::StagingFileSystem;
 pub use volume::{Volume, DATA_FILE_NAME};
 
 /// The size of the system's memory pages (4 KiB on most x86-64 systems, 16 or 64 KiB on some

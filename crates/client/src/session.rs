@@ -107,6 +107,14 @@ impl PhaseTimes {
     }
 }
 
+/// A page of the allocation window, and what filling it showed: every slot below
+/// `live_below` is taken, so the next insert's search for a free slot starts there.
+#[derive(Clone, Copy)]
+struct WindowPage {
+    page: PageId,
+    live_below: usize,
+}
+
 struct ActiveTxn {
     id: TxnId,
     /// Looked up on every object access, so a fast hash map.
@@ -114,7 +122,7 @@ struct ActiveTxn {
     /// Pages changed in the cache and not shipped since.
     dirty: BTreeSet<PageId>,
     /// Recently used pages with room for new objects, most recent last.
-    allocation_window: Vec<PageId>,
+    allocation_window: Vec<WindowPage>,
     /// Set when an operation failed half way; the transaction can then only abort.
     poisoned: Option<String>,
     began: Instant,
@@ -426,7 +434,8 @@ impl ClientSession {
                 if let Some(txn) = self.txn.take() {
                     self.reserved.committed(&txn.reserved_formatted);
                     if self.placement == Placement::Clustered {
-                        self.remember_cluster_pages(txn.allocation_window);
+                        let filled = txn.allocation_window.iter().map(|w| w.page);
+                        self.remember_cluster_pages(filled.collect());
                     }
                 }
                 self.tracker.end_transaction(&mut self.cache)?;
@@ -1134,8 +1143,9 @@ impl ClientSession {
         let mut at = self.active()?.allocation_window.len();
         while at > 0 {
             at -= 1;
-            let page = self.active()?.allocation_window[at];
-            if let Some(oid) = self.try_insert(page, type_id, len, large)? {
+            let WindowPage { page, live_below } = self.active()?.allocation_window[at];
+            if let Some(oid) = self.try_insert(page, type_id, len, large, live_below)? {
+                self.active()?.allocation_window[at].live_below = oid.slot() as usize + 1;
                 return Ok(oid);
             }
             // The window holds each page once (`remember_allocation_page`).
@@ -1145,8 +1155,8 @@ impl ClientSession {
         // server's free-space hints suggest.
         if self.placement == Placement::Clustered {
             for page in self.cluster.clone().into_iter().rev() {
-                if let Some(oid) = self.try_insert(page, type_id, len, large)? {
-                    self.remember_allocation_page(page)?;
+                if let Some(oid) = self.try_insert(page, type_id, len, large, 0)? {
+                    self.remember_allocation_page(oid)?;
                     return Ok(oid);
                 }
                 self.cluster.retain(|p| *p != page);
@@ -1165,8 +1175,8 @@ impl ClientSession {
             };
             self.active()?.locks.insert(page, LockMode::Exclusive);
             self.current_frame(id, page, false, lsn)?;
-            if let Some(oid) = self.try_insert(page, type_id, len, large)? {
-                self.remember_allocation_page(page)?;
+            if let Some(oid) = self.try_insert(page, type_id, len, large, 0)? {
+                self.remember_allocation_page(oid)?;
                 return Ok(oid);
             }
             skip.push(page);
@@ -1176,12 +1186,14 @@ impl ClientSession {
         let page = self.server.allocate_pages(id, 1)?[0].first;
         let volume = self.volume;
         self.new_page(page, |bytes| slotted::init(bytes, page, volume))?;
-        self.remember_allocation_page(page)?;
-        self.try_insert(page, type_id, len, large)?
+        let oid = self
+            .try_insert(page, type_id, len, large, 0)?
             .ok_or_else(|| Error::ObjectTooLarge {
                 len: len as u64,
                 reason: "does not fit an empty page".into(),
-            })
+            })?;
+        self.remember_allocation_page(oid)?;
+        Ok(oid)
     }
 
     /// Reserves `count` zero-filled objects of `type_id` and `len` bytes (small objects only)
@@ -1269,22 +1281,28 @@ impl ClientSession {
         self.cluster.drain(..excess);
     }
 
-    fn remember_allocation_page(&mut self, page: PageId) -> Result<()> {
+    /// Puts the page of `oid`, just allocated, in the allocation window (newest).
+    fn remember_allocation_page(&mut self, oid: Oid) -> Result<()> {
         let window = &mut self.active()?.allocation_window;
-        window.retain(|p| *p != page);
-        window.push(page);
+        window.retain(|w| w.page != oid.page());
+        window.push(WindowPage {
+            page: oid.page(),
+            live_below: oid.slot() as usize + 1,
+        });
         if window.len() > ALLOCATION_WINDOW_PAGES {
             window.remove(0);
         }
         Ok(())
     }
 
+    /// Inserts an object into `page` if it fits; `live_below` as [`slotted::insert_after`].
     fn try_insert(
         &mut self,
         page: PageId,
         type_id: TypeId,
         len: usize,
         large: bool,
+        live_below: usize,
     ) -> Result<Option<Oid>> {
         let frame = self.page(page, LockMode::Exclusive)?;
         let bytes = self.cache.frame(frame);
@@ -1292,7 +1310,8 @@ impl ClientSession {
             return Ok(None);
         }
         let frame = self.write_to(frame, page, Write::Structure)?;
-        let slot = slotted::insert(self.cache.frame_mut(frame), type_id, len, large);
+        let slot =
+            slotted::insert_after(self.cache.frame_mut(frame), type_id, len, large, live_below);
         debug_assert!(slot.is_some(), "can_insert said it fits");
         Ok(slot.map(|slot| Oid::new(self.volume, page, slot)))
     }

@@ -199,8 +199,21 @@ fn fits(page: &[u8], payload_len: usize, free_slot: bool) -> bool {
 
 /// The first free slot of the page's table (of the part that lies inside the page).
 fn first_free_slot(page: &[u8]) -> Option<usize> {
+    first_free_slot_from(page, 0)
+}
+
+/// The first free slot at or after slot `from`.
+fn first_free_slot_from(page: &[u8], from: usize) -> Option<usize> {
     let end = slot_table_end(page).min(page.len());
-    let table = &page[SLOT_TABLE_AT.min(end)..end];
+    let inside = end.saturating_sub(SLOT_TABLE_AT) / SLOT_BYTES;
+    // Slot by slot up to a multiple of four, where the word-at-a-time scan starts: a word's
+    // lanes below `from` cannot be masked off after its zero-lane test, as a zero lane there
+    // may flag the lanes above it.
+    let aligned = from.next_multiple_of(4).min(inside);
+    if let Some(free) = (from..aligned).find(|&slot| slot_offset(page, slot) == 0) {
+        return Some(free);
+    }
+    let table = &page[(SLOT_TABLE_AT + aligned * SLOT_BYTES).min(end)..end];
     // Four slots per 8-byte word, read at once: inserts scan the table of every page they
     // fill, which otherwise cost a read per slot per insert. The lowest lane flagged by the
     // zero-lane test is always a zero lane (a borrow only flags lanes above one).
@@ -209,7 +222,7 @@ fn first_free_slot(page: &[u8]) -> Option<usize> {
         let word = u64::from_le_bytes(word.try_into().expect("chunks of eight"));
         let zero_lanes = word.wrapping_sub(0x0001_0001_0001_0001) & !word & 0x8000_8000_8000_8000;
         if zero_lanes != 0 {
-            return Some(i * 4 + zero_lanes.trailing_zeros() as usize / 16);
+            return Some(aligned + i * 4 + zero_lanes.trailing_zeros() as usize / 16);
         }
     }
     let done = table.len() / 8 * 4;
@@ -218,11 +231,30 @@ fn first_free_slot(page: &[u8]) -> Option<usize> {
         .chunks_exact(SLOT_BYTES)
         .position(|slot| slot == [0, 0])
         .map(|p| done + p)
+        .map(|p| aligned + p)
 }
 
 /// Inserts a zero-filled record and returns its slot, or `None` when it does not fit.
 pub fn insert(page: &mut [u8], type_id: TypeId, payload_len: usize, large: bool) -> Option<SlotId> {
-    let reused = first_free_slot(page);
+    insert_after(page, type_id, payload_len, large, 0)
+}
+
+/// [`insert`] for a caller that knows every slot below `live_below` to be live (as one filling
+/// the page, whose last insert took slot `live_below - 1`): the search for a free slot to
+/// reuse starts there instead of at slot 0, so filling a page costs no scan of its table per
+/// record. A wrong guess only leaves a free slot below it unused (the whole table is searched
+/// when the page has no room for a new slot), never a record misplaced.
+pub fn insert_after(
+    page: &mut [u8],
+    type_id: TypeId,
+    payload_len: usize,
+    large: bool,
+    live_below: usize,
+) -> Option<SlotId> {
+    let mut reused = first_free_slot_from(page, live_below);
+    if reused.is_none() && live_below > 0 && !fits(page, payload_len, false) {
+        reused = first_free_slot(page);
+    }
     if !fits(page, payload_len, reused.is_some()) {
         return None;
     }
@@ -562,7 +594,61 @@ mod tests {
             let inside = slot_count(&page).min((4096 - SLOT_TABLE_AT) / SLOT_BYTES);
             let naive = (0..inside).find(|&s| slot_offset(&page, s) == 0);
             prop_assert_eq!(first_free_slot(&page), naive);
+            for from in 0..=inside + 1 {
+                let naive = (from..inside).find(|&s| slot_offset(&page, s) == 0);
+                prop_assert_eq!(first_free_slot_from(&page, from), naive, "from slot {}", from);
+            }
         }
+
+        /// Inserting with any guess of where the live slots end leaves a sound page holding
+        /// every record inserted, and refuses only what does not fit.
+        #[test]
+        fn insert_after_any_guess_keeps_the_page_sound(
+            ops in proptest::collection::vec((1usize..300, any::<bool>(), 0usize..64), 1..200),
+        ) {
+            let mut page = new_page(4096);
+            let mut live: Vec<(SlotId, usize)> = Vec::new();
+            for (n, (len, delete, guess)) in ops.into_iter().enumerate() {
+                if delete && !live.is_empty() {
+                    let (slot, _) = live.remove(guess % live.len());
+                    prop_assert!(remove(&mut page, slot));
+                    continue;
+                }
+                match insert_after(&mut page, TypeId(n as u32 + 2), len, false, guess) {
+                    Some(slot) => {
+                        prop_assert!(live.iter().all(|(s, _)| *s != slot), "slot {} given twice", slot);
+                        live.push((slot, n));
+                    }
+                    None => prop_assert!(!can_insert(&page, len), "refused what fits"),
+                }
+                prop_assert!(validate(&page).is_ok(), "{:?}", validate(&page));
+                for (slot, n) in &live {
+                    let record = record(&page, *slot).unwrap().unwrap();
+                    prop_assert_eq!(record.type_id, TypeId(*n as u32 + 2));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn insert_after_a_wrong_guess_still_reuses_the_last_free_slot_of_a_full_page() {
+        let mut page = new_page(4096);
+        let mut slots = 0;
+        while insert(&mut page, TypeId(1), 40, false).is_some() {
+            slots += 1;
+        }
+        assert!(remove(&mut page, 3));
+        // A record of all the free bytes: no room for a new slot entry as well, so only slot 3,
+        // below the guess, can take it.
+        let free = free_bytes(&page);
+        assert_eq!(free % RECORD_ALIGN, 0);
+        let len = free - RECORD_HEADER_BYTES;
+        assert!(can_insert(&page, len) && !fits(&page, len, false));
+        assert_eq!(
+            insert_after(&mut page, TypeId(2), len, false, slots),
+            Some(3)
+        );
+        assert_eq!(record(&page, 3).unwrap().unwrap().type_id, TypeId(2));
     }
 
     #[test]

@@ -14,6 +14,15 @@ fn sim_options(fs: &Arc<SimFileSystem>) -> Options {
         .log_segment_bytes(256 << 10)
 }
 
+/// A transaction that allocates an object and names it: the store takes work.
+fn commit_a_root(store: &Store) {
+    let mut session = store.session().unwrap();
+    let mut txn = session.begin().unwrap();
+    let oid = txn.alloc_bytes(3, b"works").unwrap();
+    txn.set_root("r", oid).unwrap();
+    txn.commit().unwrap();
+}
+
 #[test]
 fn creation_crashed_at_every_step_leaves_no_store_or_a_whole_one() {
     let path = Path::new("/stores/s");
@@ -46,11 +55,7 @@ fn creation_crashed_at_every_step_leaves_no_store_or_a_whole_one() {
                 );
                 let store = Store::create(path, sim_options(&fs))
                     .unwrap_or_else(|e| panic!("crash point {crash_point}: create again: {e}"));
-                let mut session = store.session().unwrap();
-                let mut txn = session.begin().unwrap();
-                let oid = txn.alloc_bytes(3, b"works").unwrap();
-                txn.set_root("r", oid).unwrap();
-                txn.commit().unwrap();
+                commit_a_root(&store);
             }
             Err(other) => panic!("crash point {crash_point}: the store cannot be opened: {other}"),
         }
@@ -78,12 +83,7 @@ fn a_power_cut_right_after_creation_leaves_a_whole_store() {
         fs.recover(fault, 7);
         let store = Store::open(path, sim_options(&fs))
             .unwrap_or_else(|e| panic!("{fault:?}: the created store cannot be opened: {e}"));
-        let mut session = store.session().unwrap();
-        let mut txn = session.begin().unwrap();
-        let oid = txn.alloc_bytes(3, b"works").unwrap();
-        txn.set_root("r", oid).unwrap();
-        txn.commit().unwrap();
-        drop(session);
+        commit_a_root(&store);
         drop(store);
         let report = lodestore::check(fs.as_ref(), path).unwrap();
         assert!(report.is_sound(), "{fault:?}: {:?}", report.problems);

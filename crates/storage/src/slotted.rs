@@ -206,6 +206,7 @@ fn first_free_slot(page: &[u8]) -> Option<usize> {
 fn first_free_slot_from(page: &[u8], from: usize) -> Option<usize> {
     let end = slot_table_end(page).min(page.len());
     let inside = end.saturating_sub(SLOT_TABLE_AT) / SLOT_BYTES;
+    let from = from.min(inside);
     // Slot by slot up to a multiple of four, where the word-at-a-time scan starts: a word's
     // lanes below `from` cannot be masked off after its zero-lane test, as a zero lane there
     // may flag the lanes above it.
@@ -598,6 +599,7 @@ mod tests {
                 let naive = (from..inside).find(|&s| slot_offset(&page, s) == 0);
                 prop_assert_eq!(first_free_slot_from(&page, from), naive, "from slot {}", from);
             }
+            prop_assert_eq!(first_free_slot_from(&page, usize::MAX), None);
         }
 
         /// Inserting with any guess of where the live slots end leaves a sound page holding

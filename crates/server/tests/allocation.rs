@@ -25,6 +25,12 @@ fn ship_and_commit(
     pages: &[PageId],
     images: &[Vec<u8>],
 ) {
+    ship(server, txn, pages, images);
+    server.commit(txn).unwrap();
+}
+
+/// Ships `images` of `pages` as the transaction's new pages, unlogged.
+fn ship(server: &Server, txn: lodestore_core::TxnId, pages: &[PageId], images: &[Vec<u8>]) {
     let shipped: Vec<ShippedPage<'_>> = pages
         .iter()
         .zip(images)
@@ -35,7 +41,6 @@ fn ship_and_commit(
         })
         .collect();
     server.ship_dirty_pages(txn, &shipped).unwrap();
-    server.commit(txn).unwrap();
 }
 
 #[test]
@@ -226,4 +231,80 @@ fn pages_a_crash_left_unwritten_pass_check_and_are_written_when_a_count_covers_t
     );
     let report = lodestore_server::check::check(fs.as_ref(), dir).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
+
+/// A store on `fs` in `/s` whose one transaction allocated `PAGES` pages and shipped them as
+/// new pages, so they were written home (not committed yet), and those pages.
+fn pages_written_home(fs: &Arc<MemoryFileSystem>) -> (Server, lodestore_core::TxnId, Vec<PageId>) {
+    let server =
+        Server::create(fs.clone(), Path::new("/s"), PAGE, ServerOptions::default()).unwrap();
+    let txn = server.begin().unwrap();
+    let pages: Vec<PageId> = (0..PAGES)
+        .map(|_| server.allocate_pages(txn, 1).unwrap()[0].first)
+        .collect();
+    let images: Vec<Vec<u8>> = pages.iter().map(|&p| page_with_object(p, 8)).collect();
+    ship(&server, txn, &pages, &images);
+    assert!(server.stats().new_pages_written_home >= PAGES as u64);
+    (server, txn, pages)
+}
+
+/// A crash (the server left without closing), then the storage holds zeros at `page`.
+fn crash_and_zero(server: Server, fs: &Arc<MemoryFileSystem>, page: PageId) {
+    std::mem::forget(server);
+    let file = fs
+        .open(&data_file_path(Path::new("/s")), OpenMode::Existing)
+        .unwrap();
+    file.write_at(page.offset(PAGE), &[0u8; PAGE]).unwrap();
+}
+
+#[test]
+fn a_committed_page_written_home_that_the_file_lost_is_reported_not_read_as_free() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let (server, txn, pages) = pages_written_home(&fs);
+    server.commit(txn).unwrap();
+    let lost = pages[PAGES / 2];
+    crash_and_zero(server, &fs, lost);
+    let error = match Server::open(
+        fs.clone(),
+        Path::new("/s"),
+        Some(PAGE),
+        ServerOptions::default(),
+    ) {
+        Ok(_) => panic!("a lost committed page was read as free"),
+        Err(error) => error.to_string(),
+    };
+    assert!(
+        error.contains(&lost.to_string()) && error.contains("holds nothing"),
+        "{error}"
+    );
+}
+
+/// A transaction rolled back after writing its new pages home ended without committing: its
+/// pages may hold nothing (a crash can come before they are written), and its undo logged them
+/// free. The restart must not take them for a committed transaction's lost pages.
+#[test]
+fn a_rolled_back_transactions_pages_that_hold_nothing_are_free_after_a_restart() {
+    let fs = Arc::new(MemoryFileSystem::new());
+    let (server, txn, pages) = pages_written_home(&fs);
+    server.abort(txn).unwrap();
+    // A later commit makes the rollback's records durable (its end among them).
+    let later = server.begin().unwrap();
+    let page = server.allocate_pages(later, 1).unwrap()[0].first;
+    ship_and_commit(&server, later, &[page], &[page_with_object(page, 8)]);
+    let never_written = pages[PAGES / 2];
+    crash_and_zero(server, &fs, never_written);
+    let server = Server::open(
+        fs.clone(),
+        Path::new("/s"),
+        Some(PAGE),
+        ServerOptions::default(),
+    )
+    .unwrap_or_else(|e| panic!("the restart took a rolled-back page for damage: {e}"));
+    let txn = server.begin().unwrap();
+    let mut image = vec![0u8; PAGE];
+    server
+        .lock_page(txn, never_written, LockMode::Shared)
+        .unwrap();
+    server.fetch_page(txn, never_written, &mut image).unwrap();
+    assert_eq!(page::kind(&image), Some(PageKind::Free));
 }

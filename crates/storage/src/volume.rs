@@ -391,6 +391,21 @@ impl Volume {
         Ok(PageId(first))
     }
 
+    /// Does page `id` hold nothing on disk (zeros, or nothing written there yet)? Past the
+    /// recorded page count such a page reads as free; recovery asks this of pages a committed
+    /// transaction wrote home, for which it is damage.
+    pub fn holds_nothing(&self, id: PageId) -> Result<bool> {
+        if self.unwritten.contains(id.0) {
+            return Ok(true);
+        }
+        if id.0 >= self.page_count() {
+            return Ok(false);
+        }
+        let mut buf = vec![0u8; self.page_size];
+        self.storage.read_at(id.offset(self.page_size), &mut buf)?;
+        Ok(is_all_zero(&buf))
+    }
+
     /// Does the volume hold pages [`Self::grow`] added that are still to be written?
     pub fn has_unwritten(&self) -> bool {
         !self.unwritten.is_empty()

@@ -202,10 +202,17 @@ impl RestartPass for EsmRestart {
         report: &mut RestartReport,
     ) -> Result<Replayed> {
         let records = self.records;
-        let losers = analysis(&records);
+        let Analysis { losers, committed } = analysis(&records);
         let mut touched = BTreeSet::new();
         for record in &records {
-            redo(server, state, record, &losers, report, &mut touched)?;
+            redo(
+                server,
+                state,
+                record,
+                (&losers, &committed),
+                report,
+                &mut touched,
+            )?;
         }
         for (txn, (first, last)) in losers {
             state.txns.insert(
@@ -323,9 +330,17 @@ fn changes_logged(
 /// Transactions to undo, each with its first and last LSN.
 type Losers = BTreeMap<TxnId, (Lsn, Lsn)>;
 
-/// Which transactions must be undone: those active at the checkpoint or after it that
-/// neither committed nor ended.
-fn analysis(records: &[Record]) -> Losers {
+/// What the analysis pass finds in the log from the checkpoint.
+struct Analysis {
+    /// Transactions to undo: active at the checkpoint or after it, neither committed nor
+    /// ended.
+    losers: Losers,
+    /// Transactions whose commit record is in the log from the checkpoint (not those that
+    /// ended otherwise: a rolled-back transaction ends too).
+    committed: BTreeSet<TxnId>,
+}
+
+fn analysis(records: &[Record]) -> Analysis {
     let mut active: Losers = BTreeMap::new();
     let mut committed: BTreeSet<TxnId> = BTreeSet::new();
     if let Some(Record {
@@ -354,7 +369,10 @@ fn analysis(records: &[Record]) -> Losers {
         }
     }
     active.retain(|txn, _| !committed.contains(txn));
-    active
+    Analysis {
+        losers: active,
+        committed,
+    }
 }
 
 /// Repeats the change of `record` if its page does not show it yet.
@@ -362,7 +380,7 @@ fn redo(
     server: &Server,
     state: &mut State,
     record: &Record,
-    losers: &Losers,
+    (losers, committed): (&Losers, &BTreeSet<TxnId>),
     report: &mut RestartReport,
     touched: &mut BTreeSet<PageId>,
 ) -> Result<()> {
@@ -425,6 +443,26 @@ fn redo(
                     server.volume.format_new_page(page, &mut free);
                     place(server, state, page, &free, record.lsn)?;
                     touched.insert(page);
+                }
+            }
+        }
+        RecordBody::PagesHome { pages } if record.txn.is_some_and(|t| committed.contains(&t)) => {
+            // A committed transaction's pages were synced before its commit. Past the recorded
+            // page count a page of zeros reads as free (the file grew before anything was
+            // written there), so one of these holding nothing would pass unnoticed: it is
+            // damage. (A transaction rolled back ended without committing: its pages may never
+            // have been written, and its undo logged them free, redone after this record.)
+            for &page in pages {
+                if !state.pool.contains(page) && server.volume.holds_nothing(page)? {
+                    let txn = record.txn.expect("guarded above");
+                    return Err(server.volume.corrupt(
+                        page,
+                        format!(
+                            "transaction {txn} wrote this page home and committed (LSN {}), but \
+                             it holds nothing",
+                            record.lsn
+                        ),
+                    ));
                 }
             }
         }

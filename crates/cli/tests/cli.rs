@@ -231,6 +231,10 @@ fn bench_detect_reports_every_scheme_and_page_protection_against_its_bare_fault(
         if scheme.starts_with("PD-") {
             let ratio: f64 = versus_fault.parse().unwrap_or_else(|_| panic!("{row}"));
             assert!(ratio > 0.0 && ratio.is_finite(), "{row}");
+            // A trap per page of the timed first writes (2,000) and of the hot objects, not
+            // counting the untimed pass that maps the recovery buffer's memory first.
+            let traps: u64 = fields[6].parse().unwrap_or_else(|_| panic!("{row}"));
+            assert!((2000..4000).contains(&traps), "{row}");
         } else {
             assert_eq!(versus_fault, "-", "{row}");
         }

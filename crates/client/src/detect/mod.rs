@@ -138,6 +138,29 @@ pub struct DetectionStats {
     pub log_bytes: u64,
 }
 
+impl DetectionStats {
+    /// The counts between an `earlier` reading of the same session's counters and this one.
+    pub fn since(&self, earlier: &DetectionStats) -> DetectionStats {
+        DetectionStats {
+            traps: self.traps.saturating_sub(earlier.traps),
+            pages_copied: self.pages_copied.saturating_sub(earlier.pages_copied),
+            pieces_copied: self.pieces_copied.saturating_sub(earlier.pieces_copied),
+            bytes_copied: self.bytes_copied.saturating_sub(earlier.bytes_copied),
+            bytes_compared: self.bytes_compared.saturating_sub(earlier.bytes_compared),
+            cards_scanned: self.cards_scanned.saturating_sub(earlier.cards_scanned),
+            objects_scanned: self.objects_scanned.saturating_sub(earlier.objects_scanned),
+            pages_found_written: self
+                .pages_found_written
+                .saturating_sub(earlier.pages_found_written),
+            buffer_evictions: self
+                .buffer_evictions
+                .saturating_sub(earlier.buffer_evictions),
+            log_records: self.log_records.saturating_sub(earlier.log_records),
+            log_bytes: self.log_bytes.saturating_sub(earlier.log_bytes),
+        }
+    }
+}
+
 /// Detector state of one frame of the client cache.
 #[derive(Clone, Debug, Default)]
 struct FrameTrack {
@@ -1066,6 +1089,38 @@ mod tests {
     const PAGE: usize = 4096;
     const PAGES: usize = 3;
     const OBJECT_BYTES: usize = 200;
+
+    #[test]
+    fn counts_since_an_earlier_reading_are_the_differences() {
+        let earlier = DetectionStats {
+            traps: 2,
+            pages_copied: 3,
+            log_records: 10,
+            log_bytes: 400,
+            ..DetectionStats::default()
+        };
+        let later = DetectionStats {
+            traps: 7,
+            pages_copied: 3,
+            pieces_copied: 5,
+            log_records: 16,
+            log_bytes: 1000,
+            ..DetectionStats::default()
+        };
+        let since = later.since(&earlier);
+        assert_eq!(
+            since,
+            DetectionStats {
+                traps: 5,
+                pages_copied: 0,
+                pieces_copied: 5,
+                log_records: 6,
+                log_bytes: 600,
+                ..DetectionStats::default()
+            }
+        );
+        assert_eq!(later.since(&later), DetectionStats::default());
+    }
 
     proptest! {
         /// The word-wide test of a write's units says what testing them one by one says, for

@@ -1,15 +1,19 @@
 //! The seeded OO7 database generator.
 //!
-//! Per module: the module and its manual; then the composite parts, each followed by its
-//! document, its atomic parts and their connections (so a composite part's graph is clustered
-//! on neighbouring pages, as OO7 implementations cluster it); then the assembly hierarchy, whose
-//! base assemblies pick their composite parts at random (with replacement) from the module's;
-//! last, each composite part's list of the base assemblies using it. Atomic part `i` of a
-//! composite part connects first to part `i + 1` (modulo the count), so every part is reachable
-//! from the root part, then to parts chosen at random.
+//! Per module: first the assembly hierarchy is drawn, whose base assemblies pick their
+//! composite parts at random (with replacement) from the module's, and OIDs are reserved for
+//! its assemblies; then the module and its manual; then the composite parts, each followed by
+//! its document, its atomic parts and their connections and its list of the base assemblies
+//! using it (so a composite part's graph is clustered on neighbouring pages, as OO7
+//! implementations cluster it); last, the assemblies, written into their reserved OIDs. Atomic
+//! part `i` of a composite part connects first to part `i + 1` (modulo the count), so every
+//! part is reachable from the root part, then to parts chosen at random.
 //!
-//! Work is committed in transactions of about `BATCH_BYTES` (2 MiB), so any preset fits the
-//! caches.
+//! Every object is written in one transaction, with every reference it holds: no page is
+//! changed again by a later transaction, so a load writes each page once (as the OO1 generator
+//! writes its parts, into OIDs reserved ahead). Work is committed in transactions of about
+//! `BATCH_BYTES` (2 MiB), the module going with the first batch of composite parts and the
+//! assemblies with the last, so any preset fits the caches.
 
 use super::params::Oo7Params;
 use super::schema::{
@@ -29,8 +33,10 @@ pub const ROOT_NAME: &str = "oo7";
 const BATCH_BYTES: u64 = 2 << 20;
 
 /// The version of the database layout `generate` makes, part of a cached template's name so a
-/// template of an older layout is not reused (2: each module clustered on pages of its own).
-pub const LAYOUT: u32 = 2;
+/// template of an older layout is not reused (3: the assemblies drawn first and written into
+/// reserved OIDs, each composite part written with its list of users; 2: each module clustered
+/// on pages of its own).
+pub const LAYOUT: u32 = 3;
 
 /// Builds the database described by `params` in `store`, deterministically for `seed`, and
 /// names it by the root [`ROOT_NAME`]. `progress` advances by one per composite part.
@@ -116,16 +122,25 @@ fn generate_module(
     progress: &ProgressBar,
 ) -> Result<Oid<Module>> {
     let module_id = next(&mut ids.module);
+    let module_build_date = rng.random_range(1000..2000);
+    // The assembly hierarchy is drawn first and its OIDs reserved, so that each composite part
+    // is written once, naming the base assemblies that use it, and each assembly once, naming
+    // its composite parts: no page is changed again after its transaction.
+    let plan = AssemblyPlan::draw(params, rng, ids);
+    let complex_oids: Vec<Oid<ComplexAssembly>> = session.reserve(plan.complex.len() as u64)?;
+    let base_oids: Vec<Oid<BaseAssembly>> = session.reserve(plan.base.len() as u64)?;
+    let used_in = plan.used_in(params, &base_oids);
+
     // Each module on pages of its own, as QuickStore's clients each had a private module:
     // clients traversing different modules then share no page.
     session.set_placement(Placement::Clustered);
     let mut txn = session.begin()?;
     let module = txn.alloc(&Module {
         id: module_id,
-        build_date: rng.random_range(1000..2000),
+        build_date: module_build_date,
         kind: label("module"),
         manual: Oid::NULL,
-        design_root: Oid::NULL,
+        design_root: complex_oids[0],
     })?;
     let header = Manual {
         id: module_id,
@@ -137,53 +152,42 @@ fn generate_module(
     manual_bytes.extend(text("manual", module_id, params.manual_bytes));
     let manual: Oid<Manual> = typed(txn.alloc_bytes(Manual::TYPE_ID, &manual_bytes)?.0);
     txn.get_mut(module)?.manual = manual;
-    txn.commit()?;
 
-    // Composite parts, a batch per transaction.
+    // Composite parts, a batch per transaction (the first with the module, the last with the
+    // assemblies).
     let per_part = composite_part_bytes(params);
     let batch = (BATCH_BYTES / per_part).max(1) as u32;
     let mut composite_parts = Vec::with_capacity(params.composite_parts_per_module as usize);
     let mut done = 0;
-    while done < params.composite_parts_per_module {
+    loop {
         let count = batch.min(params.composite_parts_per_module - done);
-        let mut txn = session.begin()?;
         for _ in 0..count {
-            composite_parts.push(generate_composite_part(&mut txn, params, rng, ids, module)?);
+            let index = composite_parts.len();
+            composite_parts.push(generate_composite_part(
+                &mut txn,
+                params,
+                rng,
+                ids,
+                module,
+                &used_in[index],
+            )?);
             progress.inc(1);
         }
-        txn.commit()?;
         done += count;
-    }
-
-    // The assembly hierarchy, and which base assemblies use each composite part.
-    let mut used_in = vec![Vec::new(); composite_parts.len()];
-    let mut txn = session.begin()?;
-    let mut builder = AssemblyBuilder {
-        params,
-        rng,
-        ids,
-        module,
-        composite_parts: &composite_parts,
-        used_in: &mut used_in,
-    };
-    let design_root = builder.complex(&mut txn, params.assembly_levels, Oid::NULL)?;
-    txn.get_mut(module)?.design_root = design_root;
-    txn.commit()?;
-
-    let lists_per_batch = 4096;
-    for (chunk_parts, chunk_uses) in composite_parts
-        .chunks(lists_per_batch)
-        .zip(used_in.chunks(lists_per_batch))
-    {
-        let mut txn = session.begin()?;
-        for (part, uses) in chunk_parts.iter().zip(chunk_uses) {
-            if !uses.is_empty() {
-                let list = alloc_oid_list(&mut txn, uses)?;
-                txn.get_mut(*part)?.used_in = list;
-            }
+        if done == params.composite_parts_per_module {
+            break;
         }
         txn.commit()?;
+        txn = session.begin()?;
     }
+    plan.fill(
+        &mut txn,
+        module,
+        &complex_oids,
+        &base_oids,
+        &composite_parts,
+    )?;
+    txn.commit()?;
     Ok(module)
 }
 
@@ -203,6 +207,7 @@ fn generate_composite_part(
     rng: &mut StdRng,
     ids: &mut Ids,
     module: Oid<Module>,
+    used_in: &[u64],
 ) -> Result<Oid<CompositePart>> {
     let id = next(&mut ids.composite);
     let build_date = rng.random_range(1000..2000);
@@ -271,79 +276,168 @@ fn generate_composite_part(
     }
     let raw_atomics: Vec<u64> = atomics.iter().map(|a| a.raw().0).collect();
     let parts: Oid<OidList> = alloc_oid_list(txn, &raw_atomics)?;
+    let used_in = if used_in.is_empty() {
+        Oid::NULL
+    } else {
+        alloc_oid_list(txn, used_in)?
+    };
     let record = txn.get_mut(composite)?;
     record.document = document;
     record.root_part = atomics[0];
     record.parts = parts;
+    record.used_in = used_in;
     Ok(composite)
 }
 
-struct AssemblyBuilder<'a> {
-    params: &'a Oo7Params,
-    rng: &'a mut StdRng,
-    ids: &'a mut Ids,
-    module: Oid<Module>,
-    composite_parts: &'a [Oid<CompositePart>],
-    used_in: &'a mut [Vec<u64>],
+/// One module's assembly hierarchy, drawn before anything of it is written. Complex assemblies
+/// are numbered in pre-order (0 is the design root), base assemblies in the order the walk
+/// meets them; the OIDs reserved for them follow the same order.
+struct AssemblyPlan {
+    complex: Vec<PlannedComplex>,
+    base: Vec<PlannedBase>,
 }
 
-impl AssemblyBuilder<'_> {
-    /// A complex assembly at `level` (2 or more) with its whole subtree.
-    fn complex(
-        &mut self,
-        txn: &mut Transaction<'_>,
-        level: u32,
-        super_assembly: Oid<ComplexAssembly>,
-    ) -> Result<Oid<ComplexAssembly>> {
-        debug_assert!(level >= 2);
-        let fanout = self.params.assemblies_per_assembly as usize;
-        let oid = txn.alloc(&ComplexAssembly {
-            id: next(&mut self.ids.assembly),
-            build_date: self.rng.random_range(1000..2000),
-            kind: label("complex"),
-            module: self.module,
-            super_assembly,
-            level,
-            subs: fanout as u32,
-            sub_assemblies: [0; MAX_FANOUT],
-        })?;
-        let mut subs = [0u64; MAX_FANOUT];
-        for sub in subs.iter_mut().take(fanout) {
-            *sub = if level == 2 {
-                self.base(txn, oid)?.raw().0
-            } else {
-                self.complex(txn, level - 1, oid)?.raw().0
-            };
-        }
-        txn.get_mut(oid)?.sub_assemblies = subs;
-        Ok(oid)
+struct PlannedComplex {
+    id: u64,
+    build_date: u64,
+    level: u32,
+    /// Index of the complex assembly above it, none for the design root.
+    parent: Option<usize>,
+    /// Indexes of its sub-assemblies: into `complex` above level 2, into `base` at level 2.
+    subs: Vec<usize>,
+}
+
+struct PlannedBase {
+    id: u64,
+    build_date: u64,
+    parent: usize,
+    /// Indexes of the module's composite parts it uses (with replacement).
+    picks: Vec<usize>,
+}
+
+impl AssemblyPlan {
+    /// Draws the hierarchy: `assembly_levels` levels, base assemblies at the bottom picking
+    /// their composite parts at random (with replacement) among the module's.
+    fn draw(params: &Oo7Params, rng: &mut StdRng, ids: &mut Ids) -> AssemblyPlan {
+        let mut plan = AssemblyPlan {
+            complex: Vec::new(),
+            base: Vec::new(),
+        };
+        plan.draw_complex(params, rng, ids, params.assembly_levels, None);
+        plan
     }
 
-    fn base(
+    fn draw_complex(
         &mut self,
+        params: &Oo7Params,
+        rng: &mut StdRng,
+        ids: &mut Ids,
+        level: u32,
+        parent: Option<usize>,
+    ) -> usize {
+        debug_assert!(level >= 2);
+        let index = self.complex.len();
+        self.complex.push(PlannedComplex {
+            id: next(&mut ids.assembly),
+            build_date: rng.random_range(1000..2000),
+            level,
+            parent,
+            subs: Vec::new(),
+        });
+        for _ in 0..params.assemblies_per_assembly {
+            let sub = if level == 2 {
+                self.draw_base(params, rng, ids, index)
+            } else {
+                self.draw_complex(params, rng, ids, level - 1, Some(index))
+            };
+            self.complex[index].subs.push(sub);
+        }
+        index
+    }
+
+    fn draw_base(
+        &mut self,
+        params: &Oo7Params,
+        rng: &mut StdRng,
+        ids: &mut Ids,
+        parent: usize,
+    ) -> usize {
+        let composites = params.composite_parts_per_module as usize;
+        let picks = (0..params.composite_parts_per_assembly)
+            .map(|_| rng.random_range(0..composites))
+            .collect();
+        self.base.push(PlannedBase {
+            id: next(&mut ids.assembly),
+            build_date: rng.random_range(1000..2000),
+            parent,
+            picks,
+        });
+        self.base.len() - 1
+    }
+
+    /// For each composite part of the module, the raw OIDs of the base assemblies using it
+    /// (one entry per use).
+    fn used_in(&self, params: &Oo7Params, base_oids: &[Oid<BaseAssembly>]) -> Vec<Vec<u64>> {
+        let mut used_in = vec![Vec::new(); params.composite_parts_per_module as usize];
+        for (base, oid) in self.base.iter().zip(base_oids) {
+            for &pick in &base.picks {
+                used_in[pick].push(oid.raw().0);
+            }
+        }
+        used_in
+    }
+
+    /// Writes every assembly into its reserved OID.
+    fn fill(
+        &self,
         txn: &mut Transaction<'_>,
-        super_assembly: Oid<ComplexAssembly>,
-    ) -> Result<Oid<BaseAssembly>> {
-        let count = self.params.composite_parts_per_assembly as usize;
-        let mut picks = [0usize; MAX_FANOUT];
-        let mut components = [Oid::NULL; MAX_FANOUT];
-        for (pick, component) in picks.iter_mut().zip(components.iter_mut()).take(count) {
-            *pick = self.rng.random_range(0..self.composite_parts.len());
-            *component = self.composite_parts[*pick];
+        module: Oid<Module>,
+        complex_oids: &[Oid<ComplexAssembly>],
+        base_oids: &[Oid<BaseAssembly>],
+        composite_parts: &[Oid<CompositePart>],
+    ) -> Result<()> {
+        for (planned, &oid) in self.complex.iter().zip(complex_oids) {
+            let mut sub_assemblies = [0u64; MAX_FANOUT];
+            for (slot, &sub) in sub_assemblies.iter_mut().zip(&planned.subs) {
+                *slot = if planned.level == 2 {
+                    base_oids[sub].raw().0
+                } else {
+                    complex_oids[sub].raw().0
+                };
+            }
+            txn.fill(
+                oid,
+                &ComplexAssembly {
+                    id: planned.id,
+                    build_date: planned.build_date,
+                    kind: label("complex"),
+                    module,
+                    super_assembly: planned.parent.map_or(Oid::NULL, |p| complex_oids[p]),
+                    level: planned.level,
+                    subs: planned.subs.len() as u32,
+                    sub_assemblies,
+                },
+            )?;
         }
-        let oid = txn.alloc(&BaseAssembly {
-            id: next(&mut self.ids.assembly),
-            build_date: self.rng.random_range(1000..2000),
-            kind: label("base"),
-            module: self.module,
-            super_assembly,
-            components: count as u32,
-            _pad: 0,
-            composite_parts: components,
-        })?;
-        for pick in &picks[..count] {
-            self.used_in[*pick].push(oid.raw().0);
+        for (planned, &oid) in self.base.iter().zip(base_oids) {
+            let mut components = [Oid::NULL; MAX_FANOUT];
+            for (slot, &pick) in components.iter_mut().zip(&planned.picks) {
+                *slot = composite_parts[pick];
+            }
+            txn.fill(
+                oid,
+                &BaseAssembly {
+                    id: planned.id,
+                    build_date: planned.build_date,
+                    kind: label("base"),
+                    module,
+                    super_assembly: complex_oids[planned.parent],
+                    components: planned.picks.len() as u32,
+                    _pad: 0,
+                    composite_parts: components,
+                },
+            )?;
         }
-        Ok(oid)
+        Ok(())
     }
 }

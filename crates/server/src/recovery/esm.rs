@@ -202,19 +202,12 @@ impl RestartPass for EsmRestart {
         report: &mut RestartReport,
     ) -> Result<Replayed> {
         let records = self.records;
-        let Analysis { losers, committed } = analysis(&records);
+        let found = analysis(&records);
         let mut touched = BTreeSet::new();
         for record in &records {
-            redo(
-                server,
-                state,
-                record,
-                (&losers, &committed),
-                report,
-                &mut touched,
-            )?;
+            redo(server, state, record, &found, report, &mut touched)?;
         }
-        for (txn, (first, last)) in losers {
+        for (txn, (first, last)) in found.losers {
             state.txns.insert(
                 txn,
                 TxnState {
@@ -380,7 +373,7 @@ fn redo(
     server: &Server,
     state: &mut State,
     record: &Record,
-    (losers, committed): (&Losers, &BTreeSet<TxnId>),
+    found: &Analysis,
     report: &mut RestartReport,
     touched: &mut BTreeSet<PageId>,
 ) -> Result<()> {
@@ -432,7 +425,9 @@ fn redo(
                 touched.insert(*page);
             }
         }
-        RecordBody::PagesHome { pages } if record.txn.is_some_and(|t| losers.contains_key(&t)) => {
+        RecordBody::PagesHome { pages }
+            if record.txn.is_some_and(|t| found.losers.contains_key(&t)) =>
+        {
             // A loser's new pages may be torn (written, not yet synced, when the crash came).
             // Its undo formats them free; until then, a torn one is free already, so that
             // the loser's later changes of it can be redone and undone as logged. A winner's
@@ -446,7 +441,9 @@ fn redo(
                 }
             }
         }
-        RecordBody::PagesHome { pages } if record.txn.is_some_and(|t| committed.contains(&t)) => {
+        RecordBody::PagesHome { pages }
+            if record.txn.is_some_and(|t| found.committed.contains(&t)) =>
+        {
             // A committed transaction's pages were synced before its commit. Past the recorded
             // page count a page of zeros reads as free (the file grew before anything was
             // written there), so one of these holding nothing would pass unnoticed: it is

@@ -5,6 +5,7 @@
 
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
+use crate::prefault::Prefault;
 use crate::spare_arenas::SpareArenas;
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
@@ -37,6 +38,8 @@ enum Arena {
 struct PlainArena {
     map: ManuallyDrop<MmapMut>,
     spares: Option<Arc<SpareArenas>>,
+    /// Faults the arena in ahead of the frames in use; stopped before the map goes.
+    prefault: ManuallyDrop<Prefault>,
 }
 
 impl Deref for PlainArena {
@@ -54,7 +57,10 @@ impl DerefMut for PlainArena {
 
 impl Drop for PlainArena {
     fn drop(&mut self) {
-        // SAFETY: `map` is taken once, here, and never used after.
+        // SAFETY: each field is taken once, here, and never used after; the prefaulter's
+        // thread is joined before the memory it maps is unmapped or handed on.
+        drop(unsafe { ManuallyDrop::take(&mut self.prefault) });
+        // SAFETY: as above.
         let map = unsafe { ManuallyDrop::take(&mut self.map) };
         if let Some(spares) = &self.spares {
             spares.give(map);
@@ -132,7 +138,7 @@ impl ClientCache {
             }
             ArenaKind::Plain => {
                 let kept = spares.as_ref().and_then(|s| s.take(bytes));
-                let map = match kept {
+                let mut map = match kept {
                     Some(map) => map,
                     None => {
                         let map = MmapMut::map_anon(bytes)
@@ -141,9 +147,12 @@ impl ClientCache {
                         map
                     }
                 };
+                // SAFETY: the prefaulter is dropped before the map (`PlainArena`'s drop).
+                let prefault = unsafe { Prefault::new(map.as_mut_ptr(), map.len()) };
                 Arena::Plain(PlainArena {
                     map: ManuallyDrop::new(map),
                     spares,
+                    prefault: ManuallyDrop::new(prefault),
                 })
             }
         };
@@ -182,6 +191,11 @@ impl ClientCache {
             .table
             .assign(page, |_, _| true)
             .ok_or_else(|| Error::InvalidArgument("client cache has no frame to give".into()))?;
+        if let Arena::Plain(arena) = &mut self.arena {
+            arena
+                .prefault
+                .used(self.table.frames_used() * self.page_size);
+        }
         let previous = self.states[assigned.frame];
         self.states[assigned.frame] = FrameState::default();
         let evicted = assigned.evicted.map(|old| Evicted {
@@ -404,6 +418,39 @@ mod tests {
                 .all(|&b| b == 0),
             "format clears the frame"
         );
+    }
+
+    #[test]
+    fn a_cache_that_fills_its_arena_faults_it_in_ahead_and_still_hands_it_on() {
+        use crate::prefault::PREFAULT_START_BYTES;
+        let spares = Arc::new(SpareArenas::new());
+        let frames = 2 * PREFAULT_START_BYTES / PAGE;
+        let mut cache =
+            ClientCache::with_spares(PAGE, frames, ArenaKind::Plain, Some(spares.clone())).unwrap();
+        let started = |cache: &ClientCache| match &cache.arena {
+            Arena::Plain(arena) => arena.prefault.started(),
+            _ => unreachable!("a plain arena"),
+        };
+        for page in 0..PREFAULT_START_BYTES / PAGE - 1 {
+            let (frame, _) = cache.assign(PageId(page as u32)).unwrap();
+            cache.fill_mut(frame).fill(1);
+        }
+        assert!(!started(&cache), "below the threshold, no thread");
+        for page in PREFAULT_START_BYTES / PAGE - 1..frames {
+            let (frame, _) = cache.assign(PageId(page as u32)).unwrap();
+            cache.fill_mut(frame).fill(1);
+        }
+        if cfg!(target_os = "linux") {
+            assert!(
+                started(&cache),
+                "past the threshold, memory is faulted in ahead"
+            );
+        }
+        let address = cache.frame_ptr(0);
+        drop(cache);
+        let mut next =
+            ClientCache::with_spares(PAGE, frames, ArenaKind::Plain, Some(spares)).unwrap();
+        assert_eq!(next.frame_ptr(0), address, "the arena went to the spares");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod as_of;
 pub mod cache;
 pub mod detect;
 mod located;
+pub mod prefault;
 mod reserved;
 pub mod scheme;
 pub mod session;

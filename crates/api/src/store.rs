@@ -8,7 +8,7 @@ use crate::object::{Oid, Persistent};
 use crate::options::Options;
 use crate::transaction::Transaction;
 use lodestore_client::{AsOfReader, SnapshotPages};
-use lodestore_client::{ClientSession, DetectionStats, Scheme, SpareArenas};
+use lodestore_client::{ClientSession, DetectionStats, Scheme, SpareCaches};
 use lodestore_core::{Result, TypeId};
 use lodestore_net::RemotePageServer;
 use lodestore_server::inspect::{self, StoreInfo};
@@ -33,8 +33,8 @@ pub struct Store {
     /// Counters of the sessions that ended, by scheme; added to the store's counters file
     /// when an embedded store closes.
     session_counters: Arc<Mutex<CountersByScheme>>,
-    /// Client cache arenas of closed sessions, for the next sessions (`SpareArenas`).
-    spare_arenas: Arc<SpareArenas>,
+    /// Client caches of closed sessions, for the next sessions (`SpareCaches`).
+    spare_caches: Arc<SpareCaches>,
     path: PathBuf,
     options: Options,
     /// The snapshot component of an embedded store that keeps snapshots.
@@ -175,7 +175,7 @@ impl Store {
         let store = Store {
             _workers: workers,
             session_counters: Arc::default(),
-            spare_arenas: Arc::default(),
+            spare_caches: Arc::default(),
             backend: Backend::Embedded(server.clone()),
             path,
             options,
@@ -245,7 +245,9 @@ impl Store {
         Ok(Store {
             _workers: None,
             session_counters: Arc::default(),
-            spare_arenas: Arc::default(),
+            // A server may restart under a remote store, and a page's LSN is only compared
+            // within one server's life: sessions hand on their memory, not their pages.
+            spare_caches: Arc::new(SpareCaches::memory_only()),
             backend: Backend::Remote {
                 address: address.to_string(),
                 control: Box::new(control),
@@ -373,7 +375,7 @@ impl Store {
                 pages,
                 scheme,
                 self.options.recovery_buffer_bytes,
-                Some(self.spare_arenas.clone()),
+                Some(self.spare_caches.clone()),
             )?,
             operations: self.options.operations.clone(),
             strategy: self.multi_level_strategy(),

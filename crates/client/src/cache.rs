@@ -6,7 +6,7 @@
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
 use crate::prefault::Prefault;
-use crate::spare_arenas::SpareArenas;
+use crate::spare_caches::{KeptPages, SpareCaches};
 use lodestore_core::frames::{FrameId, FrameTable};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
@@ -37,9 +37,12 @@ enum Arena {
 /// A plain arena, handed to the store's spares when its cache is dropped.
 struct PlainArena {
     map: ManuallyDrop<MmapMut>,
-    spares: Option<Arc<SpareArenas>>,
+    spares: Option<Arc<SpareCaches>>,
     /// Faults the arena in ahead of the frames in use; stopped before the map goes.
     prefault: ManuallyDrop<Prefault>,
+    /// The cache's pages, handed on with the arena: set as the cache is dropped, when its
+    /// session ended cleanly (`ClientCache::keep_pages_when_dropped`).
+    pages: Option<KeptPages>,
 }
 
 impl Deref for PlainArena {
@@ -63,7 +66,7 @@ impl Drop for PlainArena {
         // SAFETY: as above.
         let map = unsafe { ManuallyDrop::take(&mut self.map) };
         if let Some(spares) = &self.spares {
-            spares.give(map);
+            spares.give(map, self.pages.take());
         }
     }
 }
@@ -98,6 +101,33 @@ pub struct ClientCache {
     fills: Vec<u64>,
     /// Fills so far, the last fill number given.
     fill_count: u64,
+    /// Whether the pages go to the store's spares with the arena when the cache is dropped.
+    keep_pages: bool,
+}
+
+impl Drop for ClientCache {
+    fn drop(&mut self) {
+        let Arena::Plain(arena) = &mut self.arena else {
+            return;
+        };
+        if !self.keep_pages || arena.spares.is_none() || self.states.iter().any(|s| s.dirty) {
+            return;
+        }
+        // A cache that filled up holds only part of what its session used, and would make
+        // every miss of the next session evict: its frames go on empty (OO1 lookups on
+        // 1,000,000 parts took 4.4 ms with a loader's full cache handed on, 3.7 ms with an
+        // empty one; docs/BENCHMARKS.md, "Cache memory faulted in ahead").
+        if self.table.frames_used() >= self.table.capacity() {
+            return;
+        }
+        // The arena's own drop, after this one, hands the pages on with the memory.
+        arena.pages = Some(KeptPages {
+            page_size: self.page_size,
+            table: std::mem::replace(&mut self.table, FrameTable::new(1)),
+            fills: std::mem::take(&mut self.fills),
+            fill_count: self.fill_count,
+        });
+    }
 }
 
 /// A frame that had to be given up to make room, with its bytes if the server must get them.
@@ -114,12 +144,14 @@ impl ClientCache {
     }
 
     /// [`ClientCache::new`], taking a plain arena from `spares` when one of the size is kept
-    /// there and giving it back when dropped.
+    /// there, with the pages a closed session left in it if it left any, and giving it back
+    /// when dropped. Kept pages are not known current: a transaction's first use of each
+    /// validates it under its lock, as for a page cached by an earlier transaction.
     pub fn with_spares(
         page_size: usize,
         frame_count: usize,
         kind: ArenaKind,
-        spares: Option<Arc<SpareArenas>>,
+        spares: Option<Arc<SpareCaches>>,
     ) -> Result<ClientCache> {
         if frame_count == 0 {
             return Err(Error::InvalidArgument(
@@ -129,6 +161,7 @@ impl ClientCache {
         let bytes = page_size.checked_mul(frame_count).ok_or_else(|| {
             Error::InvalidArgument(format!("client cache of {frame_count} pages is too large"))
         })?;
+        let mut kept_pages = None;
         let arena = match kind {
             ArenaKind::Protected(mechanism) => {
                 Arena::Protected(ProtectedArena::new(page_size, frame_count, mechanism)?)
@@ -139,7 +172,12 @@ impl ClientCache {
             ArenaKind::Plain => {
                 let kept = spares.as_ref().and_then(|s| s.take(bytes));
                 let mut map = match kept {
-                    Some(map) => map,
+                    Some(kept) => {
+                        kept_pages = kept.pages.filter(|pages| {
+                            pages.page_size == page_size && pages.table.capacity() == frame_count
+                        });
+                        kept.map
+                    }
                     None => {
                         let map = MmapMut::map_anon(bytes)
                             .map_err(|source| Error::io("client cache arena", "map", source))?;
@@ -153,17 +191,32 @@ impl ClientCache {
                     map: ManuallyDrop::new(map),
                     spares,
                     prefault: ManuallyDrop::new(prefault),
+                    pages: None,
                 })
             }
         };
+        // Every kept page is clean and validated in no transaction of this session.
+        let (table, fills, fill_count) = match kept_pages {
+            Some(kept) => (kept.table, kept.fills, kept.fill_count),
+            None => (FrameTable::new(frame_count), vec![0; frame_count], 0),
+        };
+        debug_assert_eq!(fills.len(), frame_count);
         Ok(ClientCache {
             page_size,
             arena,
-            table: FrameTable::new(frame_count),
+            table,
             states: vec![FrameState::default(); frame_count],
-            fills: vec![0; frame_count],
-            fill_count: 0,
+            fills,
+            fill_count,
+            keep_pages: false,
         })
+    }
+
+    /// Lets the cache's pages go to the store's spares with its arena when it is dropped: the
+    /// session saying that every page it holds is as committed at the LSN in its header.
+    /// Pages marked dirty are never kept.
+    pub fn keep_pages_when_dropped(&mut self) {
+        self.keep_pages = true;
     }
 
     pub fn page_size(&self) -> usize {
@@ -367,18 +420,18 @@ impl ClientCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spare_arenas::SPARE_ARENAS_MAX;
+    use crate::spare_caches::SPARE_CACHES_MAX;
 
     const PAGE: usize = 8192;
     const FRAMES: usize = 16;
 
-    fn cache(spares: &Arc<SpareArenas>, kind: ArenaKind) -> ClientCache {
+    fn cache(spares: &Arc<SpareCaches>, kind: ArenaKind) -> ClientCache {
         ClientCache::with_spares(PAGE, FRAMES, kind, Some(spares.clone())).unwrap()
     }
 
     #[test]
     fn a_dropped_cache_leaves_its_arena_to_the_next_cache_of_its_size() {
-        let spares = Arc::new(SpareArenas::new());
+        let spares = Arc::new(SpareCaches::new());
         let mut first = cache(&spares, ArenaKind::Plain);
         let address = first.frame_ptr(0);
         assert!(spares.is_empty());
@@ -393,12 +446,12 @@ mod tests {
                 .unwrap();
         drop(second);
         drop(other);
-        assert_eq!(spares.len(), 2.min(SPARE_ARENAS_MAX));
+        assert_eq!(spares.len(), 2.min(SPARE_CACHES_MAX));
     }
 
     #[test]
     fn a_reused_frame_is_what_its_fill_writes() {
-        let spares = Arc::new(SpareArenas::new());
+        let spares = Arc::new(SpareCaches::new());
         let mut first = cache(&spares, ArenaKind::Plain);
         first.fill_mut(3).fill(0x11);
         drop(first);
@@ -423,7 +476,7 @@ mod tests {
     #[test]
     fn a_cache_that_fills_its_arena_faults_it_in_ahead_and_still_hands_it_on() {
         use crate::prefault::PREFAULT_START_BYTES;
-        let spares = Arc::new(SpareArenas::new());
+        let spares = Arc::new(SpareCaches::new());
         let frames = 2 * PREFAULT_START_BYTES / PAGE;
         let mut cache =
             ClientCache::with_spares(PAGE, frames, ArenaKind::Plain, Some(spares.clone())).unwrap();
@@ -454,8 +507,51 @@ mod tests {
     }
 
     #[test]
+    fn a_clean_cache_hands_on_its_pages_and_a_full_or_dirty_one_only_its_memory() {
+        let spares = Arc::new(SpareCaches::new());
+        let fill = |cache: &mut ClientCache, pages: u32| {
+            for page in 0..pages {
+                let (frame, _) = cache.assign(PageId(page)).unwrap();
+                cache.fill_mut(frame).fill(page as u8 + 1);
+            }
+        };
+        // Clean, with frames to spare: the next cache has the pages, bytes and all.
+        let mut first = cache(&spares, ArenaKind::Plain);
+        fill(&mut first, 3);
+        first.keep_pages_when_dropped();
+        drop(first);
+        let mut second = cache(&spares, ArenaKind::Plain);
+        let frame = second
+            .lookup(PageId(2))
+            .expect("page 2 came with the cache");
+        assert!(second.frame(frame).iter().all(|&b| b == 3));
+        assert!(
+            second.state(frame).validated_in.is_none(),
+            "to be validated again"
+        );
+        assert_ne!(second.fill_number(frame), 0);
+        // Dirty: only the memory.
+        second.state_mut(frame).dirty = true;
+        second.keep_pages_when_dropped();
+        drop(second);
+        let mut third = cache(&spares, ArenaKind::Plain);
+        assert!(third.lookup(PageId(2)).is_none());
+        // Full: only the memory.
+        fill(&mut third, FRAMES as u32);
+        third.keep_pages_when_dropped();
+        drop(third);
+        assert_eq!(spares.with_pages(), 0);
+        // Not told the session ended cleanly: only the memory.
+        let mut fourth = cache(&spares, ArenaKind::Plain);
+        fill(&mut fourth, 3);
+        drop(fourth);
+        assert_eq!(spares.with_pages(), 0);
+        assert_eq!(spares.len(), 1);
+    }
+
+    #[test]
     fn arenas_of_protected_frames_are_not_kept() {
-        let spares = Arc::new(SpareArenas::new());
+        let spares = Arc::new(SpareCaches::new());
         drop(cache(
             &spares,
             ArenaKind::Protected(crate::detect::protection::FaultMechanism::Signal),

@@ -10,11 +10,11 @@ pub mod prefault;
 mod reserved;
 pub mod scheme;
 pub mod session;
-pub mod spare_arenas;
+pub mod spare_caches;
 
 pub use as_of::{AsOfReader, SnapshotPages};
 pub use cache::ClientCache;
 pub use detect::{DetectionStats, Detector};
 pub use scheme::Scheme;
 pub use session::{ClientSession, ObjectInfo, Placement};
-pub use spare_arenas::SpareArenas;
+pub use spare_caches::SpareCaches;

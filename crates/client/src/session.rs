@@ -15,7 +15,7 @@ use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
 use crate::located::{Located, Place, Stamp};
 use crate::reserved::{self, Reserved, ReservedPage};
 use crate::scheme::Scheme;
-use crate::spare_arenas::SpareArenas;
+use crate::spare_caches::SpareCaches;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
@@ -185,7 +185,7 @@ impl ClientSession {
         cache_pages: usize,
         scheme: Scheme,
         recovery_buffer_bytes: usize,
-        spares: Option<Arc<SpareArenas>>,
+        spares: Option<Arc<SpareCaches>>,
     ) -> Result<ClientSession> {
         let page_size = server.page_size();
         let tracker = WriteTracker::new(
@@ -1703,16 +1703,25 @@ impl ClientSession {
 
 impl Drop for ClientSession {
     fn drop(&mut self) {
+        let mut clean = true;
         if let Err(e) = self.wait_commit() {
             tracing::warn!(error = %e, "a deferred commit failed while its session closed");
+            clean = false;
         }
         if self.txn.is_some() {
             if let Err(e) = self.abort() {
                 tracing::warn!(error = %e, "abort of an unfinished transaction failed");
+                clean = false;
             }
         }
         if let Err(e) = self.release_reservations() {
             tracing::warn!(error = %e, "releasing the session's reserved pages failed");
+            clean = false;
+        }
+        // Nothing uncommitted is left in the cache: each page is as committed at its LSN,
+        // which the next session that takes the cache validates under its locks.
+        if clean {
+            self.cache.keep_pages_when_dropped();
         }
     }
 }

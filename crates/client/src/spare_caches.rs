@@ -1,0 +1,233 @@
+//! Client caches kept from closed sessions for the next sessions of the same store: the
+//! arena's memory, and the pages in it when the session ended cleanly.
+//!
+//! A new anonymous mapping costs nothing until it is touched, and then a page fault and the
+//! kernel's zeroing of every page the cache fills for the first time: with huge pages, a
+//! 2 MiB clear per 256 frames of 8 KiB. A session that fills its cache pays that on its first
+//! misses, about as much again as the copy each miss makes. And every page a closed session
+//! had cached, the next one fetched again: a lock request, a copy of the page out of the
+//! server's pool and a frame to find for it. A store that opens sessions one after another (a
+//! session per request, a loader then a reader) hands a closed session's cache to the next
+//! one instead, whose first use of a page it holds is then a lock request that finds the page
+//! current, as for a page cached by an earlier transaction of the same session.
+//!
+//! Kept pages are only as good as their LSNs: the next session validates each under its lock
+//! (the server answers with the page's committed LSN, and a copy with another LSN is fetched
+//! again), so pages other sessions changed meanwhile are never read stale. A session hands on
+//! its pages only when it ended with nothing uncommitted in them (no transaction left, no
+//! commit whose outcome is unknown); otherwise only the memory goes on.
+//!
+//! An arena kept without pages is marked free (`MADV_FREE`): the kernel takes its memory back
+//! when it needs it, and until then the pages stay. An arena kept with pages keeps its memory,
+//! as the session did: at most [`SPARE_CACHES_MAX`] caches' worth. A reused frame of an arena
+//! without pages holds whatever it held before; the cache fills every frame whole before it
+//! is read (a fetch, or a new page's format, which clears it), and debug builds fill the start
+//! of such an arena with a poison byte so that a read before a fill shows.
+
+use lodestore_core::frames::FrameTable;
+use memmap2::MmapMut;
+use std::sync::Mutex;
+
+/// Caches kept at most: enough for a store whose sessions come and go one or two at a time;
+/// sessions beyond it at once map arenas of their own, given back to the system as they close.
+pub const SPARE_CACHES_MAX: usize = 2;
+
+/// Byte a debug build writes over the start of a reused arena without pages.
+pub const REUSED_POISON: u8 = 0xA5;
+
+/// Bytes of a reused arena a debug build poisons: the first frames a cache hands out (frames
+/// come into use lowest first), bounded so that tests opening many sessions stay quick.
+pub const POISONED_BYTES_MAX: usize = 4 << 20;
+
+/// The pages a closed session's cache held: its page table and the fill numbers of its
+/// frames, each page as of the LSN in its header.
+pub struct KeptPages {
+    pub page_size: usize,
+    pub table: FrameTable,
+    pub fills: Vec<u64>,
+    pub fill_count: u64,
+}
+
+/// A closed session's arena, with its pages when they may be used again.
+pub struct KeptCache {
+    pub map: MmapMut,
+    pub pages: Option<KeptPages>,
+}
+
+/// The caches of closed sessions, at most [`SPARE_CACHES_MAX`], shared by a store's sessions.
+#[derive(Default)]
+pub struct SpareCaches {
+    kept: Mutex<Vec<KeptCache>>,
+    /// Pages given are dropped: only the memory goes to the next session.
+    memory_only: bool,
+}
+
+impl std::fmt::Debug for SpareCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpareCaches")
+            .field("kept", &self.len())
+            .finish()
+    }
+}
+
+impl SpareCaches {
+    pub fn new() -> SpareCaches {
+        SpareCaches::default()
+    }
+
+    /// Spares that keep the memory of closed sessions' caches but not their pages: for
+    /// sessions whose server may restart between them (a remote store), where a page's LSN
+    /// may not tell its versions apart.
+    pub fn memory_only() -> SpareCaches {
+        SpareCaches {
+            memory_only: true,
+            ..SpareCaches::default()
+        }
+    }
+
+    /// A kept cache whose arena is exactly `bytes`, one with pages first, if there is one.
+    pub fn take(&self, bytes: usize) -> Option<KeptCache> {
+        let mut kept = self.lock();
+        let fits = |k: &KeptCache| k.map.len() == bytes;
+        let at = kept
+            .iter()
+            .position(|k| fits(k) && k.pages.is_some())
+            .or_else(|| kept.iter().position(fits))?;
+        let mut cache = kept.swap_remove(at);
+        drop(kept);
+        if cfg!(debug_assertions) && cache.pages.is_none() {
+            let poisoned = cache.map.len().min(POISONED_BYTES_MAX);
+            cache.map[..poisoned].fill(REUSED_POISON);
+        }
+        Some(cache)
+    }
+
+    /// Keeps `map`, with `pages` if given, for a later session if there is room; otherwise
+    /// unmaps it.
+    pub fn give(&self, map: MmapMut, pages: Option<KeptPages>) {
+        if self.lock().len() >= SPARE_CACHES_MAX {
+            return;
+        }
+        let pages = pages.filter(|_| !self.memory_only);
+        if pages.is_none() {
+            mark_free(&map);
+        }
+        let mut kept = self.lock();
+        if kept.len() < SPARE_CACHES_MAX {
+            kept.push(KeptCache { map, pages });
+        }
+    }
+
+    /// Caches kept now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Caches kept now with their pages.
+    pub fn with_pages(&self) -> usize {
+        self.lock().iter().filter(|k| k.pages.is_some()).count()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<KeptCache>> {
+        // A panic while holding the lock leaves a list of whole caches: still usable.
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Lets the kernel reclaim `arena`'s pages when it needs memory (they read as zeros then).
+fn mark_free(arena: &MmapMut) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: the arena is no longer read by anyone (its cache is gone), and a page the
+        // kernel reclaims reads as zeros, which is as good as any other contents to the next
+        // cache, which fills every frame before it reads it (no pages are kept with it).
+        if let Err(e) = unsafe { arena.unchecked_advise(memmap2::UncheckedAdvice::Free) } {
+            tracing::debug!("spare client cache arena not marked free: {e}");
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = arena;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arena(bytes: usize) -> MmapMut {
+        MmapMut::map_anon(bytes).unwrap()
+    }
+
+    fn pages() -> KeptPages {
+        KeptPages {
+            page_size: 4096,
+            table: FrameTable::new(4),
+            fills: vec![0; 4],
+            fill_count: 0,
+        }
+    }
+
+    #[test]
+    fn an_arena_given_back_is_taken_by_the_next_of_its_size_only() {
+        let spares = SpareCaches::new();
+        let mut given = arena(64 << 10);
+        given[100] = 7;
+        let address = given.as_ptr();
+        spares.give(given, None);
+        assert_eq!(spares.len(), 1);
+        assert!(spares.take(128 << 10).is_none(), "a size it was not");
+        let taken = spares.take(64 << 10).expect("the arena given back");
+        assert_eq!(
+            taken.map.as_ptr(),
+            address,
+            "the same mapping, not a new one"
+        );
+        assert!(taken.pages.is_none());
+        assert!(spares.is_empty());
+        if cfg!(debug_assertions) {
+            assert!(taken.map.iter().all(|&b| b == REUSED_POISON));
+        }
+    }
+
+    #[test]
+    fn a_cache_with_pages_is_taken_first_and_keeps_its_bytes() {
+        let spares = SpareCaches::new();
+        spares.give(arena(16 << 10), None);
+        let mut with_pages = arena(16 << 10);
+        with_pages[5] = 9;
+        spares.give(with_pages, Some(pages()));
+        assert_eq!(spares.with_pages(), 1);
+        let taken = spares.take(16 << 10).unwrap();
+        assert!(taken.pages.is_some(), "the one with pages first");
+        assert_eq!(
+            taken.map[5], 9,
+            "its bytes are the pages: never poisoned nor freed"
+        );
+        assert!(spares.take(16 << 10).unwrap().pages.is_none());
+    }
+
+    #[test]
+    fn memory_only_spares_drop_the_pages() {
+        let spares = SpareCaches::memory_only();
+        spares.give(arena(16 << 10), Some(pages()));
+        assert_eq!(spares.len(), 1);
+        assert_eq!(spares.with_pages(), 0);
+        assert!(spares.take(16 << 10).unwrap().pages.is_none());
+    }
+
+    #[test]
+    fn no_more_than_the_limit_are_kept() {
+        let spares = SpareCaches::new();
+        for _ in 0..SPARE_CACHES_MAX + 3 {
+            spares.give(arena(16 << 10), None);
+        }
+        assert_eq!(spares.len(), SPARE_CACHES_MAX);
+        for _ in 0..SPARE_CACHES_MAX {
+            assert!(spares.take(16 << 10).is_some());
+        }
+        assert!(spares.take(16 << 10).is_none());
+    }
+}

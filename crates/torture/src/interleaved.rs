@@ -22,6 +22,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 pub const SESSIONS_MAX: usize = 8;
 const _: () = assert!(SESSIONS_MAX <= IN_FLIGHT_MAX);
 
+/// A session closes and another opens in its place before one transaction in this many.
+const REOPEN_ONE_IN: u32 = 4;
+
 /// What the sessions share: the model and the commits in flight.
 struct Shared {
     /// Acknowledged commits, applied in the order they were acknowledged.
@@ -250,6 +253,16 @@ fn session_program(context: &Context<'_>, rng: &mut StdRng) -> Result<(), String
         context.shared().objects_reserved += reserved.count() as u64;
     }
     for _ in 0..rng.random_range(1..=TRANSACTIONS_MAX) {
+        // Now and then the session closes and another opens in its place, taking a closed
+        // session's cache with its pages (stale ones among them, which it must validate).
+        if reserved.is_none() && rng.random_range(0..REOPEN_ONE_IN) == 0 {
+            drop(session);
+            context.trace(format_args!("session closed and opened again"));
+            session = match context.store.session() {
+                Ok(session) => session,
+                Err(e) => return context.classify(e).map(|_| ()),
+            };
+        }
         context.step();
         if let Some(reserved) = &mut reserved {
             reserved.begin();

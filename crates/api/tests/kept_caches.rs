@@ -27,6 +27,14 @@ fn counter(id: u64, value: u64) -> Counter {
     }
 }
 
+/// A new store holding [`OBJECTS`] counters of value 1, and their OIDs.
+fn store_with_counters() -> (tempfile::TempDir, Store, Vec<Oid<Counter>>) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(dir.path().join("store"), Options::new()).unwrap();
+    let oids = create(&store);
+    (dir, store, oids)
+}
+
 fn create(store: &Store) -> Vec<Oid<Counter>> {
     let mut session = store.session().unwrap();
     let mut txn = session.begin().unwrap();
@@ -49,10 +57,8 @@ fn read_all(session: &mut lodestore::Session, oids: &[Oid<Counter>]) -> Vec<u64>
 
 #[test]
 fn the_next_session_reads_a_closed_sessions_pages_without_fetching_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(dir.path().join("store"), Options::new()).unwrap();
     // The session that creates the objects closes with every page of them cached.
-    let oids = create(&store);
+    let (_dir, store, oids) = store_with_counters();
     let mut next = store.session().unwrap();
     assert!(read_all(&mut next, &oids).iter().all(|&v| v == 1));
     let stats = next.stats();
@@ -67,9 +73,7 @@ fn the_next_session_reads_a_closed_sessions_pages_without_fetching_them() {
 
 #[test]
 fn a_kept_page_another_session_changed_is_fetched_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(dir.path().join("store"), Options::new()).unwrap();
-    let oids = create(&store);
+    let (_dir, store, oids) = store_with_counters();
     // The reader caches every page, then a writer changes every object and both close: the
     // store keeps both caches, the reader's holding every page as it was before the writer.
     let mut reader = store.session().unwrap();
@@ -105,9 +109,7 @@ fn a_kept_page_another_session_changed_is_fetched_again() {
 
 #[test]
 fn a_session_ended_in_a_transaction_hands_on_no_pages_it_changed() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(dir.path().join("store"), Options::new()).unwrap();
-    let oids = create(&store);
+    let (_dir, store, oids) = store_with_counters();
     {
         let mut session = store.session().unwrap();
         let mut txn = session.begin().unwrap();
@@ -129,9 +131,7 @@ fn sessions_that_come_and_go_read_what_was_committed() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     for seed in 0..4u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::create(dir.path().join("store"), Options::new()).unwrap();
-        let oids = create(&store);
+        let (_dir, store, oids) = store_with_counters();
         let mut model = vec![1u64; oids.len()];
         let mut rng = StdRng::seed_from_u64(seed);
         let mut slots: Vec<Option<lodestore::Session>> = (0..3).map(|_| None).collect();

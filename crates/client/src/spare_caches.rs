@@ -41,17 +41,17 @@ pub const POISONED_BYTES_MAX: usize = 4 << 20;
 
 /// The pages a closed session's cache held: its page table and the fill numbers of its
 /// frames, each page as of the LSN in its header.
-pub struct KeptPages {
-    pub page_size: usize,
-    pub table: FrameTable,
-    pub fills: Vec<u64>,
-    pub fill_count: u64,
+pub(crate) struct KeptPages {
+    pub(crate) page_size: usize,
+    pub(crate) table: FrameTable,
+    pub(crate) fills: Vec<u64>,
+    pub(crate) fill_count: u64,
 }
 
 /// A closed session's arena, with its pages when they may be used again.
-pub struct KeptCache {
-    pub map: MmapMut,
-    pub pages: Option<KeptPages>,
+pub(crate) struct KeptCache {
+    pub(crate) map: MmapMut,
+    pub(crate) pages: Option<KeptPages>,
 }
 
 /// The caches of closed sessions, at most [`SPARE_CACHES_MAX`], shared by a store's sessions.
@@ -86,7 +86,7 @@ impl SpareCaches {
     }
 
     /// A kept cache whose arena is exactly `bytes`, one with pages first, if there is one.
-    pub fn take(&self, bytes: usize) -> Option<KeptCache> {
+    pub(crate) fn take(&self, bytes: usize) -> Option<KeptCache> {
         let mut kept = self.lock();
         let fits = |k: &KeptCache| k.map.len() == bytes;
         let at = kept
@@ -104,7 +104,7 @@ impl SpareCaches {
 
     /// Keeps `map`, with `pages` if given, for a later session if there is room; otherwise
     /// unmaps it.
-    pub fn give(&self, map: MmapMut, pages: Option<KeptPages>) {
+    pub(crate) fn give(&self, map: MmapMut, pages: Option<KeptPages>) {
         if self.lock().len() >= SPARE_CACHES_MAX {
             return;
         }

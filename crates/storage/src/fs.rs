@@ -85,6 +85,13 @@ pub trait FileSystem: Send + Sync {
     fn sync_dir(&self, _dir: &Path) -> Result<()> {
         Ok(())
     }
+    /// Whether syncs of different files and folders may run at once, on threads of their own.
+    /// Only where the operating system orders the work itself (the default is no: the
+    /// simulated file system numbers its crash points in the order the calls arrive, and a
+    /// seed must replay the same order).
+    fn syncs_in_parallel(&self) -> bool {
+        false
+    }
 }
 
 /// The operating system's file system.
@@ -167,6 +174,10 @@ impl FileSystem for RealFileSystem {
 
     fn sync_dir(&self, dir: &Path) -> Result<()> {
         sync_directory(dir)
+    }
+
+    fn syncs_in_parallel(&self) -> bool {
+        true
     }
 
     fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {

@@ -13,7 +13,7 @@
 //! tell a torn tail from damage.
 
 use crate::anchor::Anchor;
-use crate::reader::{LogEnd, Segments, PREFETCH_SEGMENTS};
+use crate::reader::{LogEnd, ScanBuffer, Segments, PREFETCH_SEGMENTS};
 use crate::record::{self, Body, Invalid, Record, RecordBody, RecordFormat, RECORD_HEADER_BYTES};
 use crate::segment::{self, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
 use lodestore_core::{Error, Lsn, Result, TxnId};
@@ -128,6 +128,11 @@ struct Inner {
     segments: BTreeMap<u64, Arc<dyn Storage>>,
     spares: Vec<PathBuf>,
     stats: LogStats,
+    /// The opening scan's buffer, with the last segment it read, for the scan that follows
+    /// it (a restart's). Taken by that scan, and freed with it; its contents are used only
+    /// while the log still ends at `scan_buffer_end` (nothing appended since).
+    scan_buffer: ScanBuffer,
+    scan_buffer_end: u64,
 }
 
 /// The longest a committer spins for a round before it parks. A committer waits for the round
@@ -192,8 +197,8 @@ impl Log {
         from: Lsn,
         visit: impl FnMut(Record) -> Result<()>,
     ) -> Result<(Log, LogEnd)> {
-        Log::open_scanning(fs, dir, options, from, Some(from), |segments| {
-            segments.scan(from, visit)
+        Log::open_scanning(fs, dir, options, from, Some(from), |segments, buffer| {
+            segments.scan_into(from, buffer, visit)
         })
     }
 
@@ -207,8 +212,8 @@ impl Log {
         options: LogOptions,
         from: Lsn,
     ) -> Result<(Log, LogEnd)> {
-        Log::open_scanning(fs, dir, options, from, None, |segments| {
-            segments.find_end(from)
+        Log::open_scanning(fs, dir, options, from, None, |segments, buffer| {
+            segments.find_end(from, buffer)
         })
     }
 
@@ -221,7 +226,7 @@ impl Log {
         options: LogOptions,
         from: Lsn,
         scan_from: Option<Lsn>,
-        find_end: impl FnOnce(&Segments<'_>) -> Result<LogEnd>,
+        find_end: impl FnOnce(&Segments<'_>, &mut ScanBuffer) -> Result<LogEnd>,
     ) -> Result<(Log, LogEnd)> {
         check_options(&options)?;
         if !fs.is_dir(dir) {
@@ -298,16 +303,19 @@ impl Log {
             record_format: format,
             ..options
         };
-        let end = find_end(&Segments {
-            files: &segments,
-            segment_bytes: options.segment_bytes,
-            page_size_max: options.page_size_max,
-            format,
-        })?;
-        Ok((
-            Log::with(fs, dir, options, anchor, segments, spares, end.end.0),
-            end,
-        ))
+        let mut buffer = ScanBuffer::default();
+        let end = find_end(
+            &Segments {
+                files: &segments,
+                segment_bytes: options.segment_bytes,
+                page_size_max: options.page_size_max,
+                format,
+            },
+            &mut buffer,
+        )?;
+        let log = Log::with(fs, dir, options, anchor, segments, spares, end.end.0);
+        log.lock().scan_buffer = buffer;
+        Ok((log, end))
     }
 
     /// Visits every valid record of the log in `dir` from `from` to its end without opening it
@@ -376,6 +384,8 @@ impl Log {
                 segments,
                 spares,
                 stats: LogStats::default(),
+                scan_buffer: ScanBuffer::default(),
+                scan_buffer_end: end,
             }),
         });
         Log { shared }
@@ -584,14 +594,21 @@ impl Log {
     /// Visits every durable record from `from` to the end of the log.
     pub fn scan(&self, from: Lsn, visit: impl FnMut(Record) -> Result<()>) -> Result<LogEnd> {
         self.flush_all()?;
-        let segments = self.lock().segments.clone();
+        let (segments, mut buffer) = {
+            let mut inner = self.lock();
+            let mut buffer = std::mem::take(&mut inner.scan_buffer);
+            if inner.end != inner.scan_buffer_end {
+                buffer.forget_contents();
+            }
+            (inner.segments.clone(), buffer)
+        };
         Segments {
             files: &segments,
             segment_bytes: self.shared.options.segment_bytes,
             page_size_max: self.shared.options.page_size_max,
             format: self.shared.options.record_format,
         }
-        .scan(from, visit)
+        .scan_into(from, &mut buffer, visit)
     }
 
     /// Deletes the spare segments (a closed store needs none; a writer creates segments as it

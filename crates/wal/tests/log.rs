@@ -613,3 +613,56 @@ fn opening_at_the_end_finds_the_same_end_and_leaves_older_damage_to_the_scan() {
         other => panic!("damage before the end went unnoticed: {other:?}"),
     }
 }
+
+/// The scan after `Log::open_at_end` reuses the segment the opening scan read; once records
+/// are appended after the open it reads the segment again, and sees them.
+#[test]
+fn the_scan_after_opening_sees_records_appended_since() {
+    let fs = fs();
+    let dir = Path::new("/s/log");
+    let log = Log::create(fs.clone(), dir, options()).unwrap();
+    let before = write_many(&log, 40);
+    drop(log);
+
+    // Nothing appended: the restart's scan visits what the opening scan found.
+    let (log, end) = Log::open_at_end(fs.clone(), dir, options(), before[0]).unwrap();
+    let mut seen = Vec::new();
+    let scanned = log
+        .scan(before[0], |r| {
+            seen.push(r.lsn);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(scanned, end);
+    let (fresh, _) = Log::open(fs.clone(), dir, options(), before[0]).unwrap();
+    let mut reference = Vec::new();
+    fresh
+        .scan(before[0], |r| {
+            reference.push(r.lsn);
+            Ok(())
+        })
+        .unwrap();
+    drop(fresh);
+    assert_eq!(seen, reference);
+    assert!(before.iter().all(|lsn| seen.contains(lsn)));
+
+    // Appended after the open, before the first scan: the scan reads the segment again.
+    let (log, _) = Log::open_at_end(fs.clone(), dir, options(), before[0]).unwrap();
+    let mut prev = *before.last().unwrap();
+    let mut after = Vec::new();
+    for i in 0..5 {
+        prev = log.append(Some(TxnId(2)), prev, &update(i)).unwrap();
+        after.push(prev);
+    }
+    log.flush_all().unwrap();
+    let mut seen = Vec::new();
+    let scanned = log
+        .scan(before[0], |r| {
+            seen.push(r.lsn);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(scanned.end, log.end_lsn());
+    assert!(seen.starts_with(&reference), "the records before the open");
+    assert!(after.iter().all(|lsn| seen.contains(lsn)), "{seen:?}");
+}

@@ -1,4 +1,6 @@
-//! The seeded OO7 database generator.
+//! The seeded OO7 database generator: [`Oo7Plan::draw`] makes every choice (the random draws,
+//! the ids, the texts), then [`Oo7Plan::build`] writes the database, so a load can be timed
+//! apart from the drawing, as the peers' loads of exported entries are.
 //!
 //! Per module: first the assembly hierarchy is drawn, whose base assemblies pick their
 //! composite parts at random (with replacement) from the module's, and OIDs are reserved for
@@ -46,33 +48,152 @@ pub fn generate(
     seed: u64,
     progress: &ProgressBar,
 ) -> Result<Oid<Oo7Root>> {
-    params.validate()?;
-    let mut session = store.session()?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut ids = Ids::default();
-    let mut modules = Vec::with_capacity(params.modules as usize);
-    for _ in 0..params.modules {
-        modules.push(generate_module(
-            &mut session,
-            params,
-            &mut rng,
-            &mut ids,
-            progress,
-        )?);
+    Oo7Plan::draw(params, seed)?.build(store, progress)
+}
+
+/// Every choice the generator makes for one database (the random draws, the ids, the texts),
+/// made before anything is written: [`Oo7Plan::build`] then does only what a load of the
+/// database does, as the peers of `bench peers` load entries exported beforehand, and the
+/// suite draws the plan before its clock starts.
+pub struct Oo7Plan {
+    params: Oo7Params,
+    seed: u64,
+    modules: Vec<ModulePlan>,
+}
+
+struct ModulePlan {
+    id: u64,
+    build_date: u64,
+    assemblies: AssemblyPlan,
+    manual_text: Vec<u8>,
+    composites: Vec<CompositePlan>,
+}
+
+struct CompositePlan {
+    id: u64,
+    build_date: u64,
+    kind: usize,
+    document_text: Vec<u8>,
+    atomics: Vec<AtomicPlan>,
+    /// `connections_per_atomic` for each atomic part in turn, from that part.
+    connections: Vec<ConnectionPlan>,
+}
+
+struct AtomicPlan {
+    id: u64,
+    build_date: u64,
+    x: i64,
+    y: i64,
+    kind: usize,
+}
+
+struct ConnectionPlan {
+    /// Index of the atomic part it leads to, in its composite part.
+    to: usize,
+    kind: usize,
+    length: u64,
+}
+
+impl Oo7Plan {
+    /// Draws the database of `params` for `seed` (the draws in the order the generator has
+    /// always made them, so a seed's database stays byte for byte the same).
+    pub fn draw(params: &Oo7Params, seed: u64) -> Result<Oo7Plan> {
+        params.validate()?;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut ids = Ids::default();
+        let modules = (0..params.modules)
+            .map(|_| ModulePlan::draw(params, &mut rng, &mut ids))
+            .collect();
+        Ok(Oo7Plan {
+            params: *params,
+            seed,
+            modules,
+        })
     }
-    session.set_placement(Placement::Anywhere);
-    let mut txn = session.begin()?;
-    let raw_modules: Vec<u64> = modules.iter().map(|m| m.raw().0).collect();
-    let module_list = alloc_oid_list(&mut txn, &raw_modules)?;
-    let root = txn.alloc(&Oo7Root {
-        seed,
-        params: *params,
-        _pad: 0,
-        module_list,
-    })?;
-    txn.set_root(ROOT_NAME, root)?;
-    txn.commit()?;
-    Ok(root)
+
+    /// Writes the planned database into `store` and names it by the root [`ROOT_NAME`].
+    /// `progress` advances by one per composite part.
+    pub fn build(&self, store: &Store, progress: &ProgressBar) -> Result<Oid<Oo7Root>> {
+        let params = &self.params;
+        let mut session = store.session()?;
+        let mut modules = Vec::with_capacity(self.modules.len());
+        for module in &self.modules {
+            modules.push(build_module(&mut session, params, module, progress)?);
+        }
+        session.set_placement(Placement::Anywhere);
+        let mut txn = session.begin()?;
+        let raw_modules: Vec<u64> = modules.iter().map(|m| m.raw().0).collect();
+        let module_list = alloc_oid_list(&mut txn, &raw_modules)?;
+        let root = txn.alloc(&Oo7Root {
+            seed: self.seed,
+            params: *params,
+            _pad: 0,
+            module_list,
+        })?;
+        txn.set_root(ROOT_NAME, root)?;
+        txn.commit()?;
+        Ok(root)
+    }
+}
+
+impl ModulePlan {
+    fn draw(params: &Oo7Params, rng: &mut StdRng, ids: &mut Ids) -> ModulePlan {
+        let id = next(&mut ids.module);
+        let build_date = rng.random_range(1000..2000);
+        let assemblies = AssemblyPlan::draw(params, rng, ids);
+        let composites = (0..params.composite_parts_per_module)
+            .map(|_| CompositePlan::draw(params, rng, ids))
+            .collect();
+        ModulePlan {
+            id,
+            build_date,
+            assemblies,
+            manual_text: text("manual", id, params.manual_bytes),
+            composites,
+        }
+    }
+}
+
+impl CompositePlan {
+    fn draw(params: &Oo7Params, rng: &mut StdRng, ids: &mut Ids) -> CompositePlan {
+        let id = next(&mut ids.composite);
+        let build_date = rng.random_range(1000..2000);
+        let kind = rng.random_range(0..10i32) as usize;
+        let count = params.atomic_parts_per_composite as usize;
+        let fanout = params.connections_per_atomic as usize;
+        let atomics = (0..count)
+            .map(|_| AtomicPlan {
+                id: next(&mut ids.atomic),
+                build_date: rng.random_range(1000..2000),
+                x: rng.random_range(0..100_000),
+                y: rng.random_range(0..100_000),
+                kind: rng.random_range(0..10i32) as usize,
+            })
+            .collect();
+        let mut connections = Vec::with_capacity(count * fanout);
+        for from in 0..count {
+            for slot in 0..fanout {
+                let to = if slot == 0 {
+                    (from + 1) % count
+                } else {
+                    rng.random_range(0..count)
+                };
+                connections.push(ConnectionPlan {
+                    to,
+                    kind: rng.random_range(0..10i32) as usize,
+                    length: rng.random_range(1..1000),
+                });
+            }
+        }
+        CompositePlan {
+            id,
+            build_date,
+            kind,
+            document_text: text("documentation", id, params.document_bytes),
+            atomics,
+            connections,
+        }
+    }
 }
 
 /// Running ids per kind, unique across the database.
@@ -114,19 +235,17 @@ fn type_label<const N: usize>(n: usize) -> [u8; N] {
     label(TYPE_NAMES[n])
 }
 
-fn generate_module(
+fn build_module(
     session: &mut Session,
     params: &Oo7Params,
-    rng: &mut StdRng,
-    ids: &mut Ids,
+    planned: &ModulePlan,
     progress: &ProgressBar,
 ) -> Result<Oid<Module>> {
-    let module_id = next(&mut ids.module);
-    let module_build_date = rng.random_range(1000..2000);
-    // The assembly hierarchy is drawn first and its OIDs reserved, so that each composite part
-    // is written once, naming the base assemblies that use it, and each assembly once, naming
-    // its composite parts: no page is changed again after its transaction.
-    let plan = AssemblyPlan::draw(params, rng, ids);
+    // The assembly hierarchy was drawn first and its OIDs are reserved now, so that each
+    // composite part is written once, naming the base assemblies that use it, and each
+    // assembly once, naming its composite parts: no page is changed again after its
+    // transaction.
+    let plan = &planned.assemblies;
     let complex_oids: Vec<Oid<ComplexAssembly>> = session.reserve(plan.complex.len() as u64)?;
     let base_oids: Vec<Oid<BaseAssembly>> = session.reserve(plan.base.len() as u64)?;
     let used_in = plan.used_in(params, &base_oids);
@@ -136,49 +255,44 @@ fn generate_module(
     session.set_placement(Placement::Clustered);
     let mut txn = session.begin()?;
     let module = txn.alloc(&Module {
-        id: module_id,
-        build_date: module_build_date,
+        id: planned.id,
+        build_date: planned.build_date,
         kind: label("module"),
         manual: Oid::NULL,
         design_root: complex_oids[0],
     })?;
     let header = Manual {
-        id: module_id,
+        id: planned.id,
         module,
         text_bytes: params.manual_bytes as u64,
-        title: label(&format!("Manual of module {module_id}")),
+        title: label(&format!("Manual of module {}", planned.id)),
     };
     let mut manual_bytes = bytemuck::bytes_of(&header).to_vec();
-    manual_bytes.extend(text("manual", module_id, params.manual_bytes));
+    manual_bytes.extend_from_slice(&planned.manual_text);
     let manual: Oid<Manual> = typed(txn.alloc_bytes(Manual::TYPE_ID, &manual_bytes)?.0);
     txn.get_mut(module)?.manual = manual;
 
     // Composite parts, a batch per transaction (the first with the module, the last with the
     // assemblies).
     let per_part = composite_part_bytes(params);
-    let batch = (BATCH_BYTES / per_part).max(1) as u32;
-    let mut composite_parts = Vec::with_capacity(params.composite_parts_per_module as usize);
-    let mut done = 0;
-    loop {
-        let count = batch.min(params.composite_parts_per_module - done);
-        for _ in 0..count {
+    let batch = (BATCH_BYTES / per_part).max(1) as usize;
+    let mut composite_parts = Vec::with_capacity(planned.composites.len());
+    for (number, chunk) in planned.composites.chunks(batch).enumerate() {
+        if number > 0 {
+            txn.commit()?;
+            txn = session.begin()?;
+        }
+        for composite in chunk {
             let index = composite_parts.len();
-            composite_parts.push(generate_composite_part(
+            composite_parts.push(build_composite_part(
                 &mut txn,
                 params,
-                rng,
-                ids,
+                composite,
                 module,
                 &used_in[index],
             )?);
             progress.inc(1);
         }
-        done += count;
-        if done == params.composite_parts_per_module {
-            break;
-        }
-        txn.commit()?;
-        txn = session.begin()?;
     }
     plan.fill(
         &mut txn,
@@ -201,20 +315,18 @@ fn composite_part_bytes(params: &Oo7Params) -> u64 {
         + connections * (size_of::<Connection>() as u64 + 8)
 }
 
-fn generate_composite_part(
+fn build_composite_part(
     txn: &mut Transaction<'_>,
     params: &Oo7Params,
-    rng: &mut StdRng,
-    ids: &mut Ids,
+    planned: &CompositePlan,
     module: Oid<Module>,
     used_in: &[u64],
 ) -> Result<Oid<CompositePart>> {
-    let id = next(&mut ids.composite);
-    let build_date = rng.random_range(1000..2000);
+    let id = planned.id;
     let composite = txn.alloc(&CompositePart {
         id,
-        build_date,
-        kind: type_label(rng.random_range(0..10i32) as usize),
+        build_date: planned.build_date,
+        kind: type_label(planned.kind),
         module,
         document: Oid::NULL,
         root_part: Oid::NULL,
@@ -228,20 +340,20 @@ fn generate_composite_part(
         title: label(&format!("Composite Part {id:08}")),
     };
     let mut doc_bytes = bytemuck::bytes_of(&header).to_vec();
-    doc_bytes.extend(text("documentation", id, params.document_bytes));
+    doc_bytes.extend_from_slice(&planned.document_text);
     let document: Oid<Document> = typed(txn.alloc_bytes(Document::TYPE_ID, &doc_bytes)?.0);
 
-    let count = params.atomic_parts_per_composite as usize;
+    let count = planned.atomics.len();
     let fanout = params.connections_per_atomic as usize;
     let mut atomics = Vec::with_capacity(count);
-    for index in 0..count {
+    for (index, atomic) in planned.atomics.iter().enumerate() {
         atomics.push(txn.alloc(&AtomicPart {
-            id: next(&mut ids.atomic),
-            build_date: rng.random_range(1000..2000),
-            x: rng.random_range(0..100_000),
-            y: rng.random_range(0..100_000),
+            id: atomic.id,
+            build_date: atomic.build_date,
+            x: atomic.x,
+            y: atomic.y,
             doc_id: id,
-            kind: type_label(rng.random_range(0..10i32) as usize),
+            kind: type_label(atomic.kind),
             composite_part: composite,
             incoming: Oid::NULL,
             index: index as u32,
@@ -251,16 +363,12 @@ fn generate_composite_part(
     }
     let mut outgoing = vec![[Oid::<Connection>::NULL; MAX_FANOUT]; count];
     let mut incoming = vec![Vec::new(); count];
-    for from in 0..count {
-        for (slot, out) in outgoing[from].iter_mut().enumerate().take(fanout) {
-            let to = if slot == 0 {
-                (from + 1) % count
-            } else {
-                rng.random_range(0..count)
-            };
+    for (from, planned_out) in planned.connections.chunks(fanout.max(1)).enumerate() {
+        for (out, connection_plan) in outgoing[from].iter_mut().zip(planned_out) {
+            let to = connection_plan.to;
             let connection = txn.alloc(&Connection {
-                kind: type_label(rng.random_range(0..10i32) as usize),
-                length: rng.random_range(1..1000),
+                kind: type_label(connection_plan.kind),
+                length: connection_plan.length,
                 from: atomics[from],
                 to: atomics[to],
             })?;

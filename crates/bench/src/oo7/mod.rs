@@ -6,7 +6,7 @@ pub mod params;
 pub mod schema;
 pub mod traverse;
 
-pub use generate::{generate, LAYOUT, ROOT_NAME};
+pub use generate::{generate, Oo7Plan, LAYOUT, ROOT_NAME};
 pub use params::{Oo7Params, PRESETS};
 pub use traverse::{traverse, Traversal, TraversalCounts, TRAVERSALS};
 

@@ -20,7 +20,8 @@ pub enum Engine {
 impl Engine {
     /// A new store of `kind` in `dir` holding `database`, and the seconds that took: a peer
     /// loads the database's entries; Lodestore builds it with `generate`, which allocates and
-    /// links the objects as an application would.
+    /// links the objects as an application would (from a plan of their contents drawn before,
+    /// for OO7: `Oo7Plan`).
     pub fn load(
         kind: StoreKind,
         dir: &Path,

@@ -327,14 +327,17 @@ pub fn run(
 ) -> Result<Figures> {
     remove(dir)?;
     let database = &databases.oo7;
+    // Lodestore's database is drawn before the clock starts, as the peers' entries are
+    // exported before it: every store's load times the writing of the same objects.
+    let plan = match store {
+        StoreKind::Lodestore => Some(crate::oo7::Oo7Plan::draw(&config.params, config.seed)?),
+        _ => None,
+    };
     let (engine, load_s) = engine::Engine::load(store, dir, database, |lodestore| {
-        crate::oo7::generate(
-            lodestore,
-            &config.params,
-            config.seed,
-            &ProgressBar::hidden(),
-        )
-        .map(drop)
+        let plan = plan.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("no OO7 plan drawn for the store under test".into())
+        })?;
+        plan.build(lodestore, &ProgressBar::hidden()).map(drop)
     })?;
     let (traversals, checksum) = oo7::traversals(&engine, config)?;
     let mut commits_per_s = Vec::new();

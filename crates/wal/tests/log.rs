@@ -614,6 +614,18 @@ fn opening_at_the_end_finds_the_same_end_and_leaves_older_damage_to_the_scan() {
     }
 }
 
+/// The LSNs of the records `log.scan` visits from `from`, and the end it reports.
+fn scanned_lsns(log: &Log, from: Lsn) -> (Vec<Lsn>, lodestore_wal::LogEnd) {
+    let mut lsns = Vec::new();
+    let end = log
+        .scan(from, |r| {
+            lsns.push(r.lsn);
+            Ok(())
+        })
+        .unwrap();
+    (lsns, end)
+}
+
 /// The scan after `Log::open_at_end` reuses the segment the opening scan read; once records
 /// are appended after the open it reads the segment again, and sees them.
 #[test]
@@ -624,24 +636,12 @@ fn the_scan_after_opening_sees_records_appended_since() {
     let before = write_many(&log, 40);
     drop(log);
 
-    // Nothing appended: the restart's scan visits what the opening scan found.
+    // Nothing appended: the restart's scan visits what a fresh opening's scan visits.
     let (log, end) = Log::open_at_end(fs.clone(), dir, options(), before[0]).unwrap();
-    let mut seen = Vec::new();
-    let scanned = log
-        .scan(before[0], |r| {
-            seen.push(r.lsn);
-            Ok(())
-        })
-        .unwrap();
+    let (seen, scanned) = scanned_lsns(&log, before[0]);
     assert_eq!(scanned, end);
     let (fresh, _) = Log::open(fs.clone(), dir, options(), before[0]).unwrap();
-    let mut reference = Vec::new();
-    fresh
-        .scan(before[0], |r| {
-            reference.push(r.lsn);
-            Ok(())
-        })
-        .unwrap();
+    let (reference, _) = scanned_lsns(&fresh, before[0]);
     drop(fresh);
     assert_eq!(seen, reference);
     assert!(before.iter().all(|lsn| seen.contains(lsn)));
@@ -655,13 +655,7 @@ fn the_scan_after_opening_sees_records_appended_since() {
         after.push(prev);
     }
     log.flush_all().unwrap();
-    let mut seen = Vec::new();
-    let scanned = log
-        .scan(before[0], |r| {
-            seen.push(r.lsn);
-            Ok(())
-        })
-        .unwrap();
+    let (seen, scanned) = scanned_lsns(&log, before[0]);
     assert_eq!(scanned.end, log.end_lsn());
     assert!(seen.starts_with(&reference), "the records before the open");
     assert!(after.iter().all(|lsn| seen.contains(lsn)), "{seen:?}");

@@ -83,9 +83,9 @@ pub use offline::{
     session_counters, snapshot_summary, RecoveredView, Salvaged,
 };
 pub use options::{
-    default_server_pool_bytes, memory_bytes_max, paired_method, Options,
-    CLIENT_CACHE_BYTES_DEFAULT, OUTGROWN_FACTOR, SERVER_POOL_BYTES_DEFAULT_MAX,
-    SERVER_POOL_BYTES_DEFAULT_MIN,
+    default_client_cache_bytes, default_server_pool_bytes, memory_bytes_max, paired_method,
+    Options, CLIENT_CACHE_BYTES_DEFAULT_MAX, CLIENT_CACHE_BYTES_DEFAULT_MIN, OUTGROWN_FACTOR,
+    SERVER_POOL_BYTES_DEFAULT_MAX, SERVER_POOL_BYTES_DEFAULT_MIN,
 };
 pub use read::ReadTransaction;
 pub use retry::RetryPolicy;

@@ -56,9 +56,27 @@ pub fn default_server_pool_bytes() -> usize {
     eighth.clamp(SERVER_POOL_BYTES_DEFAULT_MIN, SERVER_POOL_BYTES_DEFAULT_MAX)
 }
 
-/// The client cache each session gets by default. Each session has its own, so this stays
-/// modest; the shared server pool ([`default_server_pool_bytes`]) holds the rest.
-pub const CLIENT_CACHE_BYTES_DEFAULT: usize = 64 << 20;
+/// The smallest and largest client cache [`Options::new`] gives a session by default
+/// ([`default_client_cache_bytes`]).
+pub const CLIENT_CACHE_BYTES_DEFAULT_MIN: usize = 64 << 20;
+pub const CLIENT_CACHE_BYTES_DEFAULT_MAX: usize = 512 << 20;
+
+/// The client cache each session gets by default: a sixteenth of the memory this process may
+/// use ([`memory_bytes_max`]), from 64 MiB to 512 MiB, half the default server pool. A
+/// session's objects are read and updated in its cache, so a store the cache holds is visited
+/// at memory speed after its first pass, where a smaller cache copies a page out of the
+/// server pool at nearly every visit (OO1 lookups on 1,000,000 parts, a 313 MB store:
+/// docs/BENCHMARKS.md, "Client caches sized to the machine"). Like the pool, the cache takes
+/// memory only for the frames it fills, so a small store's sessions stay small; each session
+/// has its own, and sessions that all visit a large store each hold a copy of what they
+/// visit: set [`Options::client_cache_bytes`] lower for many such sessions.
+pub fn default_client_cache_bytes() -> usize {
+    let sixteenth = usize::try_from(memory_bytes_max() / 16).unwrap_or(usize::MAX);
+    sixteenth.clamp(
+        CLIENT_CACHE_BYTES_DEFAULT_MIN,
+        CLIENT_CACHE_BYTES_DEFAULT_MAX,
+    )
+}
 
 /// Longest lock wait: past this, a transaction is stuck, not waiting.
 pub const LOCK_WAIT_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3600);
@@ -110,7 +128,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             page_size: None,
-            client_cache_bytes: CLIENT_CACHE_BYTES_DEFAULT,
+            client_cache_bytes: default_client_cache_bytes(),
             server_pool_bytes: default_server_pool_bytes(),
             log_segment_bytes: 1 << 20,
             checkpoint_log_bytes: lodestore_server::CHECKPOINT_LOG_BYTES_DEFAULT,
@@ -234,7 +252,9 @@ impl Options {
         self
     }
 
-    /// Memory of each session's client cache (default 64 MiB). A store keeps the cache memory
+    /// Memory of each session's client cache (default [`default_client_cache_bytes`]: a
+    /// sixteenth of the memory this process may use, from 64 MiB to 512 MiB; frames take
+    /// memory only as pages come into them). A store keeps the cache memory
     /// of up to two closed sessions for its next sessions (marked free, so the kernel takes it
     /// back when it needs it): a session opened after another closed fills memory already
     /// faulted in rather than its own.

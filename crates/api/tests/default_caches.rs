@@ -25,9 +25,28 @@ fn the_default_pool_is_an_eighth_of_memory_within_its_bounds() {
     }
     // A store opened with the defaults reports them as its caches (the outgrown warning uses
     // them): a store of twice the caches fits, one a little larger does not.
-    let caches = (lodestore::CLIENT_CACHE_BYTES_DEFAULT + pool) as u64;
+    let caches = (lodestore::default_client_cache_bytes() + pool) as u64;
     assert_eq!(Options::new().outgrown_by(2 * caches), None);
     assert!(Options::new().outgrown_by(3 * caches).is_some());
+}
+
+#[test]
+fn the_default_client_cache_is_a_sixteenth_of_memory_within_its_bounds() {
+    let cache = lodestore::default_client_cache_bytes();
+    assert!(
+        cache >= lodestore::CLIENT_CACHE_BYTES_DEFAULT_MIN,
+        "{cache}"
+    );
+    assert!(
+        cache <= lodestore::CLIENT_CACHE_BYTES_DEFAULT_MAX,
+        "{cache}"
+    );
+    let sixteenth = (lodestore::memory_bytes_max() / 16) as usize;
+    if (lodestore::CLIENT_CACHE_BYTES_DEFAULT_MIN..=lodestore::CLIENT_CACHE_BYTES_DEFAULT_MAX)
+        .contains(&sixteenth)
+    {
+        assert_eq!(cache, sixteenth);
+    }
 }
 
 #[test]

@@ -211,7 +211,7 @@ pub fn info(path: &Path, json: bool) -> Result<ExitCode> {
             "caches         the store is {factor:.1} times the default caches ({} MiB client \
              cache and {} MiB server pool): most page visits will read the data file; open it \
              with larger Options::client_cache_bytes and server_pool_bytes",
-            lodestore::CLIENT_CACHE_BYTES_DEFAULT >> 20,
+            lodestore::default_client_cache_bytes() >> 20,
             lodestore::default_server_pool_bytes() >> 20
         );
     }

@@ -7,7 +7,7 @@ use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
 use crate::prefault::Prefault;
 use crate::spare_caches::{KeptPages, SpareCaches};
-use lodestore_core::frames::{FrameId, FrameTable};
+use lodestore_core::frames::{FrameId, FrameTable, FrameVec};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
 use memmap2::MmapMut;
@@ -96,9 +96,11 @@ pub struct ClientCache {
     page_size: usize,
     arena: Arena,
     table: FrameTable,
-    states: Vec<FrameState>,
+    /// Each used frame's state; frames come into use lowest first, so a large cache costs
+    /// only what it has used.
+    states: FrameVec<FrameState>,
     /// The fill number of each frame's contents: see [`ClientCache::fill_number`].
-    fills: Vec<u64>,
+    fills: FrameVec<u64>,
     /// Fills so far, the last fill number given.
     fill_count: u64,
     /// Whether the pages go to the store's spares with the arena when the cache is dropped.
@@ -124,7 +126,7 @@ impl Drop for ClientCache {
         arena.pages = Some(KeptPages {
             page_size: self.page_size,
             table: std::mem::replace(&mut self.table, FrameTable::new(1)),
-            fills: std::mem::take(&mut self.fills),
+            fills: std::mem::replace(&mut self.fills, FrameVec::new(1)),
             fill_count: self.fill_count,
         });
     }
@@ -198,14 +200,14 @@ impl ClientCache {
         // Every kept page is clean and validated in no transaction of this session.
         let (table, fills, fill_count) = match kept_pages {
             Some(kept) => (kept.table, kept.fills, kept.fill_count),
-            None => (FrameTable::new(frame_count), vec![0; frame_count], 0),
+            None => (FrameTable::new(frame_count), FrameVec::new(frame_count), 0),
         };
-        debug_assert_eq!(fills.len(), frame_count);
+        debug_assert_eq!(fills.capacity(), frame_count);
         Ok(ClientCache {
             page_size,
             arena,
             table,
-            states: vec![FrameState::default(); frame_count],
+            states: FrameVec::new(frame_count),
             fills,
             fill_count,
             keep_pages: false,
@@ -225,6 +227,12 @@ impl ClientCache {
 
     pub fn capacity(&self) -> usize {
         self.table.capacity()
+    }
+
+    /// Frames handed out so far: a frame at or above this has never held a page, so nothing
+    /// was ever written to it.
+    pub fn frames_used(&self) -> usize {
+        self.table.frames_used()
     }
 
     pub fn resident(&self) -> usize {

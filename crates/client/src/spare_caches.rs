@@ -24,7 +24,7 @@
 //! is read (a fetch, or a new page's format, which clears it), and debug builds fill the start
 //! of such an arena with a poison byte so that a read before a fill shows.
 
-use lodestore_core::frames::FrameTable;
+use lodestore_core::frames::{FrameTable, FrameVec};
 use memmap2::MmapMut;
 use std::sync::Mutex;
 
@@ -44,7 +44,7 @@ pub const POISONED_BYTES_MAX: usize = 4 << 20;
 pub(crate) struct KeptPages {
     pub(crate) page_size: usize,
     pub(crate) table: FrameTable,
-    pub(crate) fills: Vec<u64>,
+    pub(crate) fills: FrameVec<u64>,
     pub(crate) fill_count: u64,
 }
 
@@ -165,7 +165,7 @@ mod tests {
         KeptPages {
             page_size: 4096,
             table: FrameTable::new(4),
-            fills: vec![0; 4],
+            fills: FrameVec::new(4),
             fill_count: 0,
         }
     }

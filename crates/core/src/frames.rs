@@ -153,9 +153,91 @@ impl FrameTable {
     }
 }
 
+/// A value per frame of a pool whose frames come into use lowest first ([`FrameTable`]):
+/// values exist only up to the highest frame written, so a cache of many frames costs memory
+/// and time to open only for the frames it has used. A frame never written reads as
+/// `T::default()`.
+#[derive(Debug)]
+pub struct FrameVec<T> {
+    values: Vec<T>,
+    /// What a frame past `values` reads as: never handed out mutably, so always the default.
+    unused: T,
+    capacity: usize,
+}
+
+impl<T: Default> FrameVec<T> {
+    pub fn new(capacity: usize) -> FrameVec<T> {
+        FrameVec {
+            values: Vec::with_capacity(capacity.min(FRAMES_RESERVED)),
+            unused: T::default(),
+            capacity,
+        }
+    }
+
+    /// Frames that have a value of their own (every frame below the highest written).
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The values of the frames written so far, lowest frame first.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.values.iter()
+    }
+}
+
+impl<T: Default> std::ops::Index<FrameId> for FrameVec<T> {
+    type Output = T;
+
+    #[inline]
+    fn index(&self, frame: FrameId) -> &T {
+        debug_assert!(frame < self.capacity, "frame {frame} of {}", self.capacity);
+        self.values.get(frame).unwrap_or(&self.unused)
+    }
+}
+
+impl<T: Default> std::ops::IndexMut<FrameId> for FrameVec<T> {
+    #[inline]
+    fn index_mut(&mut self, frame: FrameId) -> &mut T {
+        if frame >= self.values.len() {
+            assert!(frame < self.capacity, "frame {frame} of {}", self.capacity);
+            self.values.resize_with(frame + 1, T::default);
+        }
+        &mut self.values[frame]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Values come into being as frames are written; a frame not written reads as the
+    /// default, and reading never grows the vector.
+    #[test]
+    fn frame_values_grow_with_the_highest_frame_written() {
+        let mut values: FrameVec<u32> = FrameVec::new(1 << 20);
+        assert_eq!(values[1000], 0);
+        assert!(values.is_empty());
+        values[2] = 7;
+        assert_eq!(values.len(), 3);
+        assert_eq!((values[0], values[2], values[3]), (0, 7, 0));
+        values[1] += 1;
+        assert_eq!(values.iter().copied().collect::<Vec<_>>(), [0, 1, 7]);
+    }
+
+    #[test]
+    #[should_panic(expected = "frame 4 of 4")]
+    fn a_frame_past_the_capacity_is_refused() {
+        let mut values: FrameVec<u8> = FrameVec::new(4);
+        values[4] = 1;
+    }
 
     #[test]
     fn fills_then_evicts_unreferenced_first() {

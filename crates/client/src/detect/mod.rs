@@ -31,7 +31,7 @@ pub mod userfaultfd;
 pub mod written_pages;
 
 use crate::cache::{ArenaKind, ClientCache};
-use lodestore_core::frames::FrameId;
+use lodestore_core::frames::{FrameId, FrameVec};
 use lodestore_core::{Error, Oid, PageId, Result, SlotId, VolumeId};
 use lodestore_loggen::{
     Generator, PageBounds, OBJECT_REDO_RECORD_FIXED_BYTES, UPDATE_RECORD_FIXED_BYTES,
@@ -181,7 +181,7 @@ struct FrameTrack {
 /// The track of `frame`, put on `touched` the first time it is changed in a transaction, so
 /// the end of a transaction resets the frames it touched instead of walking the whole cache.
 fn touch<'a>(
-    frames: &'a mut [FrameTrack],
+    frames: &'a mut FrameVec<FrameTrack>,
     touched: &mut Vec<FrameId>,
     frame: FrameId,
 ) -> &'a mut FrameTrack {
@@ -201,7 +201,7 @@ pub struct WriteTracker {
     generator: Generator,
     page_size: usize,
     buffer: RecoveryBuffer,
-    frames: Vec<FrameTrack>,
+    frames: FrameVec<FrameTrack>,
     /// Frames whose track changed in this transaction (each once).
     touched: Vec<FrameId>,
     /// Modified objects. A fast non-cryptographic hash: the set is probed on every write.
@@ -219,7 +219,7 @@ pub struct WriteTracker {
     /// pieces at a commit, and its diffs in later transactions) under the frame's fill number,
     /// and forgotten before a write that changes its structure, so they always describe the
     /// page as it is.
-    frame_bounds: Vec<PageBounds>,
+    frame_bounds: FrameVec<PageBounds>,
     /// The ranges of the piece being generated: one vector for every piece, which a commit
     /// diffs by the thousand.
     piece_ranges: Vec<Range<usize>>,
@@ -254,7 +254,7 @@ impl WriteTracker {
             generator,
             page_size,
             buffer: RecoveryBuffer::new(recovery_buffer_bytes, page_size),
-            frames: vec![FrameTrack::default(); frame_count],
+            frames: FrameVec::new(frame_count),
             touched: Vec::new(),
             remembered: FxHashSet::default(),
             by_page: BTreeMap::new(),
@@ -262,7 +262,7 @@ impl WriteTracker {
             pending_bytes: 0,
             volume,
             dirtied: Vec::new(),
-            frame_bounds: (0..frame_count).map(|_| PageBounds::default()).collect(),
+            frame_bounds: FrameVec::new(frame_count),
             piece_ranges: Vec::new(),
             stats: DetectionStats::default(),
         })
@@ -851,7 +851,7 @@ impl WriteTracker {
     /// the commit-time scans of the card and marking detectors.
     pub fn flush_all(&mut self, cache: &mut ClientCache) -> Result<()> {
         self.collect(cache)?;
-        self.scan_written(cache, 0..cache.capacity())?;
+        self.scan_written(cache, 0..cache.frames_used())?;
         let mut live: Vec<(PageId, EntrySeq)> = self
             .buffer
             .live()
@@ -934,10 +934,10 @@ impl WriteTracker {
             let _ = protection.take_capture();
             protection.protect_all()?;
         }
-        let capacity = cache.capacity();
+        let used = cache.frames_used();
         if let Some(arena) = cache.written_pages_mut() {
             // After an abort, pages written since the commit scan: protected again, forgotten.
-            arena.take_written(0..capacity)?;
+            arena.take_written(0..used)?;
         }
         self.buffer.clear();
         self.by_page.clear();

@@ -176,6 +176,10 @@ pub struct ProtectedArena {
     len: usize,
     armed: Option<FrameId>,
     writable: usize,
+    /// One past the highest frame armed or made writable since the last `protect_all`: the
+    /// frames above it are all protected, so that a large arena's reset walks only what was
+    /// used.
+    touched_end: FrameId,
 }
 
 // SAFETY: the raw addresses are owned by this arena alone; it is moved between threads with its
@@ -228,6 +232,7 @@ impl ProtectedArena {
             len,
             armed: None,
             writable: 0,
+            touched_end: 0,
         };
         match uffd {
             None => {
@@ -344,6 +349,7 @@ impl ProtectedArena {
         self.disarm();
         self.shared.pre_image.store(pre_image, Ordering::Release);
         self.shared.states[frame].store(ARMED, Ordering::Release);
+        self.touched_end = self.touched_end.max(frame + 1);
         self.armed = Some(frame);
     }
 
@@ -397,6 +403,7 @@ impl ProtectedArena {
             return Err(protection_error("enable writes to"));
         }
         self.shared.states[frame].store(WRITABLE, Ordering::Release);
+        self.touched_end = self.touched_end.max(frame + 1);
         self.writable += 1;
         Ok(())
     }
@@ -431,10 +438,14 @@ impl ProtectedArena {
         if !self.shared.set_writable(self.shared.user, self.len, false) {
             return Err(protection_error("protect"));
         }
-        for state in self.shared.states.iter() {
+        for state in &self.shared.states[..self.touched_end] {
             state.store(PROTECTED, Ordering::Release);
         }
+        debug_assert!(self.shared.states[self.touched_end..]
+            .iter()
+            .all(|state| state.load(Ordering::Acquire) == PROTECTED));
         self.writable = 0;
+        self.touched_end = 0;
         Ok(())
     }
 

@@ -3,13 +3,17 @@
 use crate::oo7::schema::OidList;
 use lodestore::{Oid, Persistent, RawOid, ReadTransaction, Result, Transaction};
 
-/// Stores `oids` as a new list object.
+/// Stores `oids` as a new list object: the OIDs as little-endian u64s.
 pub fn alloc_oid_list(txn: &mut Transaction<'_>, oids: &[u64]) -> Result<Oid<OidList>> {
-    let mut bytes = Vec::with_capacity(oids.len() * 8);
-    for oid in oids {
-        bytes.extend_from_slice(&oid.to_le_bytes());
-    }
-    let raw = txn.alloc_bytes(OidList::TYPE_ID, &bytes)?;
+    // On a little-endian machine the slice is already the list's bytes: no copy, no
+    // allocation per list (a load makes one per part).
+    #[cfg(target_endian = "little")]
+    let raw = txn.alloc_bytes(OidList::TYPE_ID, bytemuck::cast_slice(oids))?;
+    #[cfg(not(target_endian = "little"))]
+    let raw = {
+        let bytes: Vec<u8> = oids.iter().flat_map(|oid| oid.to_le_bytes()).collect();
+        txn.alloc_bytes(OidList::TYPE_ID, &bytes)?
+    };
     Ok(Oid::from_raw(raw))
 }
 

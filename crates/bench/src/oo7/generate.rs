@@ -73,10 +73,15 @@ struct CompositePlan {
     id: u64,
     build_date: u64,
     kind: usize,
+    document_title: [u8; 32],
     document_text: Vec<u8>,
     atomics: Vec<AtomicPlan>,
     /// `connections_per_atomic` for each atomic part in turn, from that part.
     connections: Vec<ConnectionPlan>,
+    /// The connections into each atomic part, as indexes into `connections` in their order
+    /// there: those into part `i` at `incoming[incoming_starts[i]..incoming_starts[i + 1]]`.
+    incoming: Vec<u32>,
+    incoming_starts: Vec<u32>,
 }
 
 struct AtomicPlan {
@@ -185,15 +190,50 @@ impl CompositePlan {
                 });
             }
         }
+        let (incoming, incoming_starts) = incoming_by_part(count, &connections);
         CompositePlan {
             id,
             build_date,
             kind,
+            document_title: label(&format!("Composite Part {id:08}")),
             document_text: text("documentation", id, params.document_bytes),
             atomics,
             connections,
+            incoming,
+            incoming_starts,
         }
     }
+}
+
+/// The connections into each of `count` atomic parts, grouped by the part they lead to (a
+/// counting sort that keeps their order within a part): the indexes, and where each part's
+/// run of them starts, `count + 1` entries.
+fn incoming_by_part(count: usize, connections: &[ConnectionPlan]) -> (Vec<u32>, Vec<u32>) {
+    let mut starts = vec![0u32; count + 1];
+    for connection in connections {
+        starts[connection.to + 1] += 1;
+    }
+    for part in 0..count {
+        starts[part + 1] += starts[part];
+    }
+    let mut next = starts.clone();
+    let mut incoming = vec![0u32; connections.len()];
+    for (index, connection) in connections.iter().enumerate() {
+        let slot = &mut next[connection.to];
+        incoming[*slot as usize] = index as u32;
+        *slot += 1;
+    }
+    (incoming, starts)
+}
+
+/// Buffers one load reuses from composite part to composite part, so that the generator's
+/// own allocations stay out of what a load measures.
+#[derive(Default)]
+struct Scratch {
+    document: Vec<u8>,
+    atomics: Vec<Oid<AtomicPart>>,
+    connections: Vec<Oid<Connection>>,
+    list: Vec<u64>,
 }
 
 /// Running ids per kind, unique across the database.
@@ -277,6 +317,7 @@ fn build_module(
     let per_part = composite_part_bytes(params);
     let batch = (BATCH_BYTES / per_part).max(1) as usize;
     let mut composite_parts = Vec::with_capacity(planned.composites.len());
+    let mut scratch = Scratch::default();
     for (number, chunk) in planned.composites.chunks(batch).enumerate() {
         if number > 0 {
             txn.commit()?;
@@ -290,6 +331,7 @@ fn build_module(
                 composite,
                 module,
                 &used_in[index],
+                &mut scratch,
             )?);
             progress.inc(1);
         }
@@ -321,6 +363,7 @@ fn build_composite_part(
     planned: &CompositePlan,
     module: Oid<Module>,
     used_in: &[u64],
+    scratch: &mut Scratch,
 ) -> Result<Oid<CompositePart>> {
     let id = planned.id;
     let composite = txn.alloc(&CompositePart {
@@ -337,15 +380,18 @@ fn build_composite_part(
         id,
         composite_part: composite,
         text_bytes: params.document_bytes as u64,
-        title: label(&format!("Composite Part {id:08}")),
+        title: planned.document_title,
     };
-    let mut doc_bytes = bytemuck::bytes_of(&header).to_vec();
-    doc_bytes.extend_from_slice(&planned.document_text);
-    let document: Oid<Document> = typed(txn.alloc_bytes(Document::TYPE_ID, &doc_bytes)?.0);
+    scratch.document.clear();
+    scratch
+        .document
+        .extend_from_slice(bytemuck::bytes_of(&header));
+    scratch.document.extend_from_slice(&planned.document_text);
+    let document: Oid<Document> = typed(txn.alloc_bytes(Document::TYPE_ID, &scratch.document)?.0);
 
-    let count = planned.atomics.len();
     let fanout = params.connections_per_atomic as usize;
-    let mut atomics = Vec::with_capacity(count);
+    let atomics = &mut scratch.atomics;
+    atomics.clear();
     for (index, atomic) in planned.atomics.iter().enumerate() {
         atomics.push(txn.alloc(&AtomicPart {
             id: atomic.id,
@@ -361,29 +407,46 @@ fn build_composite_part(
             outgoing: [Oid::NULL; MAX_FANOUT],
         })?);
     }
-    let mut outgoing = vec![[Oid::<Connection>::NULL; MAX_FANOUT]; count];
-    let mut incoming = vec![Vec::new(); count];
-    for (from, planned_out) in planned.connections.chunks(fanout.max(1)).enumerate() {
-        for (out, connection_plan) in outgoing[from].iter_mut().zip(planned_out) {
-            let to = connection_plan.to;
-            let connection = txn.alloc(&Connection {
-                kind: type_label(connection_plan.kind),
-                length: connection_plan.length,
-                from: atomics[from],
-                to: atomics[to],
-            })?;
-            *out = connection;
-            incoming[to].push(connection.raw().0);
-        }
+    // Connections in plan order: atomic part `from`'s are `fanout` in a row.
+    let connections = &mut scratch.connections;
+    connections.clear();
+    for (index, connection_plan) in planned.connections.iter().enumerate() {
+        let from = index.checked_div(fanout).unwrap_or(0);
+        connections.push(txn.alloc(&Connection {
+            kind: type_label(connection_plan.kind),
+            length: connection_plan.length,
+            from: atomics[from],
+            to: atomics[connection_plan.to],
+        })?);
     }
-    for index in 0..count {
-        let incoming_list = alloc_oid_list(txn, &incoming[index])?;
-        let part = txn.get_mut(atomics[index])?;
-        part.outgoing = outgoing[index];
+    for (index, &atomic) in atomics.iter().enumerate() {
+        let (start, end) = (
+            planned.incoming_starts[index] as usize,
+            planned.incoming_starts[index + 1] as usize,
+        );
+        scratch.list.clear();
+        scratch.list.extend(
+            planned.incoming[start..end]
+                .iter()
+                .map(|&connection| connections[connection as usize].raw().0),
+        );
+        let incoming_list = alloc_oid_list(txn, &scratch.list)?;
+        let mut outgoing = [Oid::<Connection>::NULL; MAX_FANOUT];
+        let first = index * fanout;
+        for (out, &connection) in outgoing
+            .iter_mut()
+            .zip(&connections[first.min(connections.len())..])
+            .take(fanout)
+        {
+            *out = connection;
+        }
+        let part = txn.get_mut(atomic)?;
+        part.outgoing = outgoing;
         part.incoming = incoming_list;
     }
-    let raw_atomics: Vec<u64> = atomics.iter().map(|a| a.raw().0).collect();
-    let parts: Oid<OidList> = alloc_oid_list(txn, &raw_atomics)?;
+    scratch.list.clear();
+    scratch.list.extend(atomics.iter().map(|a| a.raw().0));
+    let parts: Oid<OidList> = alloc_oid_list(txn, &scratch.list)?;
     let used_in = if used_in.is_empty() {
         Oid::NULL
     } else {
@@ -547,5 +610,36 @@ impl AssemblyPlan {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counting sort groups the connections by the part they lead to and keeps their
+    /// order within a part, as pushing each onto its target's list in turn does.
+    #[test]
+    fn incoming_by_part_matches_a_list_per_part() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for count in [1usize, 2, 7, 20] {
+            let connections: Vec<ConnectionPlan> = (0..count * 3)
+                .map(|_| ConnectionPlan {
+                    to: rng.random_range(0..count),
+                    kind: 0,
+                    length: 1,
+                })
+                .collect();
+            let mut lists = vec![Vec::new(); count];
+            for (index, connection) in connections.iter().enumerate() {
+                lists[connection.to].push(index as u32);
+            }
+            let (incoming, starts) = incoming_by_part(count, &connections);
+            assert_eq!(starts.len(), count + 1);
+            for (part, list) in lists.iter().enumerate() {
+                let run = &incoming[starts[part] as usize..starts[part + 1] as usize];
+                assert_eq!(run, list.as_slice(), "part {part} of {count}");
+            }
+        }
     }
 }

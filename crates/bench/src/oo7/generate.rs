@@ -410,14 +410,15 @@ fn build_composite_part(
     // Connections in plan order: atomic part `from`'s are `fanout` in a row.
     let connections = &mut scratch.connections;
     connections.clear();
-    for (index, connection_plan) in planned.connections.iter().enumerate() {
-        let from = index.checked_div(fanout).unwrap_or(0);
-        connections.push(txn.alloc(&Connection {
-            kind: type_label(connection_plan.kind),
-            length: connection_plan.length,
-            from: atomics[from],
-            to: atomics[connection_plan.to],
-        })?);
+    for (from, planned_out) in planned.connections.chunks(fanout.max(1)).enumerate() {
+        for connection_plan in planned_out {
+            connections.push(txn.alloc(&Connection {
+                kind: type_label(connection_plan.kind),
+                length: connection_plan.length,
+                from: atomics[from],
+                to: atomics[connection_plan.to],
+            })?);
+        }
     }
     for (index, &atomic) in atomics.iter().enumerate() {
         let (start, end) = (
@@ -432,12 +433,10 @@ fn build_composite_part(
         );
         let incoming_list = alloc_oid_list(txn, &scratch.list)?;
         let mut outgoing = [Oid::<Connection>::NULL; MAX_FANOUT];
-        let first = index * fanout;
-        for (out, &connection) in outgoing
-            .iter_mut()
-            .zip(&connections[first.min(connections.len())..])
-            .take(fanout)
-        {
+        let from_part = connections
+            .get(index * fanout..(index + 1) * fanout)
+            .unwrap_or_default();
+        for (out, &connection) in outgoing.iter_mut().zip(from_part) {
             *out = connection;
         }
         let part = txn.get_mut(atomic)?;

@@ -51,8 +51,13 @@ const COPY_LOOKUPS_MAX: usize = 4;
 
 /// The snapshot component of one store.
 pub struct Snapshots {
-    /// Lock order: `log`, then `inner`, then `history`.
+    /// Lock order: `archiving`, then `log`, then `inner`, then `history`.
     log: Mutex<SnapshotLog>,
+    /// Held through a turn of archiving, from choosing the staged copies to marking them
+    /// archived: two turns at once (the background thread's and `archive_all`'s) would put
+    /// the same copies twice, and `archive_all` could return while the other turn's copies
+    /// were still on their way to the archive.
+    archiving: Mutex<()>,
     inner: Mutex<Inner>,
     history: Mutex<HistoryFile>,
     archive: Arc<dyn Archive>,
@@ -199,6 +204,7 @@ impl Snapshots {
         };
         let snapshots = Snapshots {
             log: Mutex::new(log),
+            archiving: Mutex::new(()),
             inner: Mutex::new(inner),
             history: Mutex::new(history),
             archive,
@@ -676,6 +682,7 @@ impl PageVersions for Snapshots {
     }
 
     fn background_turn(&self) -> Result<bool> {
+        let _turn = self.archiving.lock().unwrap_or_else(|e| e.into_inner());
         let (batch, images) = {
             let log = self.log();
             let inner = self.inner();

@@ -105,6 +105,7 @@ pub struct Options {
     pub(crate) log_streams: usize,
     pub(crate) restart_level: RestartLevel,
     pub(crate) background_install: bool,
+    pub(crate) keep_read_locks: bool,
     /// Warn in the log when the store far outgrows the caches (not for an inspection's
     /// in-memory recovery, which reports it itself).
     pub(crate) warn_outgrown: bool,
@@ -141,6 +142,7 @@ impl Default for Options {
             log_streams: 1,
             restart_level: RestartLevel::default(),
             background_install: true,
+            keep_read_locks: true,
             warn_outgrown: true,
             snapshots: false,
             archive: None,
@@ -173,6 +175,7 @@ impl std::fmt::Debug for Options {
             .field("log_streams", &self.log_streams)
             .field("restart_level", &self.restart_level)
             .field("background_install", &self.background_install)
+            .field("keep_read_locks", &self.keep_read_locks)
             .field("snapshots", &self.snapshots)
             .field(
                 "archive",
@@ -368,6 +371,17 @@ impl Options {
     /// every run does the same I/O in the same order.
     pub fn background_install(mut self, on: bool) -> Options {
         self.background_install = on;
+        self
+    }
+
+    /// Whether an embedded session keeps its shared page locks from one transaction to the
+    /// next (default on), so that a page it read before is read again without asking for its
+    /// lock or checking its copy; a writer that needs the page calls the lock back, waiting
+    /// only while a transaction of the session is using it. Off, every transaction locks each
+    /// page it reads again, as QuickStore does. Sessions of a remote store, and stores using
+    /// the database-cache method (which records every read), never keep locks.
+    pub fn keep_read_locks(mut self, on: bool) -> Options {
+        self.keep_read_locks = on;
         self
     }
 

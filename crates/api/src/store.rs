@@ -369,14 +369,18 @@ impl Store {
                 &self.options.credentials,
             )?),
         };
+        let mut client = ClientSession::new(
+            server,
+            pages,
+            scheme,
+            self.options.recovery_buffer_bytes,
+            Some(self.spare_caches.clone()),
+        )?;
+        if !self.options.keep_read_locks {
+            client.set_keep_read_locks(false)?;
+        }
         Ok(Session {
-            client: ClientSession::new(
-                server,
-                pages,
-                scheme,
-                self.options.recovery_buffer_bytes,
-                Some(self.spare_caches.clone()),
-            )?,
+            client,
             operations: self.options.operations.clone(),
             strategy: self.multi_level_strategy(),
             counters: (!self.is_remote()).then(|| self.session_counters.clone()),
@@ -695,6 +699,12 @@ impl Session {
             other => other?,
         };
         AsOfTransaction::begin(server, txn, snapshot, &mut self.snapshot_pages)
+    }
+
+    /// Pages whose shared locks this session keeps between its transactions now (see
+    /// [`crate::Options::keep_read_locks`]).
+    pub fn kept_locks(&self) -> usize {
+        self.client.kept_locks()
     }
 
     /// Session counters: locks requested, pages fetched and shipped, evictions, and the time

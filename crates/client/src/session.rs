@@ -19,7 +19,7 @@ use crate::spare_caches::SpareCaches;
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
-use lodestore_protocol::{AppendedCommit, LockMode, PageServer, ShippedPage, TxnKind};
+use lodestore_protocol::{AppendedCommit, KeptLocks, LockMode, PageServer, ShippedPage, TxnKind};
 use lodestore_storage::large::{self, Descriptor};
 use lodestore_storage::page::{self, PageKind, PAGE_HEADER_BYTES};
 use lodestore_storage::{directory, slotted};
@@ -55,6 +55,8 @@ pub struct ObjectInfo {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClientStats {
     pub lock_requests: u64,
+    /// Pages read under a shared lock kept from an earlier transaction, with no request.
+    pub kept_lock_hits: u64,
     pub pages_fetched: u64,
     pub pages_shipped: u64,
     pub evictions: u64,
@@ -117,6 +119,9 @@ struct WindowPage {
 
 struct ActiveTxn {
     id: TxnId,
+    /// May read pages under the session's kept locks (a top-level transaction begun with
+    /// them).
+    keeps: bool,
     /// Looked up on every object access, so a fast hash map.
     locks: FxHashMap<PageId, LockMode>,
     /// Pages changed in the cache and not shipped since.
@@ -166,6 +171,9 @@ pub struct ClientSession {
     located: Located,
     /// Objects reserved ahead of their contents.
     reserved: Reserved,
+    /// The shared page locks this session keeps between its transactions, if the server
+    /// keeps them (see [`KeptLocks`]).
+    kept: Option<Arc<KeptLocks>>,
 }
 
 /// What waiting for a deferred commit needs: the server's handle, and the pages the
@@ -196,7 +204,9 @@ impl ClientSession {
             cache_pages,
             server.volume_id(),
         )?;
+        let kept = server.keep_read_locks(cache_pages);
         Ok(ClientSession {
+            kept,
             cache: ClientCache::with_spares(
                 page_size,
                 cache_pages,
@@ -264,6 +274,33 @@ impl ClientSession {
         self.begin_kind(TxnKind::ReadWrite)
     }
 
+    /// Keeps shared page locks from one transaction to the next (the default where the
+    /// server can call them back), or stops keeping them and releases those kept. Refused
+    /// while a transaction runs or its commit is pending.
+    pub fn set_keep_read_locks(&mut self, keep: bool) -> Result<()> {
+        if self.txn.is_some() || self.pending.is_some() {
+            return Err(Error::InvalidArgument(
+                "kept locks change between transactions only".into(),
+            ));
+        }
+        match (keep, self.kept.take()) {
+            (true, None) => self.kept = self.server.keep_read_locks(self.cache.capacity()),
+            (false, Some(kept)) => self.server.forget_kept(&kept),
+            (_, kept) => self.kept = kept,
+        }
+        Ok(())
+    }
+
+    /// Does this session keep shared page locks between its transactions?
+    pub fn keeps_read_locks(&self) -> bool {
+        self.kept.is_some()
+    }
+
+    /// Pages whose shared locks the session keeps now.
+    pub fn kept_locks(&self) -> usize {
+        self.kept.as_ref().map_or(0, |kept| kept.len())
+    }
+
     /// Starts a subtransaction of level-1 transaction `parent` (multi-level transactions):
     /// an ordinary transaction of this session, whose page locks end with its commit.
     pub fn begin_sub(&mut self, parent: TxnId) -> Result<TxnId> {
@@ -277,9 +314,17 @@ impl ClientSession {
                 "a transaction is already active in this session".into(),
             ));
         }
-        let id = self.server.begin_transaction(kind)?;
+        let keeping = match (&self.kept, kind) {
+            (Some(kept), TxnKind::ReadWrite) => Some(kept),
+            _ => None,
+        };
+        let id = match keeping {
+            Some(kept) => self.server.begin_keeping(kept)?,
+            None => self.server.begin_transaction(kind)?,
+        };
         self.txn = Some(ActiveTxn {
             id,
+            keeps: keeping.is_some(),
             locks: FxHashMap::default(),
             dirty: BTreeSet::new(),
             allocation_window: Vec::new(),
@@ -647,17 +692,39 @@ impl ClientSession {
     /// marks the page dirty.
     fn page(&mut self, page: PageId, mode: LockMode) -> Result<FrameId> {
         let txn = self.active()?;
-        let id = txn.id;
+        let (id, keeps) = (txn.id, txn.keeps);
         if mode == LockMode::Shared {
             // A frame validated in this transaction holds a page the transaction has locked
             // (a frame is validated only under a lock, and locks last to the end): a read
             // needs nothing more, not even the lock map.
             if let Some(frame) = self.cache.lookup(page) {
-                if self.cache.state(frame).validated_in == Some(id) {
-                    debug_assert!(self
-                        .txn
+                let state = self.cache.state(frame);
+                if state.validated_in == Some(id) {
+                    debug_assert!(
+                        self.txn
+                            .as_ref()
+                            .is_some_and(|t| t.locks.contains_key(&page))
+                            || self
+                                .kept
+                                .as_ref()
+                                .is_some_and(|kept| kept.lock().in_use.contains(&page))
+                    );
+                    return Ok(frame);
+                }
+                // A copy validated under a lock the session kept since: current, as nobody
+                // could change the page meanwhile. The transaction's lock map does not list
+                // it: the server holds no lock of the transaction's on it, so a fetch after an
+                // eviction locks it first.
+                let validated_in = state.validated_in;
+                let kept_hit = !state.dirty
+                    && keeps
+                    && self
+                        .kept
                         .as_ref()
-                        .is_some_and(|t| t.locks.contains_key(&page)));
+                        .is_some_and(|kept| kept.use_page(id, page, validated_in));
+                if kept_hit {
+                    self.stats.kept_lock_hits += 1;
+                    self.cache.state_mut(frame).validated_in = Some(id);
                     return Ok(frame);
                 }
             }
@@ -1717,6 +1784,9 @@ impl Drop for ClientSession {
         if let Err(e) = self.release_reservations() {
             tracing::warn!(error = %e, "releasing the session's reserved pages failed");
             clean = false;
+        }
+        if let Some(kept) = self.kept.take() {
+            self.server.forget_kept(&kept);
         }
         // Nothing uncommitted is left in the cache: each page is as committed at its LSN,
         // which the next session that takes the cache validates under its locks.

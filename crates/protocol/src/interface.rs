@@ -132,6 +132,28 @@ pub trait PageServer: Send + Sync {
         self.begin_transaction(TxnKind::ReadWrite)
     }
 
+    /// Keeps the shared page locks of this caller's transactions from one to the next, for at
+    /// most `limit` pages (see [`crate::KeptLocks`]): the handle to pass to
+    /// [`Self::begin_keeping`] and, when the caller goes, to [`Self::forget_kept`]. `None`
+    /// when the server cannot call locks back (across a network, or where reads are recorded
+    /// as they happen).
+    fn keep_read_locks(&self, limit: usize) -> Option<std::sync::Arc<crate::KeptLocks>> {
+        let _ = limit;
+        None
+    }
+
+    /// Starts a read-write transaction whose shared page locks are kept in `kept` when it
+    /// ends, and which may read the pages kept there without asking for their locks.
+    fn begin_keeping(&self, kept: &crate::KeptLocks) -> Result<TxnId> {
+        let _ = kept;
+        self.begin()
+    }
+
+    /// Releases every lock kept in `kept`; it serves no transaction afterwards.
+    fn forget_kept(&self, kept: &crate::KeptLocks) {
+        let _ = kept;
+    }
+
     /// Locks `target` for `txn` (strict two-phase: held until commit or abort). For a page,
     /// returns the LSN of its committed version, so a client can tell whether its cached copy
     /// is current. A target the server does not serve is refused with `Error::Unsupported`.

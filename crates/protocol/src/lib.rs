@@ -5,6 +5,7 @@
 pub mod archive;
 pub mod batch;
 pub mod interface;
+pub mod kept_locks;
 pub mod snapshot_news;
 
 pub use archive::{Archive, PageCopy};
@@ -13,4 +14,5 @@ pub use interface::{
     AppendedCommit, LockMode, LockTarget, OperationNote, PageServer, ShippedPage, ShippedRecords,
     TxnKind,
 };
+pub use kept_locks::KeptLocks;
 pub use snapshot_news::{Accepted, Lookup, SnapshotHistory, SnapshotNews};

@@ -19,6 +19,7 @@
 
 use crate::interface::LockMode;
 use lodestore_core::{Error, Oid, PageId, Result, TxnId};
+use lodestore_protocol::KeptLocks;
 // Fx hashing: every lock request does several lookups; keys are transaction ids the server
 // assigns and pages checked to exist, so a client cannot pick keys without bound.
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
@@ -56,7 +57,22 @@ impl Owner {
     pub fn top(txn: TxnId) -> Owner {
         Owner { txn, level: 0 }
     }
+
+    /// The owner of the shared page locks a session keeps between its transactions.
+    pub fn keeper(keeper: TxnId) -> Owner {
+        Owner {
+            txn: keeper,
+            level: KEPT_LEVEL,
+        }
+    }
+
+    fn is_keeper(self) -> bool {
+        self.level == KEPT_LEVEL
+    }
 }
+
+/// The level of a kept lock's owner: no transaction nests this deep.
+const KEPT_LEVEL: u8 = u8::MAX;
 
 /// A lock mode: an index into a [`ModeTable`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -216,10 +232,16 @@ fn page_mode(mode: LockMode) -> ModeId {
 /// inline, so granting a lock on a resource nobody holds allocates nothing.
 type Holders = SmallVec<[(Owner, ModeId); 2]>;
 
+type Keepers = HashMap<TxnId, Arc<KeptLocks>>;
+
 struct Table {
     holders: HashMap<Resource, Holders>,
     held: HashMap<TxnId, Vec<Resource>>,
     waiting: HashMap<TxnId, Waiter>,
+    /// Sessions that keep their shared page locks between transactions, by owner id.
+    keepers: Keepers,
+    /// Transactions whose shared page locks pass to a keeper at their end.
+    keeper_of: HashMap<TxnId, TxnId>,
     /// Arrival order of waiters: the next waiter's ticket.
     next_ticket: u64,
     /// Transactions whose locks last only a subtransaction (released at its end, not held to
@@ -290,6 +312,9 @@ pub struct LockStats {
     /// Time requests spent waiting, granted or not, in microseconds.
     #[serde(default)]
     pub wait_micros: u64,
+    /// Kept shared locks called back for a writer.
+    #[serde(default)]
+    pub callbacks: u64,
 }
 
 impl LockStats {
@@ -303,19 +328,38 @@ impl LockStats {
 /// first waited with `ticket`: other transactions holding a conflicting mode and, unless `txn`
 /// converts a lock it holds, earlier waiters for a conflicting mode.
 #[inline]
+/// Kept locks are looked at through `keepers`: one in conflict is called back when the
+/// request is granted, unless the keeper's running transaction relies on it (then that
+/// transaction is the one to wait for, or `txn` itself, which then holds the resource already).
+/// Without `keepers` the caller has settled the kept locks itself, and says in `holds_already`
+/// whether `txn` relies on one.
+#[allow(clippy::too_many_arguments)]
 fn blockers(
     modes: &ModeTable,
     holders: &[(Owner, ModeId)],
     waiting: &HashMap<TxnId, Waiter>,
+    keepers: Option<&Keepers>,
+    holds_already: bool,
     txn: TxnId,
     resource: Resource,
     mode: ModeId,
     ticket: u64,
 ) -> Vec<TxnId> {
     let mut blockers = Vec::new();
-    let mut converts = false;
+    let mut converts = holds_already;
     for &(owner, held) in holders {
-        if owner.txn == txn {
+        if owner.is_keeper() {
+            let Some(keepers) = keepers else {
+                continue;
+            };
+            if !modes.compatible(held, mode) {
+                match kept_user(keepers, owner.txn, resource) {
+                    Some(user) if user == txn => converts = true,
+                    Some(user) if !blockers.contains(&user) => blockers.push(user),
+                    _ => {}
+                }
+            }
+        } else if owner.txn == txn {
             converts = true;
         } else if !modes.compatible(held, mode) && !blockers.contains(&owner.txn) {
             blockers.push(owner.txn);
@@ -336,6 +380,58 @@ fn blockers(
         );
     }
     blockers
+}
+
+/// The transaction of `keeper` relying on its kept lock on `resource`, if one does.
+fn kept_user(keepers: &Keepers, keeper: TxnId, resource: Resource) -> Option<TxnId> {
+    let Resource::Page(page) = resource else {
+        return None;
+    };
+    let state = keepers.get(&keeper)?.lock();
+    state.active.filter(|_| state.in_use.contains(&page))
+}
+
+/// What settling the kept locks on a resource for a request found.
+#[derive(Default)]
+struct Settled {
+    /// Kept locks called back.
+    called: u64,
+    /// Transactions relying on a kept lock in conflict, to wait for (the requester among them
+    /// when it relies on one itself).
+    users: SmallVec<[TxnId; 2]>,
+}
+
+/// Calls back the kept locks on `resource` in conflict with `mode` that no running transaction
+/// relies on, and names those that rely on the others. Each keeper is looked at once, under
+/// its own lock, so a session cannot start relying on a lock between the look and the call
+/// back; and it cannot stop relying on one while the table is locked (only the end of its
+/// transaction, under the table's lock, clears that).
+fn settle_kept(
+    modes: &ModeTable,
+    keepers: &Keepers,
+    holders: &mut Holders,
+    resource: Resource,
+    mode: ModeId,
+) -> Settled {
+    let mut settled = Settled::default();
+    holders.retain(|&mut (owner, held)| {
+        if !owner.is_keeper() || modes.compatible(held, mode) {
+            return true;
+        }
+        if let (Some(kept), Resource::Page(page)) = (keepers.get(&owner.txn), resource) {
+            let mut state = kept.lock();
+            if state.in_use.contains(&page) {
+                if let Some(user) = state.active {
+                    settled.users.push(user);
+                    return true;
+                }
+            }
+            state.pages.remove(&page);
+        }
+        settled.called += 1;
+        false
+    });
+    settled
 }
 
 /// The mode `owner`, or an ancestor of it (its transaction at a lower level), holds among
@@ -369,7 +465,17 @@ impl Table {
             .holders
             .get(&resource)
             .map_or(&[][..], |h| h.as_slice());
-        blockers(modes, holders, &self.waiting, txn, resource, mode, ticket)
+        blockers(
+            modes,
+            holders,
+            &self.waiting,
+            Some(&self.keepers),
+            false,
+            txn,
+            resource,
+            mode,
+            ticket,
+        )
     }
 
     /// `txn`'s ticket if it waits already.
@@ -393,13 +499,39 @@ impl Table {
             holders,
             held,
             waiting,
+            keepers,
+            stats,
             ..
         } = self;
         let entry = holders.entry(resource).or_default();
         if let Some(covering) = covering(modes, entry, owner, mode) {
             return Ok(covering);
         }
-        let blockers = blockers(modes, entry, waiting, owner.txn, resource, mode, ticket);
+        // Kept locks first: called back, or the transactions relying on them waited for.
+        let mut relied_on = false;
+        let mut kept_users = SmallVec::<[TxnId; 2]>::new();
+        if entry
+            .iter()
+            .any(|&(o, m)| o.is_keeper() && !modes.compatible(m, mode))
+        {
+            let settled = settle_kept(modes, keepers, entry, resource, mode);
+            stats.callbacks += settled.called;
+            for user in settled.users {
+                if user == owner.txn {
+                    relied_on = true;
+                } else if !kept_users.contains(&user) {
+                    kept_users.push(user);
+                }
+            }
+        }
+        let mut blockers = blockers(
+            modes, entry, waiting, None, relied_on, owner.txn, resource, mode, ticket,
+        );
+        for user in kept_users {
+            if !blockers.contains(&user) {
+                blockers.push(user);
+            }
+        }
         // No holder of the owner's transaction: its first lock on the resource, at any level.
         let first_of_txn = !entry.iter().any(|(o, _)| o.txn == owner.txn);
         if !blockers.is_empty() {
@@ -476,6 +608,82 @@ impl Table {
         resources
     }
 
+    /// Removes `keeper`'s kept lock on `resource`, and the resource when nobody holds it.
+    fn drop_kept(&mut self, keeper: TxnId, resource: Resource) {
+        if let Entry::Occupied(mut holders) = self.holders.entry(resource) {
+            holders
+                .get_mut()
+                .retain(|(o, _)| *o != Owner::keeper(keeper));
+            if holders.get().is_empty() {
+                holders.remove();
+            }
+        }
+    }
+
+    /// The end of `txn`, attached to `keeper`: its shared page locks pass to the keeper (the
+    /// session's copy of each page, validated in `txn`, stays current while it is kept); its
+    /// other locks are released, and a page it held exclusive is kept no longer. Returns the
+    /// resources whose waiters may go now.
+    fn keep_shared(&mut self, txn: TxnId, keeper: TxnId) -> Vec<Resource> {
+        let Some(kept) = self.keepers.get(&keeper).cloned() else {
+            return self.drop_locks(txn, |_| true);
+        };
+        let shared = mode_id(LockMode::Shared);
+        let kept_owner = Owner::keeper(keeper);
+        let mut state = kept.lock();
+        let mut released = Vec::new();
+        if state.active == Some(txn) {
+            state.active = None;
+            // The session's copies of the kept pages it read were validated in `txn` last.
+            let used: Vec<PageId> = state.in_use.drain().collect();
+            for page in used {
+                if let Some(validated_in) = state.pages.get_mut(&page) {
+                    *validated_in = txn;
+                }
+                released.push(Resource::Page(page));
+            }
+        }
+        let resources = self.held.remove(&txn).unwrap_or_default();
+        if state.pages.len() + resources.len() > kept.limit() {
+            // Over the limit: start again from this transaction's pages rather than track
+            // which kept page was used least recently.
+            for page in std::mem::take(&mut state.pages).into_keys() {
+                self.drop_kept(keeper, Resource::Page(page));
+                released.push(Resource::Page(page));
+            }
+        }
+        for resource in resources {
+            released.push(resource);
+            let Entry::Occupied(mut holders) = self.holders.entry(resource) else {
+                continue;
+            };
+            let mut only_shared = true;
+            holders.get_mut().retain(|&mut (o, m)| {
+                if o.txn != txn {
+                    return true;
+                }
+                only_shared &= o.level == 0 && m == shared;
+                false
+            });
+            if let Resource::Page(page) = resource {
+                let already = holders.get().iter().any(|(o, _)| *o == kept_owner);
+                if only_shared && state.pages.len() < kept.limit() {
+                    if !already {
+                        holders.get_mut().push((kept_owner, shared));
+                    }
+                    state.pages.insert(page, txn);
+                } else if already {
+                    holders.get_mut().retain(|(o, _)| *o != kept_owner);
+                    state.pages.remove(&page);
+                }
+            }
+            if holders.get().is_empty() {
+                holders.remove();
+            }
+        }
+        released
+    }
+
     /// The waiters on `resources` whose requests could be granted now (nobody holds or
     /// waits ahead for a conflicting mode), to be woken once the table is unlocked.
     fn grantable(&self, modes: &ModeTable, resources: &[Resource]) -> Vec<Arc<WaitSignal>> {
@@ -491,6 +699,8 @@ impl Table {
                         modes,
                         holders,
                         &self.waiting,
+                        Some(&self.keepers),
+                        false,
                         **txn,
                         w.resource,
                         w.mode,
@@ -536,6 +746,8 @@ impl LockManager {
                 holders: HashMap::default(),
                 held: HashMap::default(),
                 waiting: HashMap::default(),
+                keepers: HashMap::default(),
+                keeper_of: HashMap::default(),
                 next_ticket: 0,
                 brief: HashSet::default(),
                 sleeps: 0,
@@ -714,15 +926,19 @@ impl LockManager {
         self.lock()
             .holders
             .get(&Resource::Page(page))
-            .is_some_and(|h| h.iter().any(|(o, _)| o.txn != txn))
+            .is_some_and(|h| h.iter().any(|(o, _)| o.txn != txn && !o.is_keeper()))
     }
 
-    /// Releases every lock of `txn`, at every level, and wakes the waiters.
+    /// Releases every lock of `txn`, at every level, and wakes the waiters. A transaction
+    /// attached to a keeper leaves its shared page locks to it instead.
     pub fn release_all(&self, txn: TxnId) {
         let mut table = self.lock();
         table.brief.remove(&txn);
         let left = table.waiting.remove(&txn);
-        let mut released = table.drop_locks(txn, |_| true);
+        let mut released = match table.keeper_of.remove(&txn) {
+            Some(keeper) => table.keep_shared(txn, keeper),
+            None => table.drop_locks(txn, |_| true),
+        };
         released.extend(left.map(|w| w.resource));
         let next = table.grantable(&self.modes, &released);
         drop(table);
@@ -771,6 +987,47 @@ impl LockManager {
                 None => holders.push((parent, mode)),
             }
         }
+    }
+
+    /// Files the locks `kept` will keep; they are called back when a writer needs their pages.
+    pub fn register_keeper(&self, kept: Arc<KeptLocks>) {
+        let mut table = self.lock();
+        assert!(
+            !table.keepers.contains_key(&kept.id()),
+            "keeper {} registered twice",
+            kept.id()
+        );
+        table.keepers.insert(kept.id(), kept);
+    }
+
+    /// At its end, `txn` leaves its shared page locks to `keeper` (if it is registered).
+    pub fn attach_to_keeper(&self, txn: TxnId, keeper: TxnId) {
+        let mut table = self.lock();
+        if table.keepers.contains_key(&keeper) {
+            table.keeper_of.insert(txn, keeper);
+        }
+    }
+
+    /// Releases every lock `keeper` keeps and forgets it.
+    pub fn forget_keeper(&self, keeper: TxnId) {
+        let mut table = self.lock();
+        let Some(kept) = table.keepers.remove(&keeper) else {
+            return;
+        };
+        table.keeper_of.retain(|_, k| *k != keeper);
+        let pages = {
+            let mut state = kept.lock();
+            state.active = None;
+            state.in_use.clear();
+            std::mem::take(&mut state.pages)
+        };
+        let released: Vec<Resource> = pages.into_keys().map(Resource::Page).collect();
+        for &resource in &released {
+            table.drop_kept(keeper, resource);
+        }
+        let next = table.grantable(&self.modes, &released);
+        drop(table);
+        wake(next);
     }
 
     /// What `owner` holds, by resource (for tests and diagnostics).
@@ -1137,5 +1394,173 @@ mod tests {
         let result = locks.acquire(TxnId(2), PageId(1), LockMode::Shared);
         assert!(matches!(result, Err(Error::LockTimeout { .. })));
         assert!(result.unwrap_err().is_retryable());
+    }
+}
+
+/// Shared locks a session keeps between its transactions, and how writers call them back.
+#[cfg(test)]
+mod kept_tests {
+    use super::*;
+
+    const KEEPER: TxnId = TxnId(1000);
+    const P: PageId = PageId(7);
+    const Q: PageId = PageId(8);
+
+    fn with_keeper(limit: usize) -> (Arc<LockManager>, Arc<KeptLocks>) {
+        let locks = Arc::new(LockManager::new(Duration::from_secs(5)));
+        let kept = Arc::new(KeptLocks::new(KEEPER, limit));
+        locks.register_keeper(kept.clone());
+        (locks, kept)
+    }
+
+    /// `txn` of the keeping session reads `pages` under its own shared locks and ends.
+    fn read_and_end(locks: &LockManager, kept: &KeptLocks, txn: TxnId, pages: &[PageId]) {
+        locks.attach_to_keeper(txn, KEEPER);
+        kept.begin(txn);
+        for &page in pages {
+            locks.acquire(txn, page, LockMode::Shared).unwrap();
+        }
+        locks.release_all(txn);
+    }
+
+    fn kept_pages(kept: &KeptLocks) -> Vec<(PageId, TxnId)> {
+        let mut pages: Vec<_> = kept.lock().pages.iter().map(|(p, t)| (*p, *t)).collect();
+        pages.sort();
+        pages
+    }
+
+    fn until_waiting(locks: &LockManager, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while locks.waiting() < count {
+            assert!(Instant::now() < deadline, "nobody waits");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_transaction_leaves_its_shared_locks_to_the_keeper_and_a_writer_calls_them_back() {
+        let (locks, kept) = with_keeper(16);
+        read_and_end(&locks, &kept, TxnId(1), &[P, Q]);
+        assert_eq!(kept_pages(&kept), vec![(P, TxnId(1)), (Q, TxnId(1))]);
+        let shared = mode_id(LockMode::Shared);
+        let kept_held = vec![(Resource::Page(P), shared), (Resource::Page(Q), shared)];
+        assert_eq!(locks.held_by(Owner::keeper(KEEPER)), kept_held);
+        assert_eq!(locks.held_by(Owner::top(TxnId(1))), vec![]);
+        // Kept locks do not keep others from reading, nor count as another's lock.
+        assert!(!locks.locked_by_other(TxnId(2), P));
+        locks.acquire(TxnId(2), P, LockMode::Shared).unwrap();
+        locks.release_all(TxnId(2));
+        // A writer, while the session is not using the page, gets it at once.
+        assert_eq!(
+            locks.acquire(TxnId(3), P, LockMode::Exclusive).unwrap(),
+            LockMode::Exclusive
+        );
+        assert_eq!(kept_pages(&kept), vec![(Q, TxnId(1))]);
+        assert_eq!(locks.stats().callbacks, 1);
+        assert_eq!(locks.stats().waits, 0);
+        // So does a writer that never waits.
+        assert!(locks.try_acquire(TxnId(3), Q, LockMode::Exclusive));
+        assert!(kept.is_empty());
+        locks.release_all(TxnId(3));
+        assert_eq!(locks.locked_pages(), 0);
+    }
+
+    #[test]
+    fn a_writer_waits_for_the_end_of_the_transaction_using_a_kept_lock() {
+        let (locks, kept) = with_keeper(16);
+        read_and_end(&locks, &kept, TxnId(1), &[P]);
+        let reader = TxnId(2);
+        locks.attach_to_keeper(reader, KEEPER);
+        kept.begin(reader);
+        assert!(kept.use_page(reader, P, Some(TxnId(1))));
+        assert!(!locks.try_acquire(TxnId(3), P, LockMode::Exclusive));
+        let writer = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(TxnId(3), P, LockMode::Exclusive))
+        };
+        until_waiting(&locks, 1);
+        assert_eq!(kept_pages(&kept), vec![(P, TxnId(1))]);
+        locks.release_all(reader);
+        assert_eq!(writer.join().unwrap().unwrap(), LockMode::Exclusive);
+        assert!(kept.is_empty());
+        assert!(kept.lock().in_use.is_empty());
+        assert_eq!(kept.lock().active, None);
+        locks.release_all(TxnId(3));
+    }
+
+    #[test]
+    fn a_kept_page_read_again_is_kept_for_the_copy_validated_last() {
+        let (locks, kept) = with_keeper(16);
+        read_and_end(&locks, &kept, TxnId(1), &[P]);
+        locks.attach_to_keeper(TxnId(2), KEEPER);
+        kept.begin(TxnId(2));
+        assert!(kept.use_page(TxnId(2), P, Some(TxnId(1))));
+        locks.release_all(TxnId(2));
+        assert_eq!(kept_pages(&kept), vec![(P, TxnId(2))]);
+    }
+
+    #[test]
+    fn a_deadlock_through_a_kept_lock_is_found() {
+        let (locks, kept) = with_keeper(16);
+        read_and_end(&locks, &kept, TxnId(1), &[P]);
+        let (reader, writer) = (TxnId(2), TxnId(3));
+        locks.attach_to_keeper(reader, KEEPER);
+        kept.begin(reader);
+        assert!(kept.use_page(reader, P, Some(TxnId(1))));
+        locks.acquire(writer, Q, LockMode::Exclusive).unwrap();
+        let blocked_reader = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire(reader, Q, LockMode::Shared))
+        };
+        until_waiting(&locks, 1);
+        // The writer waiting for the reader's kept page closes the cycle.
+        let result = locks.acquire(writer, P, LockMode::Exclusive);
+        assert!(matches!(result, Err(Error::Deadlock { page }) if page == P));
+        locks.release_all(writer);
+        assert_eq!(blocked_reader.join().unwrap().unwrap(), LockMode::Shared);
+        locks.release_all(reader);
+        assert_eq!(kept_pages(&kept), vec![(P, reader), (Q, reader)]);
+    }
+
+    #[test]
+    fn a_page_the_keeping_transaction_writes_is_kept_no_longer() {
+        let (locks, kept) = with_keeper(16);
+        read_and_end(&locks, &kept, TxnId(1), &[P, Q]);
+        let txn = TxnId(2);
+        locks.attach_to_keeper(txn, KEEPER);
+        kept.begin(txn);
+        // Writing a kept page it is using: its own lock does not stand in the way.
+        assert!(kept.use_page(txn, P, Some(TxnId(1))));
+        assert_eq!(
+            locks.acquire(txn, P, LockMode::Exclusive).unwrap(),
+            LockMode::Exclusive
+        );
+        // Writing one it is not using calls the kept lock back.
+        assert!(locks.try_acquire(txn, Q, LockMode::Exclusive));
+        assert!(!kept.lock().pages.contains_key(&Q));
+        locks.release_all(txn);
+        assert!(kept.is_empty());
+        assert_eq!(locks.locked_pages(), 0);
+    }
+
+    #[test]
+    fn kept_locks_stay_within_the_limit_and_go_with_the_keeper() {
+        let (locks, kept) = with_keeper(2);
+        read_and_end(&locks, &kept, TxnId(1), &[P]);
+        read_and_end(&locks, &kept, TxnId(2), &[PageId(1), PageId(2), PageId(3)]);
+        assert!(kept.len() <= 2, "{:?}", kept_pages(&kept));
+        assert_eq!(locks.locked_pages(), kept.len());
+        // A transaction still attached when the keeper goes releases its locks at its end.
+        locks.attach_to_keeper(TxnId(3), KEEPER);
+        kept.begin(TxnId(3));
+        locks.acquire(TxnId(3), Q, LockMode::Shared).unwrap();
+        locks.forget_keeper(KEEPER);
+        assert!(kept.is_empty());
+        assert_eq!(locks.locked_pages(), 1);
+        locks.release_all(TxnId(3));
+        assert_eq!(locks.locked_pages(), 0);
+        // Nothing is kept for a keeper not registered.
+        read_and_end(&locks, &kept, TxnId(4), &[P]);
+        assert_eq!(locks.locked_pages(), 0);
     }
 }

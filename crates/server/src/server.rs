@@ -1633,6 +1633,34 @@ impl PageServer for Server {
         Ok(txn)
     }
 
+    fn keep_read_locks(&self, limit: usize) -> Option<Arc<lodestore_protocol::KeptLocks>> {
+        // The database-cache method records the pages each transaction reads as it locks
+        // them (persistence spheres): every read has to reach the server.
+        if self.method.defers_page_writes() || limit == 0 {
+            return None;
+        }
+        let id = {
+            let mut state = self.usable_state().ok()?;
+            let id = TxnId(state.next_txn);
+            state.next_txn += 1;
+            id
+        };
+        let kept = Arc::new(lodestore_protocol::KeptLocks::new(id, limit));
+        self.locks.register_keeper(kept.clone());
+        Some(kept)
+    }
+
+    fn begin_keeping(&self, kept: &lodestore_protocol::KeptLocks) -> Result<TxnId> {
+        let txn = self.begin_transaction(TxnKind::ReadWrite)?;
+        self.locks.attach_to_keeper(txn, kept.id());
+        kept.begin(txn);
+        Ok(txn)
+    }
+
+    fn forget_kept(&self, kept: &lodestore_protocol::KeptLocks) {
+        self.locks.forget_keeper(kept.id());
+    }
+
     fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
         let page = match target {
             LockTarget::Page(page) => page,

@@ -81,15 +81,17 @@ fn a_writer_calls_back_an_idle_sessions_locks_and_the_session_reads_the_new_valu
     let kept = reader.kept_locks();
     assert!(kept > 0);
     let mut writer = store.session().unwrap();
-    let started = Instant::now();
+    let before = store.lock_stats();
     writer
         .transact(|txn| {
             txn.get_mut(oids[0])?.value = START + 1;
             Ok(())
         })
         .unwrap();
-    // Not held up by the reader's kept lock (the lock wait timeout is seconds).
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Not held up by the reader's kept lock: called back, nobody waited.
+    let after = store.lock_stats();
+    assert_eq!(after.callbacks - before.callbacks, 1);
+    assert_eq!(after.waits, before.waits);
     assert_eq!(reader.kept_locks(), kept - 1, "one page called back");
     let after = values(&mut reader, &oids);
     assert_eq!(after[0], START + 1, "the changed page was read stale");
@@ -102,6 +104,7 @@ fn a_writer_waits_for_the_transaction_reading_a_kept_page() {
     let store = Arc::new(store);
     let mut reader = store.session().unwrap();
     values(&mut reader, &oids);
+    let blocked_before = store.lock_stats().requests_blocked;
     let mut txn = reader.begin().unwrap();
     assert_eq!(txn.get(oids[0]).unwrap().value, START);
     let wrote = Arc::new(AtomicBool::new(false));
@@ -118,7 +121,12 @@ fn a_writer_waits_for_the_transaction_reading_a_kept_page() {
             wrote.store(true, Ordering::SeqCst);
         })
     };
-    std::thread::sleep(Duration::from_millis(100));
+    // The writer's request waits (the reader's transaction relies on the kept lock).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while store.lock_stats().requests_blocked == blocked_before {
+        assert!(Instant::now() < deadline, "the writer never waited");
+        std::thread::yield_now();
+    }
     assert!(!wrote.load(Ordering::SeqCst), "the writer did not wait");
     // Read again in the same transaction: unchanged.
     assert_eq!(txn.get(oids[0]).unwrap().value, START);

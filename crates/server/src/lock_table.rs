@@ -1110,7 +1110,7 @@ mod tests {
 
     /// Returns once `count` transactions wait for a lock (at most 5 s), so tests order
     /// threads by what they do, not by sleeping.
-    fn until_waiting(locks: &LockManager, count: usize) {
+    pub(super) fn until_waiting(locks: &LockManager, count: usize) {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while locks.waiting() < count {
             assert!(
@@ -1400,6 +1400,7 @@ mod tests {
 /// Shared locks a session keeps between its transactions, and how writers call them back.
 #[cfg(test)]
 mod kept_tests {
+    use super::tests::until_waiting;
     use super::*;
 
     const KEEPER: TxnId = TxnId(1000);
@@ -1427,14 +1428,6 @@ mod kept_tests {
         let mut pages: Vec<_> = kept.lock().pages.iter().map(|(p, t)| (*p, *t)).collect();
         pages.sort();
         pages
-    }
-
-    fn until_waiting(locks: &LockManager, count: usize) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while locks.waiting() < count {
-            assert!(Instant::now() < deadline, "nobody waits");
-            std::thread::yield_now();
-        }
     }
 
     #[test]

@@ -807,6 +807,8 @@ impl Store {
     /// only log what failed.
     pub fn close(mut self) -> Result<()> {
         drop(self._workers.take());
+        // Locks closed sessions kept for the next ones hold the server too.
+        self.spare_caches.release_locks();
         let counters = self.save_counters();
         let closed = match &self.backend {
             Backend::Embedded(server) => {

@@ -57,13 +57,34 @@ fn read_all(session: &mut lodestore::Session, oids: &[Oid<Counter>]) -> Vec<u64>
 
 #[test]
 fn the_next_session_reads_a_closed_sessions_pages_without_fetching_them() {
-    // The session that creates the objects closes with every page of them cached.
+    // The session that creates the objects closes with every page of them cached, and the
+    // locks of the pages it wrote kept: they go on with the pages.
     let (_dir, store, oids) = store_with_counters();
     let mut next = store.session().unwrap();
     assert!(read_all(&mut next, &oids).iter().all(|&v| v == 1));
     let stats = next.stats();
     assert_eq!(stats.pages_fetched, 0, "every page came with the cache");
     assert_eq!(stats.cache_revalidations, 0);
+    let pages = OBJECTS * std::mem::size_of::<Counter>() as u64 / 8192;
+    assert_eq!(
+        stats.lock_requests, 0,
+        "every page read under a handed-on lock"
+    );
+    assert!(stats.kept_lock_hits >= pages, "{stats:?}");
+}
+
+#[test]
+fn without_kept_locks_the_next_session_validates_each_page_under_a_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = Options::new().keep_read_locks(false);
+    let store = Store::create(dir.path().join("store"), options).unwrap();
+    let oids = create(&store);
+    let mut next = store.session().unwrap();
+    assert!(read_all(&mut next, &oids).iter().all(|&v| v == 1));
+    let stats = next.stats();
+    assert_eq!(stats.pages_fetched, 0, "every page came with the cache");
+    assert_eq!(stats.cache_revalidations, 0);
+    assert_eq!(stats.kept_lock_hits, 0);
     let pages = OBJECTS * std::mem::size_of::<Counter>() as u64 / 8192;
     assert!(
         stats.lock_requests >= pages,

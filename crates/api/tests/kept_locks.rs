@@ -74,6 +74,84 @@ fn pages_read_before_are_read_again_without_lock_requests() {
 }
 
 #[test]
+fn pages_a_transaction_wrote_are_read_in_the_next_without_lock_requests() {
+    let (_dir, store, oids) = store(Options::new());
+    let mut writer = store.session().unwrap();
+    writer
+        .transact(|txn| {
+            for &oid in &oids {
+                txn.get_mut(oid)?.value += 1;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let before = writer.stats();
+    assert!(values(&mut writer, &oids).iter().all(|&v| v == START + 1));
+    let after = writer.stats();
+    assert_eq!(
+        after.lock_requests, before.lock_requests,
+        "its commit kept the locks of the pages it wrote"
+    );
+    assert!(after.kept_lock_hits - before.kept_lock_hits >= 4);
+    // Another session's write calls one back: the writer reads what that one committed.
+    let mut other = store.session().unwrap();
+    other
+        .transact(|txn| {
+            txn.get_mut(oids[0])?.value = 7;
+            Ok(())
+        })
+        .unwrap();
+    let seen = values(&mut writer, &oids);
+    assert_eq!(seen[0], 7, "a page written and kept was read stale");
+    assert!(seen[1..].iter().all(|&v| v == START + 1));
+    // A write rolled back keeps no lock: the page is locked and checked again.
+    {
+        let mut txn = writer.begin().unwrap();
+        txn.get_mut(oids[1]).unwrap().value = 99;
+    }
+    let before = writer.stats();
+    let seen = values(&mut writer, &oids);
+    assert_eq!(seen[1], START + 1, "a rolled-back write was read");
+    assert!(writer.stats().lock_requests > before.lock_requests);
+}
+
+#[test]
+fn a_closed_sessions_kept_locks_go_to_its_next_session_and_writers_call_them_back() {
+    let (_dir, store, oids) = store(Options::new());
+    // The session that created the counters closed; its locks came with its pages.
+    let mut first = store.session().unwrap();
+    assert!(values(&mut first, &oids).iter().all(|&v| v == START));
+    assert_eq!(first.stats().lock_requests, 0, "{:?}", first.stats());
+    assert!(first.kept_locks() > 0);
+    // A writer of a cache of its own, while the first session's locks wait for the next.
+    let mut writer = store.session().unwrap();
+    drop(first);
+    let before = store.lock_stats();
+    writer
+        .transact(|txn| {
+            txn.get_mut(oids[0])?.value = START + 5;
+            Ok(())
+        })
+        .unwrap();
+    let after = store.lock_stats();
+    assert!(
+        after.callbacks > before.callbacks,
+        "called back from the spare cache"
+    );
+    assert_eq!(after.waits, before.waits);
+    drop(writer);
+    // Whichever cache the next sessions take, they read what was committed.
+    for _ in 0..2 {
+        let mut next = store.session().unwrap();
+        let seen = values(&mut next, &oids);
+        assert_eq!(seen[0], START + 5, "a called-back page was read stale");
+        assert!(seen[1..].iter().all(|&v| v == START));
+    }
+    // Locks waiting in the spare caches do not keep the store from closing.
+    store.close().unwrap();
+}
+
+#[test]
 fn a_writer_calls_back_an_idle_sessions_locks_and_the_session_reads_the_new_values() {
     let (_dir, store, oids) = store(Options::new());
     let mut reader = store.session().unwrap();

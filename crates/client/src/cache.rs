@@ -6,7 +6,7 @@
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
 use crate::prefault::Prefault;
-use crate::spare_caches::{KeptPages, SpareCaches};
+use crate::spare_caches::{HandedLocks, KeptPages, SpareCaches};
 use lodestore_core::frames::{FrameId, FrameTable, FrameVec};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
@@ -42,7 +42,8 @@ struct PlainArena {
     prefault: ManuallyDrop<Prefault>,
     /// The cache's pages, handed on with the arena: set as the cache is dropped, when its
     /// session ended cleanly (`ClientCache::keep_pages_when_dropped`).
-    pages: Option<KeptPages>,
+    /// Boxed: the arena kinds stay about one size.
+    pages: Option<Box<KeptPages>>,
 }
 
 impl Deref for PlainArena {
@@ -66,7 +67,7 @@ impl Drop for PlainArena {
         // SAFETY: as above.
         let map = unsafe { ManuallyDrop::take(&mut self.map) };
         if let Some(spares) = &self.spares {
-            spares.give(map, self.pages.take());
+            spares.give(map, self.pages.take().map(|pages| *pages));
         }
     }
 }
@@ -105,6 +106,9 @@ pub struct ClientCache {
     fill_count: u64,
     /// Whether the pages go to the store's spares with the arena when the cache is dropped.
     keep_pages: bool,
+    /// The page locks kept for these pages: handed on with them, or by a closed session to
+    /// this cache's.
+    locks: Option<HandedLocks>,
 }
 
 impl Drop for ClientCache {
@@ -123,12 +127,14 @@ impl Drop for ClientCache {
             return;
         }
         // The arena's own drop, after this one, hands the pages on with the memory.
-        arena.pages = Some(KeptPages {
+        arena.pages = Some(Box::new(KeptPages {
             page_size: self.page_size,
             table: std::mem::replace(&mut self.table, FrameTable::new(1)),
+            states: std::mem::replace(&mut self.states, FrameVec::new(1)),
             fills: std::mem::replace(&mut self.fills, FrameVec::new(1)),
             fill_count: self.fill_count,
-        });
+            locks: self.locks.take(),
+        }));
     }
 }
 
@@ -197,20 +203,36 @@ impl ClientCache {
                 })
             }
         };
-        // Every kept page is clean and validated in no transaction of this session.
-        let (table, fills, fill_count) = match kept_pages {
-            Some(kept) => (kept.table, kept.fills, kept.fill_count),
-            None => (FrameTable::new(frame_count), FrameVec::new(frame_count), 0),
+        // Every kept page is clean and validated in no transaction of this session (in one
+        // of the closed session's, which the locks handed on with them may still cover).
+        let (table, states, fills, fill_count, locks) = match kept_pages {
+            Some(kept) => (
+                kept.table,
+                kept.states,
+                kept.fills,
+                kept.fill_count,
+                kept.locks,
+            ),
+            None => (
+                FrameTable::new(frame_count),
+                FrameVec::new(frame_count),
+                FrameVec::new(frame_count),
+                0,
+                None,
+            ),
         };
         debug_assert_eq!(fills.capacity(), frame_count);
+        debug_assert_eq!(states.capacity(), frame_count);
+        debug_assert!(states.iter().all(|s| !s.dirty));
         Ok(ClientCache {
             page_size,
             arena,
             table,
-            states: FrameVec::new(frame_count),
+            states,
             fills,
             fill_count,
             keep_pages: false,
+            locks,
         })
     }
 
@@ -219,6 +241,17 @@ impl ClientCache {
     /// Pages marked dirty are never kept.
     pub fn keep_pages_when_dropped(&mut self) {
         self.keep_pages = true;
+    }
+
+    /// Hands `locks`, kept on this cache's pages, on with them when the cache is dropped and
+    /// its pages are kept ([`Self::keep_pages_when_dropped`]); otherwise they are released.
+    pub fn hand_on_locks(&mut self, locks: HandedLocks) {
+        self.locks = Some(locks);
+    }
+
+    /// The locks a closed session kept on the pages this cache took from it, if any.
+    pub fn take_handed_locks(&mut self) -> Option<HandedLocks> {
+        self.locks.take()
     }
 
     pub fn page_size(&self) -> usize {

@@ -15,7 +15,7 @@ use crate::detect::{DetectionStats, RecordRun, Write, WriteTracker};
 use crate::located::{Located, Place, Stamp};
 use crate::reserved::{self, Reserved, ReservedPage};
 use crate::scheme::Scheme;
-use crate::spare_caches::SpareCaches;
+use crate::spare_caches::{HandedLocks, SpareCaches};
 use lodestore_core::frames::FrameId;
 use lodestore_core::limits::OBJECT_BYTES_MAX;
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, TypeId, VolumeId};
@@ -204,15 +204,17 @@ impl ClientSession {
             cache_pages,
             server.volume_id(),
         )?;
-        let kept = server.keep_read_locks(cache_pages);
+        let mut cache =
+            ClientCache::with_spares(page_size, cache_pages, scheme.detector.arena_kind(), spares)?;
+        // A closed session's kept locks come with its pages: its copies are still current
+        // where they are still kept.
+        let kept = match cache.take_handed_locks() {
+            Some(handed) => Some(handed.take()),
+            None => server.keep_read_locks(cache_pages),
+        };
         Ok(ClientSession {
             kept,
-            cache: ClientCache::with_spares(
-                page_size,
-                cache_pages,
-                scheme.detector.arena_kind(),
-                spares,
-            )?,
+            cache,
             tracker,
             scheme,
             volume: server.volume_id(),
@@ -1785,13 +1787,18 @@ impl Drop for ClientSession {
             tracing::warn!(error = %e, "releasing the session's reserved pages failed");
             clean = false;
         }
-        if let Some(kept) = self.kept.take() {
-            self.server.forget_kept(&kept);
-        }
+        let kept = self.kept.take();
         // Nothing uncommitted is left in the cache: each page is as committed at its LSN,
-        // which the next session that takes the cache validates under its locks.
+        // which the next session that takes the cache validates under its locks, unless a
+        // lock this session kept still covers it, handed on with the pages.
         if clean {
+            if let Some(kept) = kept {
+                let handed = HandedLocks::new(kept, self.server.clone());
+                self.cache.hand_on_locks(handed);
+            }
             self.cache.keep_pages_when_dropped();
+        } else if let Some(kept) = kept {
+            self.server.forget_kept(&kept);
         }
     }
 }

@@ -17,6 +17,12 @@
 //! its pages only when it ended with nothing uncommitted in them (no transaction left, no
 //! commit whose outcome is unknown); otherwise only the memory goes on.
 //!
+//! The page locks a session kept between its transactions ([`KeptLocks`]) go on with its
+//! pages ([`HandedLocks`]): the next session reads a page kept for it without a lock request,
+//! as the closed session would have, and writers call those locks back meanwhile as they would
+//! have from the closed session. Locks that no session takes on (the cache dropped, or taken
+//! by a session that keeps no locks) are released at the server.
+//!
 //! An arena kept without pages is marked free (`MADV_FREE`): the kernel takes its memory back
 //! when it needs it, and until then the pages stay. An arena kept with pages keeps its memory,
 //! as the session did: at most [`SPARE_CACHES_MAX`] caches' worth. A reused frame of an arena
@@ -24,9 +30,11 @@
 //! is read (a fetch, or a new page's format, which clears it), and debug builds fill the start
 //! of such an arena with a poison byte so that a read before a fill shows.
 
+use crate::cache::FrameState;
 use lodestore_core::frames::{FrameTable, FrameVec};
+use lodestore_protocol::{KeptLocks, PageServer};
 use memmap2::MmapMut;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Caches kept at most: enough for a store whose sessions come and go one or two at a time;
 /// sessions beyond it at once map arenas of their own, given back to the system as they close.
@@ -39,13 +47,54 @@ pub const REUSED_POISON: u8 = 0xA5;
 /// come into use lowest first), bounded so that tests opening many sessions stay quick.
 pub const POISONED_BYTES_MAX: usize = 4 << 20;
 
-/// The pages a closed session's cache held: its page table and the fill numbers of its
-/// frames, each page as of the LSN in its header.
+/// The pages a closed session's cache held: its page table, the states and fill numbers of
+/// its frames, each page as of the LSN in its header, and the locks the session kept on them.
 pub(crate) struct KeptPages {
     pub(crate) page_size: usize,
     pub(crate) table: FrameTable,
+    /// Clean, each naming the transaction of the closed session that last validated it.
+    pub(crate) states: FrameVec<FrameState>,
     pub(crate) fills: FrameVec<u64>,
     pub(crate) fill_count: u64,
+    pub(crate) locks: Option<HandedLocks>,
+}
+
+/// A closed session's kept locks on their way to the next session, released at the server if
+/// none takes them.
+pub struct HandedLocks {
+    kept: Option<Arc<KeptLocks>>,
+    server: Arc<dyn PageServer>,
+}
+
+impl HandedLocks {
+    /// The locks `kept` keeps at `server`, to be handed on.
+    pub fn new(kept: Arc<KeptLocks>, server: Arc<dyn PageServer>) -> HandedLocks {
+        HandedLocks {
+            kept: Some(kept),
+            server,
+        }
+    }
+
+    /// Takes the locks on: the taker keeps (or forgets) them from now on.
+    pub fn take(mut self) -> Arc<KeptLocks> {
+        self.kept.take().expect("handed locks are taken once")
+    }
+}
+
+impl Drop for HandedLocks {
+    fn drop(&mut self) {
+        if let Some(kept) = self.kept.take() {
+            self.server.forget_kept(&kept);
+        }
+    }
+}
+
+impl std::fmt::Debug for HandedLocks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandedLocks")
+            .field("kept", &self.kept.as_ref().map(|k| k.id()))
+            .finish()
+    }
 }
 
 /// A closed session's arena, with its pages when they may be used again.
@@ -127,6 +176,18 @@ impl SpareCaches {
         self.len() == 0
     }
 
+    /// Releases the locks kept with the pages of every cache kept now (the pages stay): a
+    /// closing store does, so that nothing here still uses its server.
+    pub fn release_locks(&self) {
+        let handed: Vec<HandedLocks> = self
+            .lock()
+            .iter_mut()
+            .filter_map(|k| k.pages.as_mut().and_then(|p| p.locks.take()))
+            .collect();
+        // Released with the list unlocked: the server's lock manager is not called under it.
+        drop(handed);
+    }
+
     /// Caches kept now with their pages.
     pub fn with_pages(&self) -> usize {
         self.lock().iter().filter(|k| k.pages.is_some()).count()
@@ -165,8 +226,10 @@ mod tests {
         KeptPages {
             page_size: 4096,
             table: FrameTable::new(4),
+            states: FrameVec::new(4),
             fills: FrameVec::new(4),
             fill_count: 0,
+            locks: None,
         }
     }
 

@@ -242,6 +242,11 @@ struct Table {
     keepers: Keepers,
     /// Transactions whose shared page locks pass to a keeper at their end.
     keeper_of: HashMap<TxnId, TxnId>,
+    /// Transactions attached to a keeper whose commit was appended, with the pages the server
+    /// itself changed at the commit (pages it freed): should the commit become durable, their
+    /// session's copies of the other pages they wrote are the committed ones, and those pages'
+    /// locks are kept too ([`LockManager::release_committed`]).
+    committing: HashMap<TxnId, HashSet<PageId>>,
     /// Arrival order of waiters: the next waiter's ticket.
     next_ticket: u64,
     /// Transactions whose locks last only a subtransaction (released at its end, not held to
@@ -621,14 +626,22 @@ impl Table {
     }
 
     /// The end of `txn`, attached to `keeper`: its shared page locks pass to the keeper (the
-    /// session's copy of each page, validated in `txn`, stays current while it is kept); its
-    /// other locks are released, and a page it held exclusive is kept no longer. Returns the
-    /// resources whose waiters may go now.
-    fn keep_shared(&mut self, txn: TxnId, keeper: TxnId) -> Vec<Resource> {
+    /// session's copy of each page, validated in `txn`, stays current while it is kept); so do
+    /// its exclusive page locks when `written` says its commit is durable, except on the pages
+    /// `written` names (the server changed them at the commit, and the session's copies are
+    /// not what was committed). Its other locks are released, and a page it held exclusive and
+    /// does not keep is kept no longer. Returns the resources whose waiters may go now.
+    fn keep_shared(
+        &mut self,
+        txn: TxnId,
+        keeper: TxnId,
+        written: Option<&HashSet<PageId>>,
+    ) -> Vec<Resource> {
         let Some(kept) = self.keepers.get(&keeper).cloned() else {
             return self.drop_locks(txn, |_| true);
         };
         let shared = mode_id(LockMode::Shared);
+        let exclusive = mode_id(LockMode::Exclusive);
         let kept_owner = Owner::keeper(keeper);
         let mut state = kept.lock();
         let mut released = Vec::new();
@@ -657,17 +670,23 @@ impl Table {
             let Entry::Occupied(mut holders) = self.holders.entry(resource) else {
                 continue;
             };
-            let mut only_shared = true;
+            // A page written by a durable commit is kept as a page read is: the session's copy
+            // is what was committed, validated in `txn`.
+            let written_here = match (resource, written) {
+                (Resource::Page(page), Some(changed)) => !changed.contains(&page),
+                _ => false,
+            };
+            let mut keepable = true;
             holders.get_mut().retain(|&mut (o, m)| {
                 if o.txn != txn {
                     return true;
                 }
-                only_shared &= o.level == 0 && m == shared;
+                keepable &= o.level == 0 && (m == shared || (m == exclusive && written_here));
                 false
             });
             if let Resource::Page(page) = resource {
                 let already = holders.get().iter().any(|(o, _)| *o == kept_owner);
-                if only_shared && state.pages.len() < kept.limit() {
+                if keepable && state.pages.len() < kept.limit() {
                     if !already {
                         holders.get_mut().push((kept_owner, shared));
                     }
@@ -748,6 +767,7 @@ impl LockManager {
                 waiting: HashMap::default(),
                 keepers: HashMap::default(),
                 keeper_of: HashMap::default(),
+                committing: HashMap::default(),
                 next_ticket: 0,
                 brief: HashSet::default(),
                 sleeps: 0,
@@ -932,11 +952,36 @@ impl LockManager {
     /// Releases every lock of `txn`, at every level, and wakes the waiters. A transaction
     /// attached to a keeper leaves its shared page locks to it instead.
     pub fn release_all(&self, txn: TxnId) {
+        self.release(txn, false);
+    }
+
+    /// [`release_all`](Self::release_all) at the durable commit of `txn`: a transaction
+    /// attached to a keeper leaves it the locks of the pages it wrote as well, but those the
+    /// server changed at the commit ([`note_commit`](Self::note_commit)).
+    pub fn release_committed(&self, txn: TxnId) {
+        self.release(txn, true);
+    }
+
+    /// Notes, as `txn`'s commit is appended, the pages the server itself changed at it (pages
+    /// it freed), which a keeper may not keep for the session (see
+    /// [`release_committed`](Self::release_committed)). Nothing for a transaction attached to
+    /// no keeper.
+    pub fn note_commit(&self, txn: TxnId, changed_by_server: &[PageId]) {
+        let mut table = self.lock();
+        if table.keeper_of.contains_key(&txn) {
+            let changed = changed_by_server.iter().copied().collect();
+            table.committing.insert(txn, changed);
+        }
+    }
+
+    fn release(&self, txn: TxnId, committed: bool) {
         let mut table = self.lock();
         table.brief.remove(&txn);
         let left = table.waiting.remove(&txn);
+        let noted = table.committing.remove(&txn);
+        let written = noted.as_ref().filter(|_| committed);
         let mut released = match table.keeper_of.remove(&txn) {
-            Some(keeper) => table.keep_shared(txn, keeper),
+            Some(keeper) => table.keep_shared(txn, keeper, written),
             None => table.drop_locks(txn, |_| true),
         };
         released.extend(left.map(|w| w.resource));
@@ -1015,6 +1060,12 @@ impl LockManager {
             return;
         };
         table.keeper_of.retain(|_, k| *k != keeper);
+        let Table {
+            keeper_of,
+            committing,
+            ..
+        } = &mut *table;
+        committing.retain(|txn, _| keeper_of.contains_key(txn));
         let pages = {
             let mut state = kept.lock();
             state.active = None;
@@ -1455,6 +1506,54 @@ mod kept_tests {
         assert!(locks.try_acquire(TxnId(3), Q, LockMode::Exclusive));
         assert!(kept.is_empty());
         locks.release_all(TxnId(3));
+        assert_eq!(locks.locked_pages(), 0);
+    }
+
+    #[test]
+    fn a_durable_commit_leaves_the_pages_it_wrote_to_the_keeper_but_those_the_server_changed() {
+        const FREED: PageId = PageId(9);
+        let (locks, kept) = with_keeper(16);
+        let writer = TxnId(1);
+        locks.attach_to_keeper(writer, KEEPER);
+        kept.begin(writer);
+        locks.acquire(writer, P, LockMode::Shared).unwrap();
+        locks.acquire(writer, Q, LockMode::Exclusive).unwrap();
+        locks.acquire(writer, FREED, LockMode::Exclusive).unwrap();
+        locks.note_commit(writer, &[FREED]);
+        locks.release_committed(writer);
+        assert_eq!(kept_pages(&kept), vec![(P, writer), (Q, writer)]);
+        let shared = mode_id(LockMode::Shared);
+        let kept_held = vec![(Resource::Page(P), shared), (Resource::Page(Q), shared)];
+        assert_eq!(locks.held_by(Owner::keeper(KEEPER)), kept_held);
+        assert_eq!(locks.locked_pages(), 2, "the freed page is nobody's");
+        // Written and kept, the page is called back like a page read.
+        assert!(locks.try_acquire(TxnId(2), Q, LockMode::Exclusive));
+        assert_eq!(kept_pages(&kept), vec![(P, writer)]);
+        assert_eq!(locks.stats().callbacks, 1);
+        locks.release_all(TxnId(2));
+    }
+
+    #[test]
+    fn a_transaction_that_does_not_commit_leaves_no_page_it_wrote_to_the_keeper() {
+        let (locks, kept) = with_keeper(16);
+        let writer = TxnId(1);
+        locks.attach_to_keeper(writer, KEEPER);
+        kept.begin(writer);
+        locks.acquire(writer, P, LockMode::Shared).unwrap();
+        locks.acquire(writer, Q, LockMode::Exclusive).unwrap();
+        // Its commit appended, then rolled back (the commit never became durable).
+        locks.note_commit(writer, &[]);
+        locks.release_all(writer);
+        assert_eq!(kept_pages(&kept), vec![(P, writer)]);
+        assert_eq!(locks.locked_pages(), 1, "the page it wrote is nobody's");
+        // A page it read and then wrote, kept before, is kept no longer.
+        let second = TxnId(2);
+        locks.attach_to_keeper(second, KEEPER);
+        kept.begin(second);
+        assert!(kept.use_page(second, P, Some(writer)));
+        locks.acquire(second, P, LockMode::Exclusive).unwrap();
+        locks.release_all(second);
+        assert!(kept.is_empty());
         assert_eq!(locks.locked_pages(), 0);
     }
 

@@ -1866,6 +1866,8 @@ impl PageServer for Server {
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             let mut freed = own.freed.clone();
             freed.extend(self.emptied_pages(&mut state, txn)?);
+            // The session's copies of the pages freed here are not what commits.
+            self.locks.note_commit(txn, &freed);
             // Most commits free no page: no zeroed page for them.
             let mut blank = if freed.is_empty() {
                 Vec::new()
@@ -1952,7 +1954,7 @@ impl PageServer for Server {
         match flushed {
             Ok(()) => {
                 self.subs_appended().remove(&txn);
-                self.locks.release_all(txn);
+                self.locks.release_committed(txn);
                 Ok(())
             }
             Err(e) => {

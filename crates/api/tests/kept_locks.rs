@@ -51,6 +51,16 @@ fn values(session: &mut lodestore::Session, oids: &[Oid<Counter>]) -> Vec<u64> {
         .unwrap()
 }
 
+/// Sets `oid`'s value in a transaction of `session`.
+fn set(session: &mut lodestore::Session, oid: Oid<Counter>, value: u64) {
+    session
+        .transact(|txn| {
+            txn.get_mut(oid)?.value = value;
+            Ok(())
+        })
+        .unwrap();
+}
+
 #[test]
 fn pages_read_before_are_read_again_without_lock_requests() {
     for keep in [true, false] {
@@ -95,12 +105,7 @@ fn pages_a_transaction_wrote_are_read_in_the_next_without_lock_requests() {
     assert!(after.kept_lock_hits - before.kept_lock_hits >= 4);
     // Another session's write calls one back: the writer reads what that one committed.
     let mut other = store.session().unwrap();
-    other
-        .transact(|txn| {
-            txn.get_mut(oids[0])?.value = 7;
-            Ok(())
-        })
-        .unwrap();
+    set(&mut other, oids[0], 7);
     let seen = values(&mut writer, &oids);
     assert_eq!(seen[0], 7, "a page written and kept was read stale");
     assert!(seen[1..].iter().all(|&v| v == START + 1));
@@ -127,12 +132,7 @@ fn a_closed_sessions_kept_locks_go_to_its_next_session_and_writers_call_them_bac
     let mut writer = store.session().unwrap();
     drop(first);
     let before = store.lock_stats();
-    writer
-        .transact(|txn| {
-            txn.get_mut(oids[0])?.value = START + 5;
-            Ok(())
-        })
-        .unwrap();
+    set(&mut writer, oids[0], START + 5);
     let after = store.lock_stats();
     assert!(
         after.callbacks > before.callbacks,
@@ -160,12 +160,7 @@ fn a_writer_calls_back_an_idle_sessions_locks_and_the_session_reads_the_new_valu
     assert!(kept > 0);
     let mut writer = store.session().unwrap();
     let before = store.lock_stats();
-    writer
-        .transact(|txn| {
-            txn.get_mut(oids[0])?.value = START + 1;
-            Ok(())
-        })
-        .unwrap();
+    set(&mut writer, oids[0], START + 1);
     // Not held up by the reader's kept lock: called back, nobody waited.
     let after = store.lock_stats();
     assert_eq!(after.callbacks - before.callbacks, 1);

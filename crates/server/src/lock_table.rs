@@ -1467,12 +1467,26 @@ mod kept_tests {
 
     /// `txn` of the keeping session reads `pages` under its own shared locks and ends.
     fn read_and_end(locks: &LockManager, kept: &KeptLocks, txn: TxnId, pages: &[PageId]) {
+        attached_holding(locks, kept, txn, pages, &[]);
+        locks.release_all(txn);
+    }
+
+    /// `txn` of the keeping session, holding `read` shared and `written` exclusive.
+    fn attached_holding(
+        locks: &LockManager,
+        kept: &KeptLocks,
+        txn: TxnId,
+        read: &[PageId],
+        written: &[PageId],
+    ) {
         locks.attach_to_keeper(txn, KEEPER);
         kept.begin(txn);
-        for &page in pages {
+        for &page in read {
             locks.acquire(txn, page, LockMode::Shared).unwrap();
         }
-        locks.release_all(txn);
+        for &page in written {
+            locks.acquire(txn, page, LockMode::Exclusive).unwrap();
+        }
     }
 
     fn kept_pages(kept: &KeptLocks) -> Vec<(PageId, TxnId)> {
@@ -1514,11 +1528,7 @@ mod kept_tests {
         const FREED: PageId = PageId(9);
         let (locks, kept) = with_keeper(16);
         let writer = TxnId(1);
-        locks.attach_to_keeper(writer, KEEPER);
-        kept.begin(writer);
-        locks.acquire(writer, P, LockMode::Shared).unwrap();
-        locks.acquire(writer, Q, LockMode::Exclusive).unwrap();
-        locks.acquire(writer, FREED, LockMode::Exclusive).unwrap();
+        attached_holding(&locks, &kept, writer, &[P], &[Q, FREED]);
         locks.note_commit(writer, &[FREED]);
         locks.release_committed(writer);
         assert_eq!(kept_pages(&kept), vec![(P, writer), (Q, writer)]);
@@ -1537,10 +1547,7 @@ mod kept_tests {
     fn a_transaction_that_does_not_commit_leaves_no_page_it_wrote_to_the_keeper() {
         let (locks, kept) = with_keeper(16);
         let writer = TxnId(1);
-        locks.attach_to_keeper(writer, KEEPER);
-        kept.begin(writer);
-        locks.acquire(writer, P, LockMode::Shared).unwrap();
-        locks.acquire(writer, Q, LockMode::Exclusive).unwrap();
+        attached_holding(&locks, &kept, writer, &[P], &[Q]);
         // Its commit appended, then rolled back (the commit never became durable).
         locks.note_commit(writer, &[]);
         locks.release_all(writer);

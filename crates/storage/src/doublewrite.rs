@@ -13,7 +13,7 @@
 
 use crate::fs::{FileSystem, OpenMode, Storage};
 use crate::page::{self, PageKind};
-use crate::volume::Volume;
+use crate::volume::{Volume, INITIAL_PAGE_COUNT};
 use lodestore_core::{Lsn, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -119,8 +119,26 @@ impl DoubleWrite {
         self.used = true;
         self.next += pages.len();
         self.home_unsynced = true;
-        for image in pages.iter_mut() {
-            volume.write_page(page::number(image), image)?;
+        // Home from the sealed copies just written here: one write per run of consecutive
+        // pages (a checkpoint's batch comes in page order) instead of one per page, which
+        // cost a checkpoint of a few hundred pages milliseconds of system calls.
+        let mut start = 0;
+        while start < pages.len() {
+            let first = page::number(pages[start]);
+            let mut end = start + 1;
+            while end < pages.len() && page::number(pages[end]).0 == first.0 + (end - start) as u32
+            {
+                end += 1;
+            }
+            if end - start == 1 || first.0 < INITIAL_PAGE_COUNT {
+                for image in pages[start..end].iter_mut() {
+                    volume.write_page(page::number(image), image)?;
+                }
+            } else {
+                let bytes = &mut self.buf[start * self.page_size..end * self.page_size];
+                volume.write_pages(first, bytes)?;
+            }
+            start = end;
         }
         Ok(())
     }
@@ -291,6 +309,28 @@ mod tests {
         assert_eq!(home(&volume, 5), a);
         // A second restore finds the pages home.
         assert_eq!(dw.restore(&volume, Lsn(1)).unwrap().pages_restored, 0);
+    }
+
+    #[test]
+    fn a_batch_goes_home_in_one_write_per_run_of_consecutive_pages() {
+        let fs = crate::sim::SimFileSystem::new();
+        let dir = Path::new("/s");
+        let volume = Volume::create(&fs, dir, PAGE).unwrap();
+        volume.extend_to(16).unwrap();
+        let mut dw = DoubleWrite::open(&fs, dir, PAGE).unwrap();
+        let numbers = [4u32, 5, 6, 9, 10, 12];
+        let mut pages: Vec<Vec<u8>> = numbers.iter().map(|&id| image(id, 7, id as u8)).collect();
+        let before = fs.operations();
+        let mut batch: Vec<&mut [u8]> = pages.iter_mut().map(|p| &mut p[..]).collect();
+        dw.write_home(&volume, &mut batch).unwrap();
+        // The slots' write and sync, then runs 4-6, 9-10 and 12.
+        assert_eq!(fs.operations() - before, 2 + 3);
+        for (&id, image) in numbers.iter().zip(&pages) {
+            assert_eq!(&home(&volume, id), image, "page {id} at home");
+            volume
+                .read_page_sealed(PageId(id), &mut vec![0u8; PAGE])
+                .unwrap();
+        }
     }
 
     #[test]

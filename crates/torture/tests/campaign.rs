@@ -177,6 +177,28 @@ fn crash_campaign_physical_logging_baseline() {
     with_streams(62, RecoveryMethodKind::Pl2p, 4, 1_000);
 }
 
+/// A seed of a long campaign that once failed: under the physical baseline a client logged a
+/// page added after the checkpoint with the page's header among the changed bytes, and the
+/// restart merged the file growth's format into that after-image instead of laying the image
+/// on it, leaving a page whose header named page 0 (refused when the close wrote it home).
+#[test]
+fn crash_campaign_physical_logging_of_pages_past_the_backup() {
+    let report = run(
+        &CampaignOptions {
+            seed: 882_118,
+            method: RecoveryMethodKind::Pl2p,
+            scheme: Scheme::SL_ESM,
+            crashes: 87,
+            sessions: 4,
+            collections: true,
+            ..CampaignOptions::default()
+        },
+        |_| {},
+    );
+    assert_no_violations(&report, "pl2p at seed 882118");
+    assert_eq!(report.crashes, 87);
+}
+
 fn with_sessions(seed: u64, method: RecoveryMethodKind, scheme: Scheme, crashes: u64) {
     let options = CampaignOptions {
         seed,

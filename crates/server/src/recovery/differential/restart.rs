@@ -22,7 +22,7 @@ use lodestore_difflog::backup::Backup;
 use lodestore_difflog::kinds::{PHYSICAL_CHANGES, PHYSICAL_COMPENSATION, XOR_CHANGES};
 use lodestore_difflog::restart::parallel::{replay_streams, XorRestart};
 use lodestore_difflog::restart::{
-    one_pass, physical_redo_merging, physical_two_pass, physical_undo_after_merge, two_pass,
+    one_pass, physical_redo_merging, physical_two_pass, physical_undo_after_merge, two_pass, Image,
     MemoryImage, OnePassForward, Replay, StreamTail,
 };
 use lodestore_difflog::{physical, xor};
@@ -32,6 +32,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Records read ahead of PL2P's merge per stream at most: enough to keep the readers busy
@@ -41,6 +42,8 @@ const MERGE_QUEUE_RECORDS: usize = 4096;
 /// The store's pages rebuilt in memory when it opened, waiting for the restart pass.
 pub(crate) struct Recovered {
     image: MemoryImage,
+    /// Pages past the backup that PL2P's replay laid on their grown format already.
+    grown_formatted: BTreeSet<PageId>,
     named: Named,
     replay: Replay,
     backup_load_us: u64,
@@ -75,10 +78,18 @@ pub(crate) fn open_and_replay(
         page_number_bound(capacity, page_size).max(known) as usize,
         page_size,
     )?;
-    let image = &image_owned;
-    let image_pages = image.page_count() as u32;
+    let image_pages = image_owned.page_count() as u32;
     let level = server.options().restart_level;
     let pl2p = kind == RecoveryMethodKind::Pl2p;
+    let grown = GrownPagesFormatted {
+        image: &image_owned,
+        volume: &server.volume,
+        from: done.page_count,
+        formatted: Mutex::default(),
+    };
+    // The XOR methods' deltas commute with the grown format, XORed in after them; PL2P's
+    // after-images must land on it.
+    let image: &dyn Image = if pl2p { &grown } else { &image_owned };
     // PL2P's images must land on the backup's bytes in order, so it loads first; the XOR
     // methods may take the backup in at any moment (levels 3 and 4).
     let backup_beside = !pl2p && matches!(level, RestartLevel::Three | RestartLevel::Four);
@@ -93,7 +104,7 @@ pub(crate) fn open_and_replay(
         .collect();
     let load = || -> Result<u64> {
         let started = Instant::now();
-        load_backup(backup, done.page_count, page_size, image)?;
+        load_backup(backup, done.page_count, page_size, &image_owned)?;
         Ok(started.elapsed().as_micros() as u64)
     };
     let checkpoint_id = done.backup_id();
@@ -266,10 +277,15 @@ pub(crate) fn open_and_replay(
         named.merge(&o.named);
     }
     let logs = outcomes.into_iter().map(|o| o.log).collect();
+    let grown_formatted = grown
+        .formatted
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner());
     Ok((
         logs,
         Recovered {
             image: image_owned,
+            grown_formatted,
             named,
             replay,
             backup_load_us,
@@ -312,6 +328,7 @@ impl RestartPass for DlRestart {
                 )?;
                 Recovered {
                     image,
+                    grown_formatted: BTreeSet::new(),
                     named: Named::default(),
                     replay: Replay::default(),
                     backup_load_us: started.elapsed().as_micros() as u64,
@@ -332,9 +349,12 @@ impl RestartPass for DlRestart {
             .max(server.volume.page_count());
         check_fits(server, capacity, pages_end)?;
         server.volume.extend_to(pages_end)?;
-        // Pages past the backup as a file extension writes them, XORed in like the backup.
+        // Pages past the backup as a file extension writes them, XORed in like the backup
+        // (PL2P's replay laid the pages it wrote on that format already).
         let mut fresh = vec![0u8; page_size];
-        for p in data_pages(pages_end, page_size).filter(|p| p.0 >= done.page_count) {
+        for p in data_pages(pages_end, page_size)
+            .filter(|p| p.0 >= done.page_count && !recovered.grown_formatted.contains(p))
+        {
             server.volume.format_new_page(p, &mut fresh);
             image.xor_page(p.0 as usize, &fresh);
         }
@@ -482,6 +502,50 @@ fn load_backup(
         first += count;
     }
     Ok(())
+}
+
+/// PL2P's view of the restart image: a page past the backup gets the format the file's
+/// growth gives it (`Volume::format_new_page`) before the first after-image lands on it, as
+/// the page the change was made to held. The XOR methods need no such view: their deltas
+/// commute with the format, which the restart pass XORs in after them.
+struct GrownPagesFormatted<'a> {
+    image: &'a MemoryImage,
+    volume: &'a lodestore_storage::Volume,
+    /// The backup's page count: pages from here on were added after its checkpoint.
+    from: u32,
+    /// The pages formatted so far.
+    formatted: Mutex<BTreeSet<PageId>>,
+}
+
+impl GrownPagesFormatted<'_> {
+    fn format_once(&self, page: PageId) -> Result<(), String> {
+        let mut formatted = self.formatted.lock().unwrap_or_else(|e| e.into_inner());
+        if formatted.contains(&page) {
+            return Ok(());
+        }
+        let mut fresh = vec![0u8; self.volume.page_size()];
+        self.volume.format_new_page(page, &mut fresh);
+        self.image.write(page, 0, &fresh)?;
+        formatted.insert(page);
+        Ok(())
+    }
+}
+
+impl Image for GrownPagesFormatted<'_> {
+    fn xor(&self, page: PageId, offset: usize, delta: &[u8]) -> Result<(), String> {
+        self.image.xor(page, offset, delta)
+    }
+
+    fn write(&self, page: PageId, offset: usize, bytes: &[u8]) -> Result<(), String> {
+        if page.0 >= self.from && is_data_page(page, self.volume.page_size()) {
+            self.format_once(page)?;
+        }
+        self.image.write(page, offset, bytes)
+    }
+
+    fn prefetch(&self, page: PageId, offset: usize, len: usize) {
+        self.image.prefetch(page, offset, len);
+    }
 }
 
 /// An image of `count` zeroed pages, or an error naming its size.

@@ -570,3 +570,71 @@ fn page_number_bound(capacity: usize, page_size: usize) -> u32 {
         end = end.saturating_add(capacity - data);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lodestore_storage::sim::SimFileSystem;
+    use lodestore_storage::Volume;
+
+    const PAGE: usize = 8192;
+
+    /// A PL2P after-image that covers part of a page past the backup (here bytes 100..200)
+    /// lands on the page as the file's growth formatted it, so the rest of the page (its
+    /// header among it) is that format, not zeros; the page is formatted once, so a later
+    /// image keeps the first; a page inside the backup is never formatted (its images land on
+    /// the backup's bytes), nor is a page that holds no data.
+    #[test]
+    fn physical_images_past_the_backup_land_on_the_grown_format_once() {
+        let fs = SimFileSystem::new();
+        let volume = Volume::create(&fs, Path::new("/v"), PAGE).unwrap();
+        let count = 24u32;
+        let image = MemoryImage::zeroed(count as usize, PAGE);
+        let data: Vec<PageId> = data_pages(count, PAGE).collect();
+        let (inside, past) = (data[0], data[4]);
+        let grown = GrownPagesFormatted {
+            image: &image,
+            volume: &volume,
+            from: past.0,
+            formatted: Mutex::default(),
+        };
+        let mut expected = vec![0u8; PAGE];
+        volume.format_new_page(past, &mut expected);
+        assert!(
+            expected[..page::PAGE_HEADER_BYTES].iter().any(|&b| b != 0),
+            "the grown format is not zeros where the image does not reach"
+        );
+
+        grown.write(past, 100, &[0xAB; 100]).unwrap();
+        expected[100..200].fill(0xAB);
+        assert_eq!(image.page(past.0 as usize), expected);
+
+        grown.write(past, 4000, &[0xCD; 8]).unwrap();
+        expected[4000..4008].fill(0xCD);
+        assert_eq!(
+            image.page(past.0 as usize),
+            expected,
+            "a second image lands on the first, not on a new format"
+        );
+
+        grown.write(inside, 100, &[0xEF; 4]).unwrap();
+        let mut inside_expected = vec![0u8; PAGE];
+        inside_expected[100..104].fill(0xEF);
+        assert_eq!(image.page(inside.0 as usize), inside_expected);
+
+        let not_data = (past.0..count)
+            .map(PageId)
+            .find(|&p| !is_data_page(p, PAGE));
+        if let Some(map) = not_data {
+            grown.write(map, 100, &[1; 4]).unwrap();
+            let mut map_expected = vec![0u8; PAGE];
+            map_expected[100..104].fill(1);
+            assert_eq!(image.page(map.0 as usize), map_expected);
+        }
+        assert_eq!(
+            *grown.formatted.lock().unwrap(),
+            BTreeSet::from([past]),
+            "only the page past the backup was formatted, once"
+        );
+    }
+}

@@ -622,19 +622,28 @@ mod tests {
         inside_expected[100..104].fill(0xEF);
         assert_eq!(image.page(inside.0 as usize), inside_expected);
 
-        let not_data = (past.0..count)
-            .map(PageId)
-            .find(|&p| !is_data_page(p, PAGE));
-        if let Some(map) = not_data {
-            grown.write(map, 100, &[1; 4]).unwrap();
-            let mut map_expected = vec![0u8; PAGE];
-            map_expected[100..104].fill(1);
-            assert_eq!(image.page(map.0 as usize), map_expected);
-        }
         assert_eq!(
             *grown.formatted.lock().unwrap(),
             BTreeSet::from([past]),
             "only the page past the backup was formatted, once"
         );
+
+        // A view whose backup is empty: every page lies past it, and still the superblock and
+        // the space-map page get no data page's format.
+        let empty_backup = MemoryImage::zeroed(count as usize, PAGE);
+        let all_grown = GrownPagesFormatted {
+            image: &empty_backup,
+            volume: &volume,
+            from: 0,
+            formatted: Mutex::default(),
+        };
+        for not_data in [PageId(0), lodestore_storage::spacemap::FIRST_MAP_PAGE] {
+            assert!(!is_data_page(not_data, PAGE));
+            all_grown.write(not_data, 100, &[1; 4]).unwrap();
+            let mut untouched = vec![0u8; PAGE];
+            untouched[100..104].fill(1);
+            assert_eq!(empty_backup.page(not_data.0 as usize), untouched);
+        }
+        assert!(all_grown.formatted.lock().unwrap().is_empty());
     }
 }

@@ -6,8 +6,9 @@
 use crate::detect::protection::{FaultMechanism, ProtectedArena};
 use crate::detect::written_pages::WrittenPageArena;
 use crate::prefault::Prefault;
-use crate::spare_caches::{HandedLocks, KeptPages, SpareCaches};
+use crate::spare_caches::{HandedLocks, KeptCache, KeptPages, SpareCaches};
 use lodestore_core::frames::{FrameId, FrameTable, FrameVec};
+use lodestore_core::spare_memory::{self, MemoryUse};
 use lodestore_core::{Error, Lsn, PageId, Result, TxnId};
 use lodestore_storage::page;
 use memmap2::MmapMut;
@@ -66,8 +67,9 @@ impl Drop for PlainArena {
         drop(unsafe { ManuallyDrop::take(&mut self.prefault) });
         // SAFETY: as above.
         let map = unsafe { ManuallyDrop::take(&mut self.map) };
-        if let Some(spares) = &self.spares {
-            spares.give(map, self.pages.take().map(|pages| *pages));
+        match &self.spares {
+            Some(spares) => spares.give(map, self.pages.take().map(|pages| *pages)),
+            None => spare_memory::give(MemoryUse::ClientArena, map),
         }
     }
 }
@@ -178,7 +180,11 @@ impl ClientCache {
                 Arena::Written(WrittenPageArena::new(page_size, frame_count)?)
             }
             ArenaKind::Plain => {
-                let kept = spares.as_ref().and_then(|s| s.take(bytes));
+                // The store's spares first, then memory a closed store left to the process.
+                let kept = spares.as_ref().and_then(|s| s.take(bytes)).or_else(|| {
+                    spare_memory::take(MemoryUse::ClientArena, bytes)
+                        .map(|map| KeptCache { map, pages: None })
+                });
                 let mut map = match kept {
                     Some(kept) => {
                         kept_pages = kept.pages.filter(|pages| {

@@ -29,23 +29,22 @@
 //! without pages holds whatever it held before; the cache fills every frame whole before it
 //! is read (a fetch, or a new page's format, which clears it), and debug builds fill the start
 //! of such an arena with a poison byte so that a read before a fill shows.
+//!
+//! A closing store's kept arenas, and arenas given when the spares are full, go on without
+//! their pages to the process ([`spare_memory`]), for the next store it opens: memory a
+//! process has touched once costs no first touch again, where a fresh mapping on a virtual
+//! machine costs as much as a bulk load's own work.
 
 use crate::cache::FrameState;
 use lodestore_core::frames::{FrameTable, FrameVec};
+use lodestore_core::spare_memory::{self, MemoryUse, POISONED_BYTES_MAX, REUSED_POISON};
 use lodestore_protocol::{KeptLocks, PageServer};
 use memmap2::MmapMut;
 use std::sync::{Arc, Mutex};
 
 /// Caches kept at most: enough for a store whose sessions come and go one or two at a time;
-/// sessions beyond it at once map arenas of their own, given back to the system as they close.
+/// sessions beyond it at once map arenas of their own, left to the process as they close.
 pub const SPARE_CACHES_MAX: usize = 2;
-
-/// Byte a debug build writes over the start of a reused arena without pages.
-pub const REUSED_POISON: u8 = 0xA5;
-
-/// Bytes of a reused arena a debug build poisons: the first frames a cache hands out (frames
-/// come into use lowest first), bounded so that tests opening many sessions stay quick.
-pub const POISONED_BYTES_MAX: usize = 4 << 20;
 
 /// The pages a closed session's cache held: its page table, the states and fill numbers of
 /// its frames, each page as of the LSN in its header, and the locks the session kept on them.
@@ -129,8 +128,8 @@ impl SpareCaches {
     /// may not tell its versions apart.
     pub fn memory_only() -> SpareCaches {
         SpareCaches {
+            kept: Mutex::default(),
             memory_only: true,
-            ..SpareCaches::default()
         }
     }
 
@@ -152,9 +151,10 @@ impl SpareCaches {
     }
 
     /// Keeps `map`, with `pages` if given, for a later session if there is room; otherwise
-    /// unmaps it.
+    /// leaves the memory to the process ([`spare_memory`]).
     pub(crate) fn give(&self, map: MmapMut, pages: Option<KeptPages>) {
         if self.lock().len() >= SPARE_CACHES_MAX {
+            spare_memory::give(MemoryUse::ClientArena, map);
             return;
         }
         let pages = pages.filter(|_| !self.memory_only);
@@ -164,6 +164,10 @@ impl SpareCaches {
         let mut kept = self.lock();
         if kept.len() < SPARE_CACHES_MAX {
             kept.push(KeptCache { map, pages });
+        } else {
+            drop(kept);
+            drop(pages);
+            spare_memory::give(MemoryUse::ClientArena, map);
         }
     }
 
@@ -196,6 +200,18 @@ impl SpareCaches {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<KeptCache>> {
         // A panic while holding the lock leaves a list of whole caches: still usable.
         self.kept.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A closing store's spare arenas go to the process for the next store it opens; the pages in
+/// them (and the locks kept with those) are the closing store's and go with it.
+impl Drop for SpareCaches {
+    fn drop(&mut self) {
+        let kept = std::mem::take(&mut *self.lock());
+        for cache in kept {
+            drop(cache.pages);
+            spare_memory::give(MemoryUse::ClientArena, cache.map);
+        }
     }
 }
 

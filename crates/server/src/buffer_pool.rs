@@ -4,8 +4,10 @@
 //! server enforces the write-ahead rule when it writes a victim back.
 
 use lodestore_core::frames::{FrameId, FrameTable};
+use lodestore_core::spare_memory::{self, MemoryUse};
 use lodestore_core::{Lsn, PageId};
 use lodestore_storage::page;
+use std::mem::ManuallyDrop;
 
 #[derive(Clone, Copy, Debug, Default)]
 struct FrameState {
@@ -36,24 +38,41 @@ pub struct BufferPool {
 /// time, so the larger TLB reach of huge pages bought less than that cost (docs/BENCHMARKS.md,
 /// "Bulk loads without reading back what they wrote").
 enum Frames {
-    Mapped(memmap2::MmapMut),
+    Mapped(ManuallyDrop<memmap2::MmapMut>),
     Heap(Vec<u8>),
 }
 
 impl Frames {
+    /// A closed store's pool memory of the same size if the process kept one ([`spare_memory`]:
+    /// memory touched before costs no first touch), else a new mapping.
     fn new(len: usize) -> Frames {
+        if let Some(map) = spare_memory::take(MemoryUse::ServerPool, len) {
+            return Frames::Mapped(ManuallyDrop::new(map));
+        }
         match memmap2::MmapMut::map_anon(len) {
             Ok(map) => {
                 #[cfg(target_os = "linux")]
                 if let Err(e) = map.advise(memmap2::Advice::NoHugePage) {
                     tracing::debug!("server pool may get huge pages: {e}");
                 }
-                Frames::Mapped(map)
+                Frames::Mapped(ManuallyDrop::new(map))
             }
             Err(e) => {
                 tracing::debug!("server pool on the heap: no anonymous mapping ({e})");
                 Frames::Heap(vec![0u8; len])
             }
+        }
+    }
+}
+
+/// The mapping goes to the process for the next store's pool: the frames hold this store's
+/// pages, which nobody reads again (a pool fills a frame whole before it reads it).
+impl Drop for Frames {
+    fn drop(&mut self) {
+        if let Frames::Mapped(map) = self {
+            // SAFETY: taken once, here, and the frames are never used after.
+            let map = unsafe { ManuallyDrop::take(map) };
+            spare_memory::give(MemoryUse::ServerPool, map);
         }
     }
 }
@@ -261,5 +280,39 @@ impl BufferPool {
         if let Some(frame) = self.frames.remove(page) {
             self.states[frame] = FrameState::default();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_pool_leaves_its_memory_to_the_next_pool_of_its_size() {
+        // A frame count no other test uses: the process's spare memory is shared by its tests.
+        const FRAMES: usize = 37;
+        let mut first = BufferPool::new(4096, FRAMES);
+        let (frame, victim) = first.reserve(PageId(3)).unwrap();
+        assert!(victim.is_none());
+        first.fill(frame, &[7u8; 4096]);
+        let address = first.bytes.as_ptr();
+        drop(first);
+        let mut second = BufferPool::new(4096, FRAMES);
+        assert!(matches!(second.bytes, Frames::Mapped(_)));
+        assert_eq!(
+            second.bytes.as_ptr(),
+            address,
+            "the same memory, not a new mapping"
+        );
+        if cfg!(debug_assertions) {
+            assert!(second
+                .bytes
+                .iter()
+                .all(|&b| b == spare_memory::REUSED_POISON));
+        }
+        assert!(!second.contains(PageId(3)), "memory only, never the pages");
+        let (frame, _) = second.reserve(PageId(4)).unwrap();
+        second.fill(frame, &[9u8; 4096]);
+        assert_eq!(second.get(PageId(4)).unwrap(), &[9u8; 4096][..]);
     }
 }

@@ -18,11 +18,25 @@ pub struct HomeRun {
 
 impl HomeRun {
     pub fn new(page_size: usize) -> HomeRun {
+        HomeRun::with_buffer(page_size, Vec::new())
+    }
+
+    /// An empty run in `buf`, the buffer of an earlier run ([`Self::into_buffer`]): its
+    /// memory, already touched, is used again instead of new memory at every commit.
+    pub fn with_buffer(page_size: usize, mut buf: Vec<u8>) -> HomeRun {
+        buf.clear();
+        // Room for the longest run at once: growing by doubling copies what was gathered.
+        buf.reserve(HOME_RUN_PAGES_MAX * page_size);
         HomeRun {
             page_size,
             first: PageId(0),
-            buf: Vec::new(),
+            buf,
         }
+    }
+
+    /// The run's buffer, for the next run.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
     }
 
     fn len(&self) -> usize {

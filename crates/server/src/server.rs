@@ -246,6 +246,9 @@ pub(crate) struct State {
     pub home_at_checkpoint: bool,
     /// Level-1 transactions with subtransactions (multi-level transactions).
     pub multilevel: MultiLevelState,
+    /// The buffer of the last run of pages written home, kept for the next: a new one per
+    /// commit was memory touched for the first time at every commit of a bulk load.
+    pub home_run_buffer: Vec<u8>,
 }
 
 /// What the server remembers about an active transaction.
@@ -434,6 +437,7 @@ impl Server {
                 reservations: Reservations::default(),
                 home_at_checkpoint: false,
                 multilevel: MultiLevelState::default(),
+                home_run_buffer: Vec::new(),
             }),
             volume,
             log,
@@ -2184,7 +2188,7 @@ impl Server {
         }
         self.log.flush(lsn)?;
         let page_size = self.volume.page_size();
-        let mut run = HomeRun::new(page_size);
+        let mut run = HomeRun::with_buffer(page_size, std::mem::take(&mut state.home_run_buffer));
         let mut lsns = vec![None; pages.len()];
         for (i, shipped) in pages.iter().enumerate() {
             if !new[i] {
@@ -2221,6 +2225,7 @@ impl Server {
         run.write(&self.volume)
             .and_then(|()| self.volume.sync())
             .map_err(|e| write_failed(state, e))?;
+        state.home_run_buffer = run.into_buffer();
         state.stats.new_pages_written_home += count as u64;
         tracing::debug!(%txn, pages = count, %lsn, "new pages written home");
         Ok(lsns)

@@ -97,4 +97,26 @@ mod tests {
         assert_eq!(run.len(), HOME_RUN_PAGES_MAX);
         assert_eq!(run.first, PageId(9));
     }
+
+    #[test]
+    fn a_run_in_an_earlier_runs_buffer_starts_empty_in_the_same_memory() {
+        let mut run = HomeRun::new(16);
+        run.push(PageId(4), &[3; 16]);
+        let buf = run.into_buffer();
+        assert!(
+            buf.capacity() >= HOME_RUN_PAGES_MAX * 16,
+            "room for a whole run"
+        );
+        let address = buf.as_ptr();
+        let mut next = HomeRun::with_buffer(16, buf);
+        assert_eq!(next.len(), 0);
+        assert!(
+            next.continues_with(PageId(100)),
+            "empty: any page starts it"
+        );
+        next.push(PageId(100), &[5; 16]);
+        assert_eq!(next.first, PageId(100));
+        assert_eq!(next.buf, vec![5u8; 16]);
+        assert_eq!(next.buf.as_ptr(), address, "no new allocation");
+    }
 }

@@ -17,7 +17,7 @@
 //! hold is another store's bytes, never read: both caches fill a frame whole before reading
 //! it, and debug builds fill the start of a reused mapping with [`REUSED_POISON`] so that a
 //! read before a fill shows. At most [`SPARE_MAPPINGS_MAX`] mappings of each kind are kept;
-//! more are unmapped as before.
+//! more are unmapped as before, and [`release_all`] unmaps every kept one at once.
 
 use memmap2::MmapMut;
 use std::sync::{Mutex, MutexGuard};
@@ -89,6 +89,19 @@ pub fn kept_of(use_: MemoryUse) -> usize {
     kept().iter().filter(|k| k.use_ == use_).count()
 }
 
+/// Bytes of every kept mapping, of both uses.
+pub fn kept_bytes() -> usize {
+    kept().iter().map(|k| k.map.len()).sum()
+}
+
+/// Unmaps every kept mapping at once, for a process that wants its memory back now rather than
+/// when the kernel needs it (a long-lived process done with stores for a while, a memory
+/// measurement). Returns the bytes unmapped. The next store maps afresh.
+pub fn release_all() -> usize {
+    let released: Vec<Kept> = std::mem::take(&mut *kept());
+    released.iter().map(|k| k.map.len()).sum()
+}
+
 /// Lets the kernel reclaim `map`'s pages when it needs memory (they read as zeros then).
 fn mark_free(map: &MmapMut) {
     #[cfg(target_os = "linux")]
@@ -132,5 +145,14 @@ mod tests {
         assert_eq!(kept_of(MemoryUse::ClientArena), SPARE_MAPPINGS_MAX);
         while take(MemoryUse::ClientArena, len).is_some() {}
         assert_eq!(kept_of(MemoryUse::ClientArena), 0);
+
+        give(MemoryUse::ClientArena, MmapMut::map_anon(len).unwrap());
+        give(MemoryUse::ServerPool, MmapMut::map_anon(2 * len).unwrap());
+        assert_eq!(kept_bytes(), 3 * len);
+        assert_eq!(release_all(), 3 * len, "both kinds, every byte");
+        assert_eq!(kept_bytes(), 0);
+        assert_eq!(kept_of(MemoryUse::ClientArena), 0);
+        assert_eq!(kept_of(MemoryUse::ServerPool), 0);
+        assert_eq!(release_all(), 0, "nothing left to release");
     }
 }

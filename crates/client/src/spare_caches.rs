@@ -37,7 +37,7 @@
 
 use crate::cache::FrameState;
 use lodestore_core::frames::{FrameTable, FrameVec};
-use lodestore_core::spare_memory::{self, MemoryUse, POISONED_BYTES_MAX, REUSED_POISON};
+use lodestore_core::spare_memory::{self, MemoryUse};
 use lodestore_protocol::{KeptLocks, PageServer};
 use memmap2::MmapMut;
 use std::sync::{Arc, Mutex};
@@ -143,23 +143,22 @@ impl SpareCaches {
             .or_else(|| kept.iter().position(fits))?;
         let mut cache = kept.swap_remove(at);
         drop(kept);
-        if cfg!(debug_assertions) && cache.pages.is_none() {
-            let poisoned = cache.map.len().min(POISONED_BYTES_MAX);
-            cache.map[..poisoned].fill(REUSED_POISON);
+        if cache.pages.is_none() {
+            spare_memory::poison_reused(&mut cache.map);
         }
         Some(cache)
     }
 
     /// Keeps `map`, with `pages` if given, for a later session if there is room; otherwise
     /// leaves the memory to the process ([`spare_memory`]).
-    pub(crate) fn give(&self, map: MmapMut, pages: Option<KeptPages>) {
+    pub(crate) fn give(&self, mut map: MmapMut, pages: Option<KeptPages>) {
         if self.lock().len() >= SPARE_CACHES_MAX {
             spare_memory::give(MemoryUse::ClientArena, map);
             return;
         }
         let pages = pages.filter(|_| !self.memory_only);
         if pages.is_none() {
-            mark_free(&map);
+            spare_memory::mark_free(&mut map);
         }
         let mut kept = self.lock();
         if kept.len() < SPARE_CACHES_MAX {
@@ -215,21 +214,6 @@ impl Drop for SpareCaches {
     }
 }
 
-/// Lets the kernel reclaim `arena`'s pages when it needs memory (they read as zeros then).
-fn mark_free(arena: &MmapMut) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: the arena is no longer read by anyone (its cache is gone), and a page the
-        // kernel reclaims reads as zeros, which is as good as any other contents to the next
-        // cache, which fills every frame before it reads it (no pages are kept with it).
-        if let Err(e) = unsafe { arena.unchecked_advise(memmap2::UncheckedAdvice::Free) } {
-            tracing::debug!("spare client cache arena not marked free: {e}");
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = arena;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,7 +251,7 @@ mod tests {
         assert!(taken.pages.is_none());
         assert!(spares.is_empty());
         if cfg!(debug_assertions) {
-            assert!(taken.map.iter().all(|&b| b == REUSED_POISON));
+            assert!(taken.map.iter().all(|&b| b == spare_memory::REUSED_POISON));
         }
     }
 

@@ -64,20 +64,17 @@ pub fn take(use_: MemoryUse, len: usize) -> Option<MmapMut> {
         .position(|k| k.use_ == use_ && k.map.len() == len)?;
     let mut map = kept.swap_remove(at).map;
     drop(kept);
-    if cfg!(debug_assertions) {
-        let poisoned = map.len().min(POISONED_BYTES_MAX);
-        map[..poisoned].fill(REUSED_POISON);
-    }
+    poison_reused(&mut map);
     Some(map)
 }
 
 /// Keeps `map`, made for `use_` and read by nobody any more, for a later store if there is room
 /// for one more of its kind; otherwise unmaps it.
-pub fn give(use_: MemoryUse, map: MmapMut) {
+pub fn give(use_: MemoryUse, mut map: MmapMut) {
     if kept_of(use_) >= SPARE_MAPPINGS_MAX || map.is_empty() {
         return;
     }
-    mark_free(&map);
+    mark_free(&mut map);
     let mut kept = kept();
     if kept.iter().filter(|k| k.use_ == use_).count() < SPARE_MAPPINGS_MAX {
         kept.push(Kept { use_, map });
@@ -102,17 +99,29 @@ pub fn release_all() -> usize {
     released.iter().map(|k| k.map.len()).sum()
 }
 
-/// Lets the kernel reclaim `map`'s pages when it needs memory (they read as zeros then).
-fn mark_free(map: &MmapMut) {
+/// Lets the kernel reclaim `map`'s pages when it needs memory (they read as zeros then): for
+/// cache memory whose contents nobody will read before writing them again. Also used for the
+/// arenas a store keeps for its own next sessions.
+pub fn mark_free(map: &mut MmapMut) {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: nobody reads the mapping any more (its cache is gone), and a page the kernel
-        // reclaims reads as zeros, as good as any other contents to the next cache, which fills
-        // every frame before it reads it.
+        // Advice only: memory not marked free is kept as it is, which costs nothing but memory.
+        // SAFETY: the borrow is exclusive, so no slice of the mapping is alive while the kernel
+        // is told; afterwards a reclaimed page reads as zeros, as good as any other contents to
+        // a cache, which fills every frame before it reads it.
         let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::Free) };
     }
     #[cfg(not(target_os = "linux"))]
     let _ = map;
+}
+
+/// In debug builds, fills the start of `map`, memory taken back for a cache, with
+/// [`REUSED_POISON`], so that a read before a fill shows.
+pub fn poison_reused(map: &mut [u8]) {
+    if cfg!(debug_assertions) {
+        let poisoned = map.len().min(POISONED_BYTES_MAX);
+        map[..poisoned].fill(REUSED_POISON);
+    }
 }
 
 #[cfg(test)]

@@ -43,7 +43,9 @@
 use crate::transaction::Transaction;
 use lodestore_client::ClientSession;
 use lodestore_core::{Error, Lsn, Oid as RawOid, Result, TxnId};
-use lodestore_protocol::{LockMode, LockTarget, OperationNote, PageServer};
+use lodestore_protocol::{
+    FieldIncrement, IncrementsRan, LockMode, LockTarget, OperationNote, PageServer,
+};
 use lodestore_server::Server;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -130,6 +132,22 @@ pub trait Operation: Serialize + DeserializeOwned {
     fn locks(&self) -> Vec<SemanticLock>;
 
     fn run(&self, txn: &mut Transaction<'_>) -> Result<(Self::Output, Option<Inverse>)>;
+
+    /// The operation as commuting increments that the page server runs by itself (strategies
+    /// S2 and S2/PS), its subtransaction never entering the client cache, so a hot page's lock
+    /// is held for less time; `None` (the default) runs it in the client with [`Self::run`].
+    /// Both ways must do the same.
+    fn increments(&self) -> Result<Option<Increments<Self::Output>>> {
+        Ok(None)
+    }
+}
+
+/// An operation as commuting increments (see [`Operation::increments`]): the fields, what
+/// undoes them, and how the fields' new values make the operation's output.
+pub struct Increments<T> {
+    pub fields: Vec<FieldIncrement>,
+    pub inverse: Inverse,
+    pub output: fn(Vec<i64>) -> T,
 }
 
 type RunEncoded = fn(&[u8], &mut Transaction<'_>) -> Result<()>;
@@ -269,9 +287,7 @@ impl Operation for Add {
     }
 
     fn run(&self, txn: &mut Transaction<'_>) -> Result<(i64, Option<Inverse>)> {
-        let undo = self.delta.checked_neg().ok_or_else(|| {
-            Error::InvalidArgument(format!("adding {} cannot be undone", self.delta))
-        })?;
+        let undo = negated(self.delta)?;
         // The object is taken for writing at once: a read first would take the page shared,
         // and two increments of one page would then deadlock on their upgrades.
         let bytes = txn.bytes_mut(self.object)?;
@@ -298,6 +314,28 @@ impl Operation for Add {
         })?;
         Ok((now, Some(inverse)))
     }
+
+    fn increments(&self) -> Result<Option<Increments<i64>>> {
+        Ok(Some(Increments {
+            fields: vec![FieldIncrement {
+                object: self.object,
+                offset: self.offset,
+                delta: self.delta,
+            }],
+            inverse: Inverse::of(&Add {
+                delta: negated(self.delta)?,
+                ..*self
+            })?,
+            output: |values| values[0],
+        }))
+    }
+}
+
+/// `-delta`, or an error saying the addition cannot be undone.
+fn negated(delta: i64) -> Result<i64> {
+    delta
+        .checked_neg()
+        .ok_or_else(|| Error::InvalidArgument(format!("adding {delta} cannot be undone")))
 }
 
 /// Adds to several little-endian `i64` fields, of one object or several, in one
@@ -337,6 +375,24 @@ impl Operation for AddFields {
         }
         let inverse = Inverse::of(&AddFields { fields: undo })?;
         Ok((now, Some(inverse)))
+    }
+
+    fn increments(&self) -> Result<Option<Increments<Vec<i64>>>> {
+        let mut fields = Vec::with_capacity(self.fields.len());
+        let mut undo = Vec::with_capacity(self.fields.len());
+        for &(object, offset, delta) in &self.fields {
+            fields.push(FieldIncrement {
+                object,
+                offset,
+                delta,
+            });
+            undo.push((object, offset, negated(delta)?));
+        }
+        Ok(Some(Increments {
+            fields,
+            inverse: Inverse::of(&AddFields { fields: undo })?,
+            output: |values| values,
+        }))
     }
 }
 
@@ -573,6 +629,18 @@ impl<'s> MultiLevelTransaction<'s> {
         };
         let server = client.server();
         lock_all(server.as_ref(), parent, &op.locks())?;
+        if let Some(increments) = op.increments()? {
+            if let Some(output) = run_at_server(
+                server.as_ref(),
+                &self.operations,
+                parent,
+                increments,
+                force_at_eos,
+                done,
+            )? {
+                return Ok(output);
+            }
+        }
         // A deadlock or lock timeout among subtransactions' page locks costs only the
         // subtransaction: it left nothing behind, and the semantic locks stay held.
         let mut attempt = 0;
@@ -680,6 +748,51 @@ impl Drop for MultiLevelTransaction<'_> {
                     "a dropped multi-level transaction could not be compensated; the next warm start will"
                 );
             }
+        }
+    }
+}
+
+/// Runs `increments` as a subtransaction of `parent` at the server (see
+/// [`Operation::increments`]), trying again after a lost page-lock conflict; records it in
+/// `done` once committed. `None`: the server left it to the client.
+fn run_at_server<T>(
+    server: &dyn PageServer,
+    operations: &Operations,
+    parent: TxnId,
+    increments: Increments<T>,
+    force: bool,
+    done: &mut Vec<(TxnId, Inverse)>,
+) -> Result<Option<T>> {
+    let Increments {
+        fields,
+        inverse,
+        output,
+    } = increments;
+    if !operations.contains(inverse.id) {
+        return Err(Error::InvalidArgument(format!(
+            "increments are undone by operation {}, which is not registered with the store \
+             (Options::operation)",
+            inverse.id
+        )));
+    }
+    let note = OperationNote::Undo {
+        inverse: inverse.id,
+        args: &inverse.args,
+    };
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match server.run_increments(parent, &fields, note, force) {
+            Ok(IncrementsRan::Committed { sub, values }) => {
+                done.push((sub, inverse));
+                return Ok(Some(output(values)));
+            }
+            Ok(IncrementsRan::NotHere) => return Ok(None),
+            Err(e) if e.is_retryable() && attempt < SUBTRANSACTION_ATTEMPTS_MAX => {
+                tracing::debug!(attempt, error = %e, "subtransaction at the server retried");
+                std::thread::sleep(retry_pause(attempt));
+            }
+            Err(e) => return Err(e),
         }
     }
 }

@@ -602,3 +602,114 @@ fn dbcache_writes_a_sphere_early_once_it_reaches_the_limit() {
     want[2] -= 1;
     assert_eq!(balances(&store, &oids), want);
 }
+
+/// Increments of small objects run at the page server (`Operation::increments`): the
+/// session's cache takes no lock and fetches no page, the values are those the client path
+/// gives, and an S2 increment a crash leaves in a loser is compensated by the warm start.
+#[test]
+fn increments_run_at_the_server_without_the_client_cache() {
+    use lodestore::multilevel::AddFields;
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let mut session = store.session().unwrap();
+    for (round, strategy) in [Strategy::S2Ps, Strategy::S2].into_iter().enumerate() {
+        let second = OPENING + 7 * round as i64;
+        let (client, server) = (session.stats(), store.server_stats());
+        let mut txn = session.begin_multi_level_with(strategy).unwrap();
+        assert_eq!(txn.apply(&Add::field(oids[0], 0, 5)).unwrap(), OPENING + 5);
+        let transfer = AddFields {
+            fields: vec![(oids[0], 0, -5), (oids[1], 0, 5), (oids[1], 0, 2)],
+        };
+        assert_eq!(
+            txn.apply(&transfer).unwrap(),
+            vec![OPENING, second + 5, second + 7]
+        );
+        txn.commit().unwrap();
+        let after = session.stats();
+        assert_eq!(after.lock_requests, client.lock_requests, "{strategy}");
+        assert_eq!(after.pages_fetched, client.pages_fetched, "{strategy}");
+        assert_eq!(
+            store.server_stats().subtransactions - server.subtransactions,
+            2
+        );
+    }
+    // The client path (an operation without `increments`) sees what the server wrote.
+    let mut txn = session.begin_multi_level().unwrap();
+    assert_eq!(
+        txn.apply(&ClientAdd(Add::field(oids[1], 0, 1))).unwrap(),
+        OPENING + 15
+    );
+    txn.abort().unwrap();
+    let mut want = vec![OPENING; ACCOUNTS];
+    want[1] += 14;
+    assert_eq!(balances(&store, &oids), want);
+
+    // S2: the subtransaction's end is forced, so a crash keeps the increment of a loser,
+    // and the warm start runs its inverse.
+    let mut txn = session.begin_multi_level_with(Strategy::S2).unwrap();
+    txn.apply(&Add::field(oids[2], 0, 40)).unwrap();
+    fs.crash_now();
+    std::mem::forget(txn);
+    drop(session);
+    drop(store);
+    fs.recover(Fault::DropUnsynced, 2);
+    let store = Store::open(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    assert_eq!(balances(&store, &oids), want);
+}
+
+/// [`Add`] without its `increments`: runs in the client cache.
+#[derive(Serialize, Deserialize)]
+struct ClientAdd(Add);
+
+impl Operation for ClientAdd {
+    const ID: u32 = APPLICATION_OPERATION_ID_MIN + 7;
+    const NAME: &'static str = "add in the client";
+    type Output = i64;
+
+    fn locks(&self) -> Vec<SemanticLock> {
+        self.0.locks()
+    }
+
+    fn run(&self, txn: &mut Transaction<'_>) -> lodestore::Result<(i64, Option<Inverse>)> {
+        self.0.run(txn)
+    }
+}
+
+/// Bad increments at the server: each refused with a clear error, nothing of it applied, and
+/// the transaction usable; an increment of a large object goes to the client path, which
+/// refuses it.
+#[test]
+fn bad_increments_at_the_server_leave_nothing_and_the_transaction_goes_on() {
+    use lodestore::multilevel::AddFields;
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let mut session = store.session().unwrap();
+    let large = session
+        .transact(|txn| txn.alloc_zeroed(Account::TYPE_ID, 20_000))
+        .unwrap();
+    let missing = RawOid(oids[0].0 + 40);
+    let mut txn = session.begin_multi_level().unwrap();
+    // Each first changes a good field, then fails: the good change must not stay.
+    let bad = [
+        (oids[1], 2996, 1, "outside its 3000 bytes"),
+        (oids[1], 0, i64::MAX, "overflows"),
+        (missing, 0, 1, "does not exist"),
+        (large, 0, 1, "large"),
+    ];
+    for (object, offset, delta, what) in bad {
+        let op = AddFields {
+            fields: vec![(oids[0], 0, 3), (object, offset, delta)],
+        };
+        let err = txn.apply(&op).unwrap_err();
+        assert!(err.to_string().contains(what), "{what}: {err}");
+    }
+    let err = txn.apply(&Add::field(oids[0], 0, i64::MIN)).unwrap_err();
+    assert!(err.to_string().contains("cannot be undone"), "{err}");
+    assert_eq!(txn.apply(&Add::field(oids[0], 0, 9)).unwrap(), OPENING + 9);
+    txn.commit().unwrap();
+    let mut want = vec![OPENING; ACCOUNTS];
+    want[0] += 9;
+    assert_eq!(balances(&store, &oids), want);
+}

@@ -317,6 +317,21 @@ pub trait PageServer: Send + Sync {
         ))
     }
 
+    /// Runs `fields`, commuting increments of small objects' `i64` fields, as one
+    /// subtransaction of level-1 transaction `parent` at the server, with `undo` as its level-1
+    /// note; its commit forced with `force` (strategy S2), else only appended and its locks
+    /// released (S2/PS). See [`crate::increments`]; `NotHere` leaves the operation to the
+    /// caller.
+    fn run_increments(
+        &self,
+        parent: TxnId,
+        fields: &[crate::FieldIncrement],
+        undo: OperationNote<'_>,
+        force: bool,
+    ) -> Result<crate::IncrementsRan> {
+        crate::increments::run_in_steps(self, parent, fields, undo, force)
+    }
+
     /// The id of the snapshot a read "as of `time_us`" (microseconds since the Unix epoch)
     /// sees: the newest taken at or before it. An error says when there is none; a server
     /// that keeps no snapshots refuses.

@@ -4,12 +4,14 @@
 
 pub mod archive;
 pub mod batch;
+pub mod increments;
 pub mod interface;
 pub mod kept_locks;
 pub mod snapshot_news;
 
 pub use archive::{Archive, PageCopy};
 pub use batch::{ObjectUpdate, ObjectUpdates, PageUpdate, PageUpdates};
+pub use increments::{FieldIncrement, IncrementsRan};
 pub use interface::{
     AppendedCommit, LockMode, LockTarget, OperationNote, PageServer, ShippedPage, ShippedRecords,
     TxnKind,

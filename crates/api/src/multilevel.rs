@@ -43,9 +43,7 @@
 use crate::transaction::Transaction;
 use lodestore_client::ClientSession;
 use lodestore_core::{Error, Lsn, Oid as RawOid, Result, TxnId};
-use lodestore_protocol::{
-    FieldIncrement, IncrementsRan, LockMode, LockTarget, OperationNote, PageServer,
-};
+use lodestore_protocol::{IncrementsRan, LockMode, LockTarget, OperationNote, PageServer};
 use lodestore_server::Server;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -540,6 +538,7 @@ impl Operation for Change {
 }
 
 pub use lodestore_multilevel::strategy::Strategy;
+pub use lodestore_protocol::FieldIncrement;
 
 /// A transaction of high-level operations (see the module's comment). Dropping it without
 /// `commit` aborts it, compensating what it did.
@@ -785,6 +784,15 @@ fn run_at_server<T>(
         match server.run_increments(parent, &fields, note, force) {
             Ok(IncrementsRan::Committed { sub, values }) => {
                 done.push((sub, inverse));
+                // The output is made of one value per field: a server answering otherwise
+                // is refused, after the fact, rather than trusted.
+                if values.len() != fields.len() {
+                    return Err(Error::InvalidArgument(format!(
+                        "the server answered {} values for {} increments",
+                        values.len(),
+                        fields.len()
+                    )));
+                }
                 return Ok(Some(output(values)));
             }
             Ok(IncrementsRan::NotHere) => return Ok(None),

@@ -713,3 +713,33 @@ fn bad_increments_at_the_server_leave_nothing_and_the_transaction_goes_on() {
     want[0] += 9;
     assert_eq!(balances(&store, &oids), want);
 }
+
+/// Increments at the server behind a flat transaction's page lock: they wait for it, then
+/// add to what that transaction committed.
+#[test]
+fn increments_at_the_server_wait_for_a_page_lock_and_see_the_commit_behind_it() {
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let mut flat_session = store.session().unwrap();
+    let mut flat = flat_session.begin().unwrap();
+    flat.write_at(oids[3], 0, &500i64.to_le_bytes()).unwrap();
+    let added = std::thread::scope(|scope| {
+        let adder = scope.spawn(|| {
+            let mut session = store.session().unwrap();
+            let mut txn = session.begin_multi_level().unwrap();
+            let now = txn.apply(&Add::field(oids[3], 0, 5)).unwrap();
+            txn.commit().unwrap();
+            now
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !adder.is_finished(),
+            "the increment did not wait for the page lock"
+        );
+        flat.commit().unwrap();
+        adder.join().unwrap()
+    });
+    assert_eq!(added, 505);
+    assert_eq!(balances(&store, &oids)[3], 505);
+}

@@ -48,13 +48,25 @@ pub fn run_in_steps<S: PageServer + ?Sized>(
         return Ok(IncrementsRan::NotHere);
     }
     let sub = server.begin_transaction(TxnKind::Sub { parent })?;
+    run_in_steps_as(server, sub, fields, undo, force)
+}
+
+/// [`run_in_steps`] in subtransaction `sub`, begun already (page locks it holds are asked for
+/// again, which grants them at once).
+pub fn run_in_steps_as<S: PageServer + ?Sized>(
+    server: &S,
+    sub: TxnId,
+    fields: &[FieldIncrement],
+    undo: OperationNote<'_>,
+    force: bool,
+) -> Result<IncrementsRan> {
     let ran = (|| {
         let mut pages = pages_of(fields);
         for (page, image) in &mut pages {
             image.resize(server.page_size(), 0);
             server.lock_and_fetch_page(sub, *page, LockMode::Exclusive, image)?;
         }
-        let Some(values) = add_all(&mut pages, fields)? else {
+        let Some(values) = add_to_images(&mut pages, fields)? else {
             return Ok(None);
         };
         server.note_operation(sub, undo)?;
@@ -87,17 +99,20 @@ pub fn run_in_steps<S: PageServer + ?Sized>(
 }
 
 /// The distinct pages of `fields`' objects, in page order, each with an empty image.
-fn pages_of(fields: &[FieldIncrement]) -> Vec<(PageId, Vec<u8>)> {
+pub fn pages_of(fields: &[FieldIncrement]) -> Vec<(PageId, Vec<u8>)> {
     let mut pages: Vec<PageId> = fields.iter().map(|f| f.object.page()).collect();
     pages.sort_unstable();
     pages.dedup();
     pages.into_iter().map(|p| (p, Vec::new())).collect()
 }
 
-/// Adds every field on the page images; the new values, or `None` when an object is large.
-/// An error (no such object, a field out of bounds, an overflow, a reserved type) may leave
-/// the images half changed: the caller discards them.
-fn add_all(pages: &mut [(PageId, Vec<u8>)], fields: &[FieldIncrement]) -> Result<Option<Vec<i64>>> {
+/// Adds every field on the page images (`pages_of`, filled); the new values, or `None` when an
+/// object is large. An error (no such object, a field out of bounds, an overflow, a reserved
+/// type) may leave the images half changed: the caller discards them.
+pub fn add_to_images(
+    pages: &mut [(PageId, Vec<u8>)],
+    fields: &[FieldIncrement],
+) -> Result<Option<Vec<i64>>> {
     let mut values = Vec::with_capacity(fields.len());
     for field in fields {
         let oid = field.object;

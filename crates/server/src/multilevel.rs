@@ -27,7 +27,8 @@ use lodestore_multilevel::records::{
 };
 use lodestore_multilevel::sphere::Spheres;
 use lodestore_multilevel::warm_start::{Compensation, Loser, Plan};
-use lodestore_protocol::{LockMode, OperationNote, PageServer};
+use lodestore_protocol::increments::{self, FieldIncrement, IncrementsRan};
+use lodestore_protocol::{LockMode, OperationNote, PageServer, ShippedPage};
 use lodestore_wal::{kinds::MULTI_LEVEL, Record, RecordBody};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
@@ -69,6 +70,10 @@ pub(crate) enum PendingNote {
     Undo { inverse: OperationId, args: Vec<u8> },
     Compensates { undone: TxnId },
 }
+
+/// How often increments at the server wait for a page lock and take the state again before
+/// they go on in a client's steps.
+const ONE_HOLD_ATTEMPTS_MAX: u32 = 4;
 
 impl Server {
     /// Starts a subtransaction of `parent` (see the module's comment).
@@ -214,7 +219,11 @@ impl Server {
 
     /// Notes what `sub` logs at level 1 when it commits.
     pub(crate) fn note(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
-        let mut state = self.usable_state()?;
+        Server::note_holding(&mut *self.usable_state()?, sub, note)
+    }
+
+    /// [`Server::note`] under a hold of the state.
+    fn note_holding(state: &mut State, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
         let own = state
             .txns
             .get(&sub)
@@ -394,6 +403,94 @@ impl Server {
             .spheres
             .end_of_subtransaction(sub, parent, &touched);
         state.stats.subtransactions += 1;
+    }
+
+    /// Runs commuting increments as a subtransaction of `parent` (`PageServer::run_increments`):
+    /// under S2/PS, when every page is in the pool and no other transaction holds its lock, in
+    /// one hold of the state, the page locks taken and released inside it, so other
+    /// subtransactions at the server never see them; otherwise, and under S2 or the
+    /// database-cache method, in the steps a client takes.
+    pub(crate) fn run_increments_here(
+        &self,
+        parent: TxnId,
+        fields: &[FieldIncrement],
+        undo: OperationNote<'_>,
+        force: bool,
+    ) -> Result<IncrementsRan> {
+        if force || fields.len() > increments::INCREMENTS_MAX || self.method.defers_page_writes() {
+            return increments::run_in_steps(self, parent, fields, undo, force);
+        }
+        let sub = self.begin_subtransaction(parent)?;
+        match self.increments_in_one_hold(sub, fields, undo) {
+            Ok(Some(ran)) => Ok(ran),
+            Ok(None) => increments::run_in_steps_as(self, sub, fields, undo, false),
+            Err(e) => {
+                let _ = PageServer::abort(self, sub);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Server::run_increments_here`] in one hold of the state; `None` when a page is not in
+    /// the pool, or stays locked by another transaction (what `sub` was granted stays held).
+    /// A page locked by another is waited for without the state, and the hold taken again.
+    fn increments_in_one_hold(
+        &self,
+        sub: TxnId,
+        fields: &[FieldIncrement],
+        undo: OperationNote<'_>,
+    ) -> Result<Option<IncrementsRan>> {
+        let mut pages = increments::pages_of(fields);
+        for (page, _) in &pages {
+            self.check_data_page(*page)?;
+        }
+        let mut attempts = 0;
+        let mut state = loop {
+            let mut state = self.usable_state()?;
+            if pages
+                .iter()
+                .any(|(page, _)| state.pool.lookup(*page).is_none())
+            {
+                return Ok(None);
+            }
+            let busy = pages
+                .iter()
+                .find(|(page, _)| !self.locks.try_acquire(sub, *page, LockMode::Exclusive));
+            let Some(&(busy, _)) = busy else {
+                break state;
+            };
+            // Most often another subtransaction between its end and its release: a wait
+            // that spins, then the hold again (the locks granted so far are re-granted).
+            drop(state);
+            attempts += 1;
+            if attempts > ONE_HOLD_ATTEMPTS_MAX {
+                return Ok(None);
+            }
+            self.locks.acquire(sub, busy, LockMode::Exclusive)?;
+        };
+        for (page, image) in &mut pages {
+            Server::sub_locked_page(&mut state, sub, *page, false);
+            let frame = state.pool.lookup(*page).expect("checked above");
+            image.extend_from_slice(state.pool.frame_bytes(frame));
+            state.stats.pool_hits += 1;
+        }
+        let Some(values) = increments::add_to_images(&mut pages, fields)? else {
+            drop(state);
+            PageServer::abort(self, sub)?;
+            return Ok(Some(IncrementsRan::NotHere));
+        };
+        Server::note_holding(&mut state, sub, undo)?;
+        let shipped: Vec<ShippedPage<'_>> = pages
+            .iter()
+            .map(|(page, image)| ShippedPage {
+                page: *page,
+                image,
+                logged: false,
+            })
+            .collect();
+        let (_, commit) = self.ship_and_commit_holding(state, sub, &shipped)?;
+        PageServer::release_after_append(self, sub, commit)?;
+        Ok(Some(IncrementsRan::Committed { sub, values }))
     }
 
     /// Releases a committed subtransaction's locks before its commit is durable (strategy

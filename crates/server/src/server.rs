@@ -1851,91 +1851,7 @@ impl PageServer for Server {
         pages: &[ShippedPage<'_>],
     ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         self.check_shipped(txn, pages)?;
-        let (lsns, commit) = {
-            let mut state = self.usable_state()?;
-            if !pages.is_empty() {
-                Server::refuse_parent_changes(&state, txn)?;
-            }
-            if let Some(end) = self.end_level_one(&mut state, txn, true)? {
-                // A level-1 commit: its end record, durable before its locks go.
-                self.finish(&mut state, txn, true)?;
-                let commit = AppendedCommit {
-                    lsn: end,
-                    durable: false,
-                    stream: 0,
-                };
-                return Ok((Vec::new(), commit));
-            }
-            let lsns = self.log_shipped(&mut state, txn, pages)?;
-            let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
-            let mut freed = own.freed.clone();
-            freed.extend(self.emptied_pages(&mut state, txn)?);
-            // The session's copies of the pages freed here are not what commits.
-            self.locks.note_commit(txn, &freed);
-            // Most commits free no page: no zeroed page for them.
-            let mut blank = if freed.is_empty() {
-                Vec::new()
-            } else {
-                vec![0u8; self.volume.page_size()]
-            };
-            for page in freed {
-                self.before_first_change(&mut state, txn, page)?;
-                page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());
-                self.method
-                    .log_page_change(self, &mut state, txn, page, &blank)?;
-            }
-            // Level 1 before the commit record: what undoes the subtransaction.
-            let noted = self.append_note(&mut state, txn)?;
-            if !noted && !self.method.has_changes(&state, txn) {
-                // Read-only: nothing to make durable.
-                self.finish(&mut state, txn, true)?;
-                drop(state);
-                self.locks.release_all(txn);
-                let commit = AppendedCommit {
-                    lsn: self.log.durable_lsn(),
-                    durable: true,
-                    stream: 0,
-                };
-                return Ok((lsns, commit));
-            }
-            // What the versions component keeps for the commit is durable before the commit
-            // record can be: made without the state, checked again under it (a snapshot taken
-            // in between asks for more).
-            while let Some(versions) = &self.options.versions {
-                if versions.commit_ready(txn) {
-                    break;
-                }
-                drop(state);
-                versions.prepare_commit(txn)?;
-                state = self.usable_state()?;
-            }
-            let last = state.txns.get(&txn).ok_or_else(|| inactive(txn))?.last_lsn;
-            // A durable commit record ends the transaction for recovery: no end record follows.
-            let commit = match self.method.append_commit(self, &mut state, txn)? {
-                Some(commit) => commit,
-                None => AppendedCommit {
-                    lsn: self.log.append(Some(txn), last, &RecordBody::Commit)?,
-                    durable: false,
-                    stream: 0,
-                },
-            };
-            self.method.committed(&mut state, txn, commit.lsn);
-            let parent = state.txns.get(&txn).and_then(|t| t.parent);
-            if let Some(parent) = parent {
-                Server::sub_committed(&mut state, txn, parent);
-                self.subs_appended().insert(txn);
-            }
-            self.finish(&mut state, txn, true)?;
-            if parent.is_some() {
-                // Ended, the subtransaction is named by a write of its sphere.
-                self.write_large_sphere(&mut state, txn)?;
-            }
-            if self.checkpoint_due(&state) {
-                self.checkpoint_locked(&mut state)?;
-            }
-            (lsns, commit)
-        };
-        Ok((lsns, commit))
+        self.ship_and_commit_holding(self.usable_state()?, txn, pages)
     }
 
     fn wait_durable(&self, txn: TxnId, mut commit: AppendedCommit) -> Result<()> {
@@ -1991,6 +1907,16 @@ impl PageServer for Server {
 
     fn note_operation(&self, sub: TxnId, note: OperationNote<'_>) -> Result<()> {
         self.note(sub, note)
+    }
+
+    fn run_increments(
+        &self,
+        parent: TxnId,
+        fields: &[lodestore_protocol::FieldIncrement],
+        undo: OperationNote<'_>,
+        force: bool,
+    ) -> Result<lodestore_protocol::IncrementsRan> {
+        self.run_increments_here(parent, fields, undo, force)
     }
 
     fn release_after_append(&self, sub: TxnId, commit: AppendedCommit) -> Result<()> {
@@ -2056,6 +1982,97 @@ impl PageServer for Server {
 }
 
 impl Server {
+    /// [`PageServer::ship_and_commit_deferred`] under a hold of the state the caller took,
+    /// the shipped pages already checked (`check_shipped`).
+    pub(crate) fn ship_and_commit_holding<'s>(
+        &'s self,
+        mut state: MutexGuard<'s, State>,
+        txn: TxnId,
+        pages: &[ShippedPage<'_>],
+    ) -> Result<(Vec<Lsn>, AppendedCommit)> {
+        if !pages.is_empty() {
+            Server::refuse_parent_changes(&state, txn)?;
+        }
+        if let Some(end) = self.end_level_one(&mut state, txn, true)? {
+            // A level-1 commit: its end record, durable before its locks go.
+            self.finish(&mut state, txn, true)?;
+            let commit = AppendedCommit {
+                lsn: end,
+                durable: false,
+                stream: 0,
+            };
+            return Ok((Vec::new(), commit));
+        }
+        let lsns = self.log_shipped(&mut state, txn, pages)?;
+        let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
+        let mut freed = own.freed.clone();
+        freed.extend(self.emptied_pages(&mut state, txn)?);
+        // The session's copies of the pages freed here are not what commits.
+        self.locks.note_commit(txn, &freed);
+        // Most commits free no page: no zeroed page for them.
+        let mut blank = if freed.is_empty() {
+            Vec::new()
+        } else {
+            vec![0u8; self.volume.page_size()]
+        };
+        for page in freed {
+            self.before_first_change(&mut state, txn, page)?;
+            page::format(&mut blank, PageKind::Free, page, self.volume.volume_id());
+            self.method
+                .log_page_change(self, &mut state, txn, page, &blank)?;
+        }
+        // Level 1 before the commit record: what undoes the subtransaction.
+        let noted = self.append_note(&mut state, txn)?;
+        if !noted && !self.method.has_changes(&state, txn) {
+            // Read-only: nothing to make durable.
+            self.finish(&mut state, txn, true)?;
+            drop(state);
+            self.locks.release_all(txn);
+            let commit = AppendedCommit {
+                lsn: self.log.durable_lsn(),
+                durable: true,
+                stream: 0,
+            };
+            return Ok((lsns, commit));
+        }
+        // What the versions component keeps for the commit is durable before the commit
+        // record can be: made without the state, checked again under it (a snapshot taken
+        // in between asks for more).
+        while let Some(versions) = &self.options.versions {
+            if versions.commit_ready(txn) {
+                break;
+            }
+            drop(state);
+            versions.prepare_commit(txn)?;
+            state = self.usable_state()?;
+        }
+        let last = state.txns.get(&txn).ok_or_else(|| inactive(txn))?.last_lsn;
+        // A durable commit record ends the transaction for recovery: no end record follows.
+        let commit = match self.method.append_commit(self, &mut state, txn)? {
+            Some(commit) => commit,
+            None => AppendedCommit {
+                lsn: self.log.append(Some(txn), last, &RecordBody::Commit)?,
+                durable: false,
+                stream: 0,
+            },
+        };
+        self.method.committed(&mut state, txn, commit.lsn);
+        let parent = state.txns.get(&txn).and_then(|t| t.parent);
+        if let Some(parent) = parent {
+            Server::sub_committed(&mut state, txn, parent);
+            self.subs_appended().insert(txn);
+        }
+        self.finish(&mut state, txn, true)?;
+        if parent.is_some() {
+            // Ended, the subtransaction is named by a write of its sphere.
+            self.write_large_sphere(&mut state, txn)?;
+        }
+        if self.checkpoint_due(&state) {
+            self.checkpoint_locked(&mut state)?;
+        }
+        Ok((lsns, commit))
+    }
+
     /// Checks shipped pages before anything is logged: size, identity, exclusive lock held.
     /// Their structure is checked where they cross a trust boundary: the network server
     /// validates every page a remote client ships (`validate_client_page`) before it gets

@@ -70,14 +70,7 @@ pub fn run_in_steps_as<S: PageServer + ?Sized>(
             return Ok(None);
         };
         server.note_operation(sub, undo)?;
-        let shipped: Vec<ShippedPage<'_>> = pages
-            .iter()
-            .map(|(page, image)| ShippedPage {
-                page: *page,
-                image,
-                logged: false,
-            })
-            .collect();
+        let shipped = unlogged(&pages);
         if force {
             server.ship_and_commit(sub, &shipped)?;
         } else {
@@ -96,6 +89,18 @@ pub fn run_in_steps_as<S: PageServer + ?Sized>(
             Err(e)
         }
     }
+}
+
+/// The changed page images as shipped pages, unlogged: the server diffs and logs them.
+pub fn unlogged(pages: &[(PageId, Vec<u8>)]) -> Vec<ShippedPage<'_>> {
+    pages
+        .iter()
+        .map(|(page, image)| ShippedPage {
+            page: *page,
+            image,
+            logged: false,
+        })
+        .collect()
 }
 
 /// The distinct pages of `fields`' objects, in page order, each with an empty image.

@@ -28,7 +28,7 @@ use lodestore_multilevel::records::{
 use lodestore_multilevel::sphere::Spheres;
 use lodestore_multilevel::warm_start::{Compensation, Loser, Plan};
 use lodestore_protocol::increments::{self, FieldIncrement, IncrementsRan};
-use lodestore_protocol::{LockMode, OperationNote, PageServer, ShippedPage};
+use lodestore_protocol::{LockMode, OperationNote, PageServer};
 use lodestore_wal::{kinds::MULTI_LEVEL, Record, RecordBody};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeMap;
@@ -480,14 +480,7 @@ impl Server {
             return Ok(Some(IncrementsRan::NotHere));
         };
         Server::note_holding(&mut state, sub, undo)?;
-        let shipped: Vec<ShippedPage<'_>> = pages
-            .iter()
-            .map(|(page, image)| ShippedPage {
-                page: *page,
-                image,
-                logged: false,
-            })
-            .collect();
+        let shipped = increments::unlogged(&pages);
         let (_, commit) = self.ship_and_commit_holding(state, sub, &shipped)?;
         PageServer::release_after_append(self, sub, commit)?;
         Ok(Some(IncrementsRan::Committed { sub, values }))

@@ -211,3 +211,40 @@ fn s2ps_over_the_network_forces_only_the_end_of_the_transaction() {
     assert_eq!(value(&mut txn, counters[1]), 2);
     assert_eq!(value(&mut txn, counters[2]), 2);
 }
+
+/// Over TCP an S2/PS subtransaction of increments is one request (`RunIncrements`): the server
+/// runs it in one hold of its state and asks its lock manager for no page lock. S2 forces each
+/// end, so the server runs its steps and locks the page once per subtransaction.
+#[test]
+fn increments_travel_to_the_server_in_one_request() {
+    use lodestore::multilevel::{Add, Strategy};
+    use lodestore::RawOid;
+    let served = common::Served::new(Options::new());
+    let client = Store::connect(&served.address, Options::new()).unwrap();
+    let mut session = client.session().unwrap();
+    let counters: Vec<RawOid> = session
+        .transact(|txn| (0..3).map(|_| txn.alloc_zeroed(5, 64)).collect())
+        .unwrap();
+    let mut lock_requests = Vec::new();
+    for strategy in [Strategy::S2Ps, Strategy::S2] {
+        let before = served.store.lock_stats().requests;
+        let mut txn = session.begin_multi_level_with(strategy).unwrap();
+        for &counter in &counters {
+            assert_eq!(txn.apply(&Add::field(counter, 0, 3)).unwrap() % 3, 0);
+        }
+        txn.commit().unwrap();
+        lock_requests.push(served.store.lock_stats().requests - before);
+    }
+    // Both ask for the same semantic locks; S2 adds a page lock for each subtransaction.
+    assert_eq!(
+        lock_requests[1] - lock_requests[0],
+        counters.len() as u64,
+        "{lock_requests:?}"
+    );
+    let mut txn = session.begin().unwrap();
+    for &counter in &counters {
+        let mut bytes = [0u8; 8];
+        txn.read_at(counter, 0, &mut bytes).unwrap();
+        assert_eq!(i64::from_le_bytes(bytes), 6);
+    }
+}

@@ -9,11 +9,12 @@ use crate::message::{
 };
 use crate::tls::transport::{Channel, HandshakeFailure, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId, VolumeId};
+use lodestore_server::increments::INCREMENTS_MAX;
 use lodestore_server::versions::Snapshot;
 use lodestore_server::{
-    validate_client_page, Accepted, AppendedCommit, LockMode, LockStats, LockTarget, Lookup,
-    OperationNote, PageServer, RestartReport, ServerStats, ShippedPage, ShippedRecords,
-    SnapshotHistory, SnapshotNews, TxnKind,
+    validate_client_page, Accepted, AppendedCommit, FieldIncrement, IncrementsRan, LockMode,
+    LockStats, LockTarget, Lookup, OperationNote, PageServer, RestartReport, ServerStats,
+    ShippedPage, ShippedRecords, SnapshotHistory, SnapshotNews, TxnKind,
 };
 use lodestore_storage::large::Extent;
 use lodestore_storage::page;
@@ -665,6 +666,32 @@ impl PageServer for RemotePageServer {
         })? {
             Response::Done => Ok(()),
             other => Err(self.unexpected("note-operation", &other)),
+        }
+    }
+
+    fn run_increments(
+        &self,
+        parent: TxnId,
+        fields: &[FieldIncrement],
+        undo: OperationNote<'_>,
+        force: bool,
+    ) -> Result<IncrementsRan> {
+        if fields.len() > INCREMENTS_MAX {
+            return Ok(IncrementsRan::NotHere);
+        }
+        let request = Request::RunIncrements {
+            parent: parent.0,
+            fields: fields.iter().map(|&field| field.into()).collect(),
+            note: undo.into(),
+            force,
+        };
+        match self.call(&request)? {
+            Response::Increments(Some((sub, values))) => Ok(IncrementsRan::Committed {
+                sub: TxnId(sub),
+                values,
+            }),
+            Response::Increments(None) => Ok(IncrementsRan::NotHere),
+            other => Err(self.unexpected("run-increments", &other)),
         }
     }
 

@@ -14,9 +14,10 @@ use crate::message::{decode, encode, Request, Response, WireError, WireLockTarge
 use crate::registry::{Activity, Registry};
 use crate::tls::transport::{Channel, Transport};
 use lodestore_core::{Error, Lsn, Oid, PageId, Result, TxnId};
+use lodestore_server::increments::INCREMENTS_MAX;
 use lodestore_server::{
-    validate_client_page, LockMode, LockTarget, ObjectUpdates, PageServer, PageUpdates, Server,
-    ShippedPage, ShippedRecords,
+    validate_client_page, FieldIncrement, IncrementsRan, LockMode, LockTarget, ObjectUpdates,
+    PageServer, PageUpdates, Server, ShippedPage, ShippedRecords,
 };
 use rustc_hash::FxHashSet;
 use std::net::{TcpListener, TcpStream};
@@ -508,6 +509,27 @@ impl StoreService {
                 let (txn, page) = (self.own(txn)?, self.page(page)?);
                 server.lock_and_fetch_page(txn, page, LockMode::from(mode), &mut buf)?;
                 Response::Page(buf)
+            }
+            Request::RunIncrements {
+                parent,
+                fields,
+                note,
+                force,
+            } => {
+                // More than the server runs in one go is the client's to run (its cache is
+                // made for many pages); checked before anything is built from the request.
+                if fields.len() > INCREMENTS_MAX {
+                    Response::Increments(None)
+                } else {
+                    let fields: Vec<FieldIncrement> = fields.into_iter().map(Into::into).collect();
+                    let parent = self.own(parent)?;
+                    match server.run_increments(parent, &fields, note.as_note(), force)? {
+                        IncrementsRan::Committed { sub, values } => {
+                            Response::Increments(Some((sub.0, values)))
+                        }
+                        IncrementsRan::NotHere => Response::Increments(None),
+                    }
+                }
             }
             Request::FindSpace { txn, bytes, skip } => {
                 let skip: Vec<PageId> = skip.into_iter().map(PageId).collect();

@@ -5,8 +5,8 @@
 use lodestore_core::{Error, PageId, TxnId, TypeId};
 use lodestore_net::frame::{header, read_frame, write_frame, FrameError, MAX_FRAME_BODY};
 use lodestore_net::message::{
-    decode, encode, Request, Response, WireError, WireLockMode, WireLockTarget, WireObjectUpdates,
-    WireOperationNote, WirePage, WireRecords, WireTxnKind, WireUpdates,
+    decode, encode, Request, Response, WireError, WireIncrement, WireLockMode, WireLockTarget,
+    WireObjectUpdates, WireOperationNote, WirePage, WireRecords, WireTxnKind, WireUpdates,
 };
 use lodestore_net::RemotePageServer;
 use lodestore_server::{LockMode, PageServer};
@@ -133,6 +133,7 @@ proptest! {
             Request::FindSpace { txn, bytes: bytes.len() as u64, skip: vec![page] },
             Request::ShipRecords { txn, records: WireRecords::Pages(WireUpdates { records: vec![(page, 3, bytes.len() as u32)], bytes: [bytes.clone(), bytes.clone()].concat() }) },
             Request::Begin { kind: WireTxnKind::Sub { parent: txn } },
+            Request::RunIncrements { parent: txn, fields: vec![WireIncrement { object: txn, offset: page, delta: txn as i64 }], note: WireOperationNote::Undo { inverse: page, args: bytes.clone() }, force: page % 2 == 0 },
         ];
         for request in requests {
             prop_assert_eq!(decode::<Request>(&encode(&request)).unwrap(), request);

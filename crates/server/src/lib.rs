@@ -23,11 +23,12 @@ pub mod workers;
 // The client/server boundary lives in its own crate; the server's paths to it stay.
 pub use lock_table::LockStats;
 pub use lodestore_multilevel::warm_start::Compensation;
-pub use lodestore_protocol::{batch, interface};
+pub use lodestore_protocol::{batch, increments, interface};
 pub use lodestore_protocol::{Accepted, Lookup, SnapshotHistory, SnapshotNews};
 pub use lodestore_protocol::{
-    AppendedCommit, LockMode, LockTarget, ObjectUpdate, ObjectUpdates, OperationNote, PageServer,
-    PageUpdate, PageUpdates, ShippedPage, ShippedRecords, TxnKind,
+    AppendedCommit, FieldIncrement, IncrementsRan, LockMode, LockTarget, ObjectUpdate,
+    ObjectUpdates, OperationNote, PageServer, PageUpdate, PageUpdates, ShippedPage, ShippedRecords,
+    TxnKind,
 };
 pub use multilevel::Compensator;
 pub use recovery::{RecoveryMethodKind, RestartLevel, RestartReport};

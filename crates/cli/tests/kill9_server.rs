@@ -5,7 +5,9 @@
 //! an outside tool would: the total balance is conserved, and every transfer any client
 //! acknowledged is in the transfer counts of both its accounts. Then the server restarts and the
 //! clients connect again. Servers and clients talk TLS and authenticate with a client
-//! certificate and a token throughout.
+//! certificate and a token throughout. Once more with multi-level clients (`--semantic`): each
+//! transfer one request of commuting increments run at the server as a subtransaction, a killed
+//! client's transaction compensated by the server, a killed server's losers by its warm start.
 
 mod common;
 
@@ -85,7 +87,7 @@ fn start_server(store: &Path, listen: &str, method: &str) -> (Child, String) {
     panic!("could not start the server on {listen}");
 }
 
-fn stress(address: &str, acks: &Path, seconds: &str, threads: &str) -> Command {
+fn stress(address: &str, acks: &Path, seconds: &str, threads: &str, extra: &[&str]) -> Command {
     let mut command = lodestore();
     command
         .args([
@@ -105,6 +107,7 @@ fn stress(address: &str, acks: &Path, seconds: &str, threads: &str) -> Command {
         .arg(certificate("client.pem"))
         .arg("--tls-key")
         .arg(certificate("client.key"))
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     command
@@ -126,24 +129,33 @@ fn reap(child: &mut Child, limit: Duration) {
 
 #[test]
 fn kill_minus_nine_of_an_esm_server_under_three_clients_loses_nothing_acknowledged() {
-    kill_nine_rounds("esm", 11);
+    kill_nine_rounds("esm", 11, &[]);
 }
 
 #[test]
 fn kill_minus_nine_of_a_redo_at_server_server_loses_nothing_acknowledged() {
-    kill_nine_rounds("redo", 12);
+    kill_nine_rounds("redo", 12, &[]);
 }
 
 #[test]
 fn kill_minus_nine_of_a_whole_page_logging_server_loses_nothing_acknowledged() {
-    kill_nine_rounds("wpl", 13);
+    kill_nine_rounds("wpl", 13, &[]);
+}
+
+/// Multi-level transfers over TCP (S2/PS, the default strategy): a killed client's
+/// transaction is compensated at the server, and the subtransactions of the transactions a
+/// killed server leaves unfinished are compensated by its warm start.
+#[test]
+fn kill_minus_nine_of_a_server_under_three_multi_level_clients_loses_nothing_acknowledged() {
+    kill_nine_rounds("esm", 14, &["--semantic"]);
 }
 
 /// One method at a time: three servers with nine clients at once on a small machine would
 /// trip the stall check for want of CPU, not for a lost lock.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn kill_nine_rounds(method: &str, seed: u64) {
+/// `client_extra`: more arguments for every `stress` client.
+fn kill_nine_rounds(method: &str, seed: u64, client_extra: &[&str]) {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let rounds: usize = std::env::var("LODESTORE_KILL9_ROUNDS")
         .ok()
@@ -158,14 +170,21 @@ fn kill_nine_rounds(method: &str, seed: u64) {
 
     // One client creates the bank before several share it.
     let (mut server, address) = start_server(&store, "127.0.0.1:0", method);
-    let status = stress(&address, &acks[0], "0", "1").status().unwrap();
+    let status = stress(&address, &acks[0], "0", "1", client_extra)
+        .status()
+        .unwrap();
     assert!(status.success());
 
     let mut total_acknowledged = 0;
+    let mut undo_records = 0;
     for round in 0..rounds {
         let mut clients: Vec<Child> = acks
             .iter()
-            .map(|a| stress(&address, a, "60", "2").spawn().unwrap())
+            .map(|a| {
+                stress(&address, a, "60", "2", client_extra)
+                    .spawn()
+                    .unwrap()
+            })
             .collect();
         std::thread::sleep(Duration::from_millis(rng.random_range(300..900)));
         // A client dies mid-work: its open transaction must roll back and release its locks,
@@ -185,6 +204,7 @@ fn kill_nine_rounds(method: &str, seed: u64) {
         }
         server.kill().unwrap(); // SIGKILL
         server.wait().unwrap();
+        undo_records += level_one_undo_records(&store);
         for client in &mut clients[1..] {
             reap(client, Duration::from_secs(20));
         }
@@ -201,6 +221,32 @@ fn kill_nine_rounds(method: &str, seed: u64) {
         total_acknowledged > 100,
         "{method}: only {total_acknowledged} transfers acknowledged"
     );
+    // The multi-level clients' transfers did reach the server as subtransactions: the logs the
+    // kills left held their level-1 undo records (and flat ones none).
+    let semantic = client_extra.contains(&"--semantic");
+    assert_eq!(
+        undo_records > 0,
+        semantic,
+        "{method}: {undo_records} level-1 undo records in the logs the kills left"
+    );
+}
+
+/// The level-1 undo records in `store`'s log, as `lodestore info` (which only reads) counts
+/// them.
+fn level_one_undo_records(store: &Path) -> u64 {
+    let out = lodestore()
+        .args(["info", store.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|line| line.trim_start().starts_with("level 1"))
+        .unwrap_or_else(|| panic!("no level-1 line in `lodestore info`:\n{text}"));
+    line.split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no undo count in {line:?}"))
 }
 
 /// SIGTERM with clients connected and mid-work: the server ends their connections, closes the
@@ -212,7 +258,7 @@ fn sigterm_with_clients_connected_closes_the_store_cleanly_and_says_so_truthfull
     let store = dir.path().join("bank");
     let acks = dir.path().join("acks");
     let (mut server, address) = start_server(&store, "127.0.0.1:0", "esm");
-    let mut client = stress(&address, &acks, "60", "2").spawn().unwrap();
+    let mut client = stress(&address, &acks, "60", "2", &[]).spawn().unwrap();
     let started = Instant::now();
     while acknowledged(&acks).0 < 200 {
         assert!(started.elapsed() < Duration::from_secs(20), "no transfers");

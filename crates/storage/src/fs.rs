@@ -32,6 +32,11 @@ pub trait Storage: Send + Sync {
     /// start reading them while the caller works on what it read before. Does nothing unless
     /// the storage can act on it; never fails.
     fn prefetch(&self, _offset: u64, _len: u64) {}
+    /// A hint that bytes `offset..offset + len`, just written, will be synced soon: the
+    /// operating system may start sending them to the device while the caller writes more,
+    /// so the sync that follows waits for less. Durability still comes only from
+    /// [`Storage::sync`]. Does nothing unless the storage can act on it; never fails.
+    fn write_behind(&self, _offset: u64, _len: u64) {}
     /// The path, for error messages.
     fn path(&self) -> &Path;
 }
@@ -317,6 +322,27 @@ impl Storage for FileStorage {
         }
     }
 
+    #[cfg(target_os = "linux")]
+    fn write_behind(&self, offset: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        // SAFETY: starts write-back of a range of a descriptor this value owns (without
+        // waiting for it); no memory is passed.
+        let rc = unsafe {
+            libc::sync_file_range(
+                self.file.as_raw_fd(),
+                offset,
+                len,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
+        };
+        if rc != 0 {
+            tracing::debug!(path = %self.path.display(), "write-behind hint refused");
+        }
+    }
+
     fn path(&self) -> &Path {
         &self.path
     }
@@ -351,5 +377,25 @@ mod tests {
         ));
         drop(file);
         fs.open(&path, OpenMode::Existing).unwrap();
+    }
+
+    #[test]
+    fn hints_change_nothing_a_reader_sees_and_take_any_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = RealFileSystem
+            .open(&dir.path().join("f"), OpenMode::CreateNew)
+            .unwrap();
+        let data: Vec<u8> = (0..=255u8).cycle().take(64 << 10).collect();
+        file.write_at(4096, &data).unwrap();
+        file.write_behind(4096, data.len() as u64);
+        // Past the end, and past what the system call can name: ignored, never a panic.
+        file.write_behind(1 << 40, 4096);
+        file.write_behind(u64::MAX, u64::MAX);
+        file.prefetch(u64::MAX, 1);
+        file.sync().unwrap();
+        let mut back = vec![0u8; data.len()];
+        file.read_at(4096, &mut back).unwrap();
+        assert_eq!(back, data);
+        assert_eq!(file.len().unwrap(), 4096 + data.len() as u64);
     }
 }

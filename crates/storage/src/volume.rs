@@ -27,6 +27,9 @@ pub const INITIAL_PAGE_COUNT: u32 = 4;
 pub const EXTEND_PAGES_MAX: u32 = 4096;
 /// Pages an extension writes per call.
 const EXTEND_WRITE_PAGES: usize = 64;
+/// Shortest run of pages whose write starts write-back at once ([`Storage::write_behind`]):
+/// short runs are an eviction's or a small checkpoint's, often written again before a sync.
+const WRITE_BEHIND_MIN_BYTES: usize = 128 << 10;
 
 /// The path of the data file of the store in `dir`.
 pub fn data_file_path(dir: &Path) -> PathBuf {
@@ -325,7 +328,13 @@ impl Volume {
             );
             page::seal(page);
         }
-        self.storage.write_at(first.offset(self.page_size), buf)?;
+        let offset = first.offset(self.page_size);
+        self.storage.write_at(offset, buf)?;
+        if buf.len() >= WRITE_BEHIND_MIN_BYTES {
+            // A long run is a bulk load's or a checkpoint's, synced once its last run is
+            // written: its pages start for the device now instead of all at the sync.
+            self.storage.write_behind(offset, buf.len() as u64);
+        }
         self.unwritten.written(first.0, first.0 + count);
         Ok(())
     }

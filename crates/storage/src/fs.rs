@@ -304,47 +304,44 @@ impl Storage for FileStorage {
     }
 
     fn prefetch(&self, offset: u64, len: u64) {
-        use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: an advisory call on a descriptor this value owns; no memory is passed.
-        let rc = unsafe {
-            libc::posix_fadvise(
-                self.file.as_raw_fd(),
-                offset,
-                len,
-                libc::POSIX_FADV_WILLNEED,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!(path = %self.path.display(), rc, "read-ahead hint refused");
-        }
+        self.hint("read-ahead", offset, len, |fd, offset, len| {
+            // SAFETY: an advisory call on a descriptor this value owns; no memory is passed.
+            unsafe { libc::posix_fadvise(fd, offset, len, libc::POSIX_FADV_WILLNEED) }
+        });
     }
 
     #[cfg(target_os = "linux")]
     fn write_behind(&self, offset: u64, len: u64) {
-        use std::os::fd::AsRawFd;
-        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
-            return;
-        };
-        // SAFETY: starts write-back of a range of a descriptor this value owns (without
-        // waiting for it); no memory is passed.
-        let rc = unsafe {
-            libc::sync_file_range(
-                self.file.as_raw_fd(),
-                offset,
-                len,
-                libc::SYNC_FILE_RANGE_WRITE,
-            )
-        };
-        if rc != 0 {
-            tracing::debug!(path = %self.path.display(), "write-behind hint refused");
-        }
+        self.hint("write-behind", offset, len, |fd, offset, len| {
+            // SAFETY: starts write-back of a range of a descriptor this value owns, without
+            // waiting for it; no memory is passed.
+            unsafe { libc::sync_file_range(fd, offset, len, libc::SYNC_FILE_RANGE_WRITE) }
+        });
     }
 
     fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl FileStorage {
+    /// Runs `call`, an advisory system call, on `offset..offset + len` of the file: a range the
+    /// call cannot name is skipped and a refusal only logged, since a hint never fails.
+    fn hint(
+        &self,
+        what: &str,
+        offset: u64,
+        len: u64,
+        call: impl FnOnce(libc::c_int, i64, i64) -> libc::c_int,
+    ) {
+        use std::os::fd::AsRawFd;
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return;
+        };
+        let rc = call(self.file.as_raw_fd(), offset, len);
+        if rc != 0 {
+            tracing::debug!(path = %self.path.display(), rc, "{what} hint refused");
+        }
     }
 }
 

@@ -71,7 +71,8 @@ impl HomeRun {
         if self.buf.is_empty() {
             return Ok(());
         }
-        volume.write_pages(self.first, &mut self.buf)?;
+        // The caller syncs the data file once the last run is written.
+        volume.write_pages_before_sync(self.first, &mut self.buf)?;
         self.buf.clear();
         Ok(())
     }

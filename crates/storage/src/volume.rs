@@ -27,8 +27,8 @@ pub const INITIAL_PAGE_COUNT: u32 = 4;
 pub const EXTEND_PAGES_MAX: u32 = 4096;
 /// Pages an extension writes per call.
 const EXTEND_WRITE_PAGES: usize = 64;
-/// Shortest run of pages whose write starts write-back at once ([`Storage::write_behind`]):
-/// short runs are an eviction's or a small checkpoint's, often written again before a sync.
+/// Shortest run of [`Volume::write_pages_before_sync`] whose write-back starts at once: a
+/// hint per short run would cost more system calls than the sync saves.
 const WRITE_BEHIND_MIN_BYTES: usize = 128 << 10;
 
 /// The path of the data file of the store in `dir`.
@@ -328,14 +328,22 @@ impl Volume {
             );
             page::seal(page);
         }
-        let offset = first.offset(self.page_size);
-        self.storage.write_at(offset, buf)?;
-        if buf.len() >= WRITE_BEHIND_MIN_BYTES {
-            // A long run is a bulk load's or a checkpoint's, synced once its last run is
-            // written: its pages start for the device now instead of all at the sync.
-            self.storage.write_behind(offset, buf.len() as u64);
-        }
+        self.storage.write_at(first.offset(self.page_size), buf)?;
         self.unwritten.written(first.0, first.0 + count);
+        Ok(())
+    }
+
+    /// [`Self::write_pages`] for a caller that syncs the file as soon as its last run is
+    /// written (a bulk load's new pages going home): a long run starts for the device at once
+    /// ([`Storage::write_behind`]), so the sync waits for less. Not for writes a sync may not
+    /// follow for a while (a checkpoint's, an eviction's): their pages are often written again
+    /// first, and write-back started early takes the device from the log's syncs.
+    pub fn write_pages_before_sync(&self, first: PageId, buf: &mut [u8]) -> Result<()> {
+        self.write_pages(first, buf)?;
+        if buf.len() >= WRITE_BEHIND_MIN_BYTES {
+            self.storage
+                .write_behind(first.offset(self.page_size), buf.len() as u64);
+        }
         Ok(())
     }
 
@@ -632,6 +640,110 @@ mod tests {
         assert_eq!(read[300..400], [0; 100]);
         volume.read_page(PageId(start.0 + 3), &mut read).unwrap();
         assert_eq!(read[300..400], [0; 100]);
+    }
+
+    /// A memory file system whose files note every write-behind hint they are given.
+    struct HintNoting {
+        inner: MemoryFileSystem,
+        hints: Arc<Mutex<Vec<(u64, u64)>>>,
+    }
+
+    struct HintNotingFile {
+        inner: Arc<dyn Storage>,
+        hints: Arc<Mutex<Vec<(u64, u64)>>>,
+    }
+
+    impl Storage for HintNotingFile {
+        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+            self.inner.read_at(offset, buf)
+        }
+        fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+            self.inner.write_at(offset, data)
+        }
+        fn sync(&self) -> Result<()> {
+            self.inner.sync()
+        }
+        fn len(&self) -> Result<u64> {
+            self.inner.len()
+        }
+        fn set_len(&self, len: u64) -> Result<()> {
+            self.inner.set_len(len)
+        }
+        fn write_behind(&self, offset: u64, len: u64) {
+            self.hints.lock().unwrap().push((offset, len));
+        }
+        fn path(&self) -> &Path {
+            self.inner.path()
+        }
+    }
+
+    impl FileSystem for HintNoting {
+        fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
+            Ok(Arc::new(HintNotingFile {
+                inner: self.inner.open(path, mode)?,
+                hints: self.hints.clone(),
+            }))
+        }
+        fn exists(&self, path: &Path) -> bool {
+            self.inner.exists(path)
+        }
+        fn create_dir_all(&self, path: &Path) -> Result<()> {
+            self.inner.create_dir_all(path)
+        }
+        fn is_dir(&self, path: &Path) -> bool {
+            self.inner.is_dir(path)
+        }
+        fn remove(&self, path: &Path) -> Result<()> {
+            self.inner.remove(path)
+        }
+        fn rename(&self, from: &Path, to: &Path) -> Result<()> {
+            self.inner.rename(from, to)
+        }
+        fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+            self.inner.list(dir)
+        }
+        fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+            self.inner.list_dirs(dir)
+        }
+        fn rename_dir(&self, from: &Path, to: &Path) -> Result<()> {
+            self.inner.rename_dir(from, to)
+        }
+        fn remove_dir_all(&self, path: &Path) -> Result<()> {
+            self.inner.remove_dir_all(path)
+        }
+    }
+
+    #[test]
+    fn long_runs_written_before_a_sync_start_their_write_back_and_nothing_else_does() {
+        let fs = HintNoting {
+            inner: MemoryFileSystem::new(),
+            hints: Arc::default(),
+        };
+        let volume = Volume::create(&fs, Path::new("/v"), PAGE).unwrap();
+        let long = (WRITE_BEHIND_MIN_BYTES / PAGE) as u32;
+        let first = volume.extend(long + 8).unwrap();
+        fs.hints.lock().unwrap().clear();
+
+        let mut short = images(first.0, long - 1, volume.volume_id());
+        volume.write_pages_before_sync(first, &mut short).unwrap();
+        let mut single = images(first.0, 1, volume.volume_id());
+        volume.write_page(first, &mut single).unwrap();
+        let mut checkpoint = images(first.0, long, volume.volume_id());
+        volume.write_pages(first, &mut checkpoint).unwrap();
+        assert_eq!(
+            *fs.hints.lock().unwrap(),
+            vec![],
+            "nothing below the bound, nothing but before a sync"
+        );
+
+        let start = PageId(first.0 + 3);
+        let mut run = images(start.0, long, volume.volume_id());
+        volume.write_pages_before_sync(start, &mut run).unwrap();
+        assert_eq!(
+            *fs.hints.lock().unwrap(),
+            vec![(start.offset(PAGE), WRITE_BEHIND_MIN_BYTES as u64)],
+            "the whole run, where it was written"
+        );
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct MemoryFileSystem {
 struct MemoryFile {
     path: PathBuf,
     bytes: Mutex<Vec<u8>>,
+    /// The write-behind hints given, in order (`MemoryFileSystem::write_behind_hints`).
+    hints: Mutex<Vec<(u64, u64)>>,
 }
 
 impl MemoryFile {
@@ -37,6 +39,14 @@ impl MemoryFileSystem {
         let file = self.lock_files().get(path).cloned()?;
         let mut bytes = file.bytes();
         Some(change(&mut bytes))
+    }
+
+    /// The write-behind hints the file at `path` was given, in order, as (offset, length):
+    /// for tests that the engine hints where it should. Empty if there is no such file.
+    pub fn write_behind_hints(&self, path: &Path) -> Vec<(u64, u64)> {
+        self.lock_files().get(path).map_or_else(Vec::new, |file| {
+            file.hints.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        })
     }
 
     fn lock_files(&self) -> MutexGuard<'_, HashMap<PathBuf, Arc<MemoryFile>>> {
@@ -59,6 +69,7 @@ impl FileSystem for MemoryFileSystem {
                 let file = Arc::new(MemoryFile {
                     path: path.to_path_buf(),
                     bytes: Mutex::new(Vec::new()),
+                    hints: Mutex::default(),
                 });
                 files.insert(path.to_path_buf(), file.clone());
                 file
@@ -100,6 +111,7 @@ impl FileSystem for MemoryFileSystem {
         let renamed = Arc::new(MemoryFile {
             path: to.to_path_buf(),
             bytes: Mutex::new(std::mem::take(&mut *file.bytes())),
+            hints: Mutex::default(),
         });
         files.insert(to.to_path_buf(), renamed);
         Ok(())
@@ -147,6 +159,7 @@ impl FileSystem for MemoryFileSystem {
             let renamed = Arc::new(MemoryFile {
                 path: new.clone(),
                 bytes: Mutex::new(std::mem::take(&mut *file.bytes())),
+                hints: Mutex::default(),
             });
             files.insert(new, renamed);
         }
@@ -212,6 +225,11 @@ impl Storage for MemoryStorage {
 
     fn sync(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn write_behind(&self, offset: u64, len: u64) {
+        let mut hints = self.file.hints.lock().unwrap_or_else(|e| e.into_inner());
+        hints.push((offset, len));
     }
 
     fn len(&self) -> Result<u64> {

@@ -642,87 +642,14 @@ mod tests {
         assert_eq!(read[300..400], [0; 100]);
     }
 
-    /// A memory file system whose files note every write-behind hint they are given.
-    struct HintNoting {
-        inner: MemoryFileSystem,
-        hints: Arc<Mutex<Vec<(u64, u64)>>>,
-    }
-
-    struct HintNotingFile {
-        inner: Arc<dyn Storage>,
-        hints: Arc<Mutex<Vec<(u64, u64)>>>,
-    }
-
-    impl Storage for HintNotingFile {
-        fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-            self.inner.read_at(offset, buf)
-        }
-        fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-            self.inner.write_at(offset, data)
-        }
-        fn sync(&self) -> Result<()> {
-            self.inner.sync()
-        }
-        fn len(&self) -> Result<u64> {
-            self.inner.len()
-        }
-        fn set_len(&self, len: u64) -> Result<()> {
-            self.inner.set_len(len)
-        }
-        fn write_behind(&self, offset: u64, len: u64) {
-            self.hints.lock().unwrap().push((offset, len));
-        }
-        fn path(&self) -> &Path {
-            self.inner.path()
-        }
-    }
-
-    impl FileSystem for HintNoting {
-        fn open(&self, path: &Path, mode: OpenMode) -> Result<Arc<dyn Storage>> {
-            Ok(Arc::new(HintNotingFile {
-                inner: self.inner.open(path, mode)?,
-                hints: self.hints.clone(),
-            }))
-        }
-        fn exists(&self, path: &Path) -> bool {
-            self.inner.exists(path)
-        }
-        fn create_dir_all(&self, path: &Path) -> Result<()> {
-            self.inner.create_dir_all(path)
-        }
-        fn is_dir(&self, path: &Path) -> bool {
-            self.inner.is_dir(path)
-        }
-        fn remove(&self, path: &Path) -> Result<()> {
-            self.inner.remove(path)
-        }
-        fn rename(&self, from: &Path, to: &Path) -> Result<()> {
-            self.inner.rename(from, to)
-        }
-        fn list(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-            self.inner.list(dir)
-        }
-        fn list_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
-            self.inner.list_dirs(dir)
-        }
-        fn rename_dir(&self, from: &Path, to: &Path) -> Result<()> {
-            self.inner.rename_dir(from, to)
-        }
-        fn remove_dir_all(&self, path: &Path) -> Result<()> {
-            self.inner.remove_dir_all(path)
-        }
-    }
-
     #[test]
     fn long_runs_written_before_a_sync_start_their_write_back_and_nothing_else_does() {
-        let fs = HintNoting {
-            inner: MemoryFileSystem::new(),
-            hints: Arc::default(),
-        };
+        let fs = MemoryFileSystem::new();
         let volume = Volume::create(&fs, Path::new("/v"), PAGE).unwrap();
+        let hints = || fs.write_behind_hints(&data_file_path(Path::new("/v")));
         let long = (WRITE_BEHIND_MIN_BYTES / PAGE) as u32;
         let first = volume.extend(long + 8).unwrap();
-        fs.hints.lock().unwrap().clear();
+        let before = hints();
 
         let mut short = images(first.0, long - 1, volume.volume_id());
         volume.write_pages_before_sync(first, &mut short).unwrap();
@@ -731,8 +658,8 @@ mod tests {
         let mut checkpoint = images(first.0, long, volume.volume_id());
         volume.write_pages(first, &mut checkpoint).unwrap();
         assert_eq!(
-            *fs.hints.lock().unwrap(),
-            vec![],
+            hints(),
+            before,
             "nothing below the bound, nothing but before a sync"
         );
 
@@ -740,8 +667,8 @@ mod tests {
         let mut run = images(start.0, long, volume.volume_id());
         volume.write_pages_before_sync(start, &mut run).unwrap();
         assert_eq!(
-            *fs.hints.lock().unwrap(),
-            vec![(start.offset(PAGE), WRITE_BEHIND_MIN_BYTES as u64)],
+            hints()[before.len()..],
+            [(start.offset(PAGE), WRITE_BEHIND_MIN_BYTES as u64)],
             "the whole run, where it was written"
         );
     }

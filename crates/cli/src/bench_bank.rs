@@ -2,9 +2,9 @@
 //! (page locks held to the end, the page-locking baseline) and as multi-level transactions
 //! under each strategy of Hasse & Weikum (S1, S2, S2/PS), in turn and in a rotating order
 //! within each run, so every ratio compares modes measured in the same run. Prints commits
-//! per second and as a ratio to the flat transactions, lock waits and log flushes per commit,
-//! subtransactions and persistence sphere sizes (medians of the runs); writes a CSV of every
-//! measurement when asked.
+//! per second and as a ratio to the flat transactions, lock waits, log flushes and log bytes
+//! per commit, subtransactions and persistence sphere sizes (medians of the runs); writes a CSV
+//! of every measurement when asked.
 
 use crate::bench::{median, remove_store};
 use crate::stress::{open_bank, transfers};
@@ -36,6 +36,7 @@ struct Measured {
     retries: u64,
     lock_waits_per_commit: f64,
     flushes_per_commit: f64,
+    log_bytes_per_commit: f64,
     subtransactions_per_commit: f64,
     sphere_pages_mean: f64,
 }
@@ -99,6 +100,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 retries: done.retried,
                 lock_waits_per_commit: (locks2.waits - locks.waits) as f64 / commits,
                 flushes_per_commit: (log2.flushes - log.flushes) as f64 / commits,
+                log_bytes_per_commit: (log2.bytes_flushed - log.bytes_flushed) as f64 / commits,
                 subtransactions_per_commit: (server2.subtransactions - server.subtransactions)
                     as f64
                     / commits,
@@ -135,6 +137,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
         "retries",
         "lock waits / commit",
         "log flushes / commit",
+        "log bytes / commit",
         "subtransactions / commit",
         "sphere pages (mean)",
     ]);
@@ -148,6 +151,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
             format!("{:.0}", of(|x| x.retries as f64)),
             format!("{:.2}", of(|x| x.lock_waits_per_commit)),
             format!("{:.2}", of(|x| x.flushes_per_commit)),
+            format!("{:.0}", of(|x| x.log_bytes_per_commit)),
             format!("{:.2}", of(|x| x.subtransactions_per_commit)),
             format!("{:.1}", of(|x| x.sphere_pages_mean)),
         ]);
@@ -156,16 +160,17 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
     if let Some(csv) = csv {
         let mut text = String::from(
             "run,mode,commits_per_s,retries,lock_waits_per_commit,flushes_per_commit,\
-             subtransactions_per_commit,sphere_pages_mean\n",
+             log_bytes_per_commit,subtransactions_per_commit,sphere_pages_mean\n",
         );
         for (run, mode, m) in rows {
             text.push_str(&format!(
-                "{run},{},{:.1},{},{:.4},{:.4},{:.4},{:.2}\n",
+                "{run},{},{:.1},{},{:.4},{:.4},{:.0},{:.4},{:.2}\n",
                 mode.map_or("flat", Strategy::name),
                 m.commits_per_s,
                 m.retries,
                 m.lock_waits_per_commit,
                 m.flushes_per_commit,
+                m.log_bytes_per_commit,
                 m.subtransactions_per_commit,
                 m.sphere_pages_mean
             ));

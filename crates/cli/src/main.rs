@@ -446,7 +446,8 @@ enum BenchCommand {
     /// their end, and as multi-level transactions under each strategy of Hasse & Weikum: S1
     /// (one flat transaction of operations), S2 (subtransactions, each end forced), S2/PS
     /// (ends not forced); modes in turn, rotating. Prints commits/s and the ratio to flat,
-    /// lock waits and log flushes per commit, subtransactions, persistence sphere sizes.
+    /// lock waits, log flushes and log bytes per commit, subtransactions, persistence sphere
+    /// sizes.
     Bank(bench_bank::BankArgs),
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every

@@ -545,8 +545,8 @@ fn bench_complex_refuses_more_foreign_visits_than_visits() {
 }
 
 /// Bank transfers as flat transactions and under each multi-level strategy on one store: a
-/// row per mode, S2 forcing each subtransaction's end shows in its log flushes, and a CSV row
-/// per mode and run. One thread: with more, group commit lets one thread's forced
+/// row per mode, S2 forcing each subtransaction's end shows in its log flushes, the level-1
+/// records in the log bytes per commit, and a CSV row per mode and run. One thread: with more, group commit lets one thread's forced
 /// subtransaction end share a flush with another's commit, and the count stops being exact.
 #[test]
 fn bench_bank_compares_flat_transactions_with_each_strategy() {
@@ -596,6 +596,14 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
     // S2 forces the subtransaction's end and the transaction's: two flushes a commit where a
     // flat transaction has one.
     assert!(flushes("s2") > flushes("flat") + 0.8, "{text}");
+    let log_bytes = |mode: &str| -> f64 {
+        let row = rows.iter().find(|r| r[1] == mode).unwrap();
+        row[6].parse().unwrap()
+    };
+    // Two levels log the same page changes as a flat transaction and, besides, each
+    // operation's level-1 undo record and the transaction's end.
+    assert!(log_bytes("flat") > 0.0, "{text}");
+    assert!(log_bytes("s2ps") > log_bytes("flat"), "{text}");
 }
 
 /// `bench thor --parts archive-down`: commits that stage page copies, with the archive (a node,

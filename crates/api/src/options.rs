@@ -14,8 +14,15 @@ use std::time::Duration;
 
 /// Largest cache, pool or buffer an option may ask for: the memory this process may use, this
 /// machine's or less where a control group limits it (a container; 1 TiB where neither can be
-/// read). Past it, the allocation would fail, swap, or have the process killed.
+/// read). Past it, the allocation would fail, swap, or have the process killed. Read once per
+/// process (every `Options` asks, a store's opening three times; a container's limit is set
+/// as it starts).
 pub fn memory_bytes_max() -> u64 {
+    static MEMORY_BYTES_MAX: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MEMORY_BYTES_MAX.get_or_init(read_memory_bytes_max)
+}
+
+fn read_memory_bytes_max() -> u64 {
     // SAFETY: sysconf only reads a system constant.
     let pages = unsafe { libc::sysconf(libc::_SC_PHYS_PAGES) };
     let machine = if pages > 0 {
@@ -586,6 +593,8 @@ mod tests {
             libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
         };
         assert!(memory_bytes_max() <= machine);
+        // Read once: what later calls get is what a read finds.
+        assert_eq!(memory_bytes_max(), read_memory_bytes_max());
     }
 
     #[test]

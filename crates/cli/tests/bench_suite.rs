@@ -546,8 +546,9 @@ fn bench_complex_refuses_more_foreign_visits_than_visits() {
 
 /// Bank transfers as flat transactions and under each multi-level strategy on one store: a
 /// row per mode, S2 forcing each subtransaction's end shows in its log flushes, the level-1
-/// records in the log bytes per commit, and a CSV row per mode and run. One thread: with more, group commit lets one thread's forced
-/// subtransaction end share a flush with another's commit, and the count stops being exact.
+/// records in the log bytes per commit, and a CSV row per mode and run. One thread: with
+/// more, group commit lets one thread's forced subtransaction end share a flush with
+/// another's commit, and the count stops being exact.
 #[test]
 fn bench_bank_compares_flat_transactions_with_each_strategy() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,8 +3,8 @@
 //! under each strategy of Hasse & Weikum (S1, S2, S2/PS), in turn and in a rotating order
 //! within each run, so every ratio compares modes measured in the same run. Prints commits
 //! per second and as a ratio to the flat transactions, lock waits, log flushes and log bytes
-//! per commit, subtransactions and persistence sphere sizes (medians of the runs); writes a CSV
-//! of every measurement when asked.
+//! per commit, subtransactions and persistence sphere sizes, and where a flush round's time
+//! goes (medians of the runs); writes a CSV of every measurement when asked.
 
 use crate::bench::{median, remove_store};
 use crate::stress::{open_bank, transfers};
@@ -39,6 +39,12 @@ struct Measured {
     log_bytes_per_commit: f64,
     subtransactions_per_commit: f64,
     sphere_pages_mean: f64,
+    /// A group-commit round's time: the mode's time over its flushes, then the part its leader
+    /// spent gathering committers and the part its write and sync took (the rest is the time
+    /// between a round's end and the next round's start).
+    round_us: f64,
+    gather_us: f64,
+    flush_us: f64,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -95,6 +101,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 (store.lock_stats(), store.log_stats(), store.server_stats());
             let commits = done.committed.max(1) as f64;
             let spheres = server2.spheres - server.spheres;
+            let rounds = (log2.flushes - log.flushes).max(1) as f64;
             let one = Measured {
                 commits_per_s: done.committed as f64 / seconds,
                 retries: done.retried,
@@ -109,6 +116,9 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 } else {
                     (server2.sphere_pages - server.sphere_pages) as f64 / spheres as f64
                 },
+                round_us: seconds * 1e6 / rounds,
+                gather_us: (log2.gather_ns - log.gather_ns) as f64 / rounds / 1e3,
+                flush_us: (log2.flush_ns - log.flush_ns) as f64 / rounds / 1e3,
             };
             eprintln!(
                 "run {}: {:<20} {:>9.0} commits/s, {} retried",
@@ -140,6 +150,7 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
         "log bytes / commit",
         "subtransactions / commit",
         "sphere pages (mean)",
+        "round us (gather + write and sync)",
     ]);
     for (m, mode) in MODES.iter().enumerate() {
         let of = |f: fn(&Measured) -> f64| median(measured[m].iter().map(f).collect());
@@ -154,17 +165,24 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
             format!("{:.0}", of(|x| x.log_bytes_per_commit)),
             format!("{:.2}", of(|x| x.subtransactions_per_commit)),
             format!("{:.1}", of(|x| x.sphere_pages_mean)),
+            format!(
+                "{:.0} ({:.0} + {:.0})",
+                of(|x| x.round_us),
+                of(|x| x.gather_us),
+                of(|x| x.flush_us)
+            ),
         ]);
     }
     println!("{table}");
     if let Some(csv) = csv {
         let mut text = String::from(
             "run,mode,commits_per_s,retries,lock_waits_per_commit,flushes_per_commit,\
-             log_bytes_per_commit,subtransactions_per_commit,sphere_pages_mean\n",
+             log_bytes_per_commit,subtransactions_per_commit,sphere_pages_mean,round_us,gather_us,\
+             flush_us\n",
         );
         for (run, mode, m) in rows {
             text.push_str(&format!(
-                "{run},{},{:.1},{},{:.4},{:.4},{:.0},{:.4},{:.2}\n",
+                "{run},{},{:.1},{},{:.4},{:.4},{:.0},{:.4},{:.2},{:.1},{:.1},{:.1}\n",
                 mode.map_or("flat", Strategy::name),
                 m.commits_per_s,
                 m.retries,
@@ -172,7 +190,10 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 m.flushes_per_commit,
                 m.log_bytes_per_commit,
                 m.subtransactions_per_commit,
-                m.sphere_pages_mean
+                m.sphere_pages_mean,
+                m.round_us,
+                m.gather_us,
+                m.flush_us
             ));
         }
         std::fs::write(csv, text).map_err(|e| Error::io(csv, "write", e))?;

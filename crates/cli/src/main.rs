@@ -447,7 +447,8 @@ enum BenchCommand {
     /// (one flat transaction of operations), S2 (subtransactions, each end forced), S2/PS
     /// (ends not forced); modes in turn, rotating. Prints commits/s and the ratio to flat,
     /// lock waits, log flushes and log bytes per commit, subtransactions, persistence sphere
-    /// sizes.
+    /// sizes, and a group-commit round's time with its leader's gathering and its write and
+    /// sync.
     Bank(bench_bank::BankArgs),
     /// What a long reader costs writers: two writer threads moving units between 20,000
     /// accounts of a collection (durable commits) alone, next to a reader scanning every

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 pub const MAGIC: [u8; 4] = *b"LDSP";
 /// Version of the frame layout and of the messages. Both ends must speak the same.
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 pub const HEADER_BYTES: usize = 24;
 /// Largest body accepted: a batch of pages or log records never grows past this; the client
 /// splits larger batches.

@@ -282,7 +282,27 @@ fn a_delayed_leader_carries_commits_that_arrive_while_it_waits() {
     log.flush(second).unwrap();
     leader.join().unwrap();
     assert!(log.durable_lsn() > second);
-    assert_eq!(log.stats().flushes, 1, "{:?}", log.stats());
+    let stats = log.stats();
+    assert_eq!(stats.flushes, 1, "{stats:?}");
+    // The delay is the round's gathering time, and the round's write took time of its own.
+    assert!(stats.gather_ns >= 300_000_000, "{stats:?}");
+    assert!(stats.flush_ns > 0, "{stats:?}");
+}
+
+/// One committer at a time never gathers: its rounds' time is all write and sync.
+#[test]
+fn a_lone_committer_does_not_gather() {
+    let log = Log::create(fs(), Path::new("/s/log"), options()).unwrap();
+    for i in 0..20u64 {
+        let commit = log
+            .append(Some(TxnId(i + 1)), Lsn(0), &RecordBody::Commit)
+            .unwrap();
+        log.flush(commit).unwrap();
+    }
+    let stats = log.stats();
+    assert_eq!(stats.flushes, 20, "{stats:?}");
+    assert_eq!(stats.gather_ns, 0, "{stats:?}");
+    assert!(stats.flush_ns > 0, "{stats:?}");
 }
 
 /// Damage to the last real record of a durable batch (say, a commit) must not pass for a torn

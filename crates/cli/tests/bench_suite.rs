@@ -606,13 +606,13 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
     assert!(log_bytes("flat") > 0.0, "{text}");
     assert!(log_bytes("s2ps") > log_bytes("flat"), "{text}");
     // A round's parts fit in it: with one thread rounds follow each other, so what a round's
-    // leader gathered and wrote and synced is within the time per round (a little slack: the
-    // rate is over the seconds asked, and the last transfer ends after them).
+    // leader gathered and wrote and synced is within the elapsed time per round (slack only
+    // for the CSV's rounding).
     for row in &rows {
         let part = |i: usize| -> f64 { row[i].parse().unwrap() };
         let (round, gather, flush) = (part(9), part(10), part(11));
         assert!(flush > 0.0 && gather >= 0.0, "{text}");
-        assert!(gather + flush <= round * 1.1, "{text}");
+        assert!(gather + flush <= round * 1.01 + 0.1, "{text}");
     }
 }
 

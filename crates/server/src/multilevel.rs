@@ -71,6 +71,17 @@ pub(crate) enum PendingNote {
     Compensates { undone: TxnId },
 }
 
+/// When a subtransaction whose commit was appended (not forced) gives up its page locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SubRelease {
+    /// Later, by `release_after_append` (or `wait_durable`, for S2's forced end), once the
+    /// session has its answer: the client path.
+    AfterAppend,
+    /// In the same hold of the state as the append: increments run at the server, which
+    /// has nothing left to do with the pages.
+    InHold,
+}
+
 /// How often increments at the server wait for a page lock and take the state again before
 /// they go on in a client's steps.
 const ONE_HOLD_ATTEMPTS_MAX: u32 = 4;
@@ -481,8 +492,7 @@ impl Server {
         };
         Server::note_holding(&mut state, sub, undo)?;
         let shipped = increments::unlogged(&pages);
-        let (_, commit) = self.ship_and_commit_holding(state, sub, &shipped)?;
-        PageServer::release_after_append(self, sub, commit)?;
+        self.ship_and_commit_holding(state, sub, &shipped, SubRelease::InHold)?;
         Ok(Some(IncrementsRan::Committed { sub, values }))
     }
 

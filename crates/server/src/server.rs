@@ -14,7 +14,7 @@ use crate::interface::{
     PageUpdate, PageUpdates, ShippedPage, ShippedRecords, TxnKind,
 };
 use crate::lock_table::{LockManager, LockStats};
-use crate::multilevel::{MultiLevelState, PendingNote};
+use crate::multilevel::{MultiLevelState, PendingNote, SubRelease};
 use crate::recovery::{RecoveryMethod, RecoveryMethodKind, RestartReport};
 use crate::reservations::Reservations;
 use crate::space::{entry_for_image, SpaceManager};
@@ -1851,7 +1851,7 @@ impl PageServer for Server {
         pages: &[ShippedPage<'_>],
     ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         self.check_shipped(txn, pages)?;
-        self.ship_and_commit_holding(self.usable_state()?, txn, pages)
+        self.ship_and_commit_holding(self.usable_state()?, txn, pages, SubRelease::AfterAppend)
     }
 
     fn wait_durable(&self, txn: TxnId, mut commit: AppendedCommit) -> Result<()> {
@@ -1983,12 +1983,14 @@ impl PageServer for Server {
 
 impl Server {
     /// [`PageServer::ship_and_commit_deferred`] under a hold of the state the caller took,
-    /// the shipped pages already checked (`check_shipped`).
+    /// the shipped pages already checked (`check_shipped`). `release` says when a
+    /// subtransaction's page locks go once its commit is appended.
     pub(crate) fn ship_and_commit_holding<'s>(
         &'s self,
         mut state: MutexGuard<'s, State>,
         txn: TxnId,
         pages: &[ShippedPage<'_>],
+        release: SubRelease,
     ) -> Result<(Vec<Lsn>, AppendedCommit)> {
         if !pages.is_empty() {
             Server::refuse_parent_changes(&state, txn)?;
@@ -2060,7 +2062,15 @@ impl Server {
         let parent = state.txns.get(&txn).and_then(|t| t.parent);
         if let Some(parent) = parent {
             Server::sub_committed(&mut state, txn, parent);
-            self.subs_appended().insert(txn);
+            match release {
+                // Nobody can take the pages between the append and the release: the next
+                // subtransaction on them finds them free instead of waiting out this one's
+                // return from the hold.
+                SubRelease::InHold => self.locks.release_all(txn),
+                SubRelease::AfterAppend => {
+                    self.subs_appended().insert(txn);
+                }
+            }
         }
         self.finish(&mut state, txn, true)?;
         if parent.is_some() {

@@ -32,8 +32,38 @@ use lodestore_wal::{ActiveTxn, Log, LogOptions, RecordBody};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Range;
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// The server's state, held. The state's mutex spins briefly before it sleeps (parking_lot):
+/// its holds are short and many sessions take it several times a transaction, where a std
+/// mutex's sleeps and wake-ups cost more than the holds (docs/BENCHMARKS.md). It has no
+/// poisoning, so a panic while the state is held marks the server failed here instead: the
+/// state may be half changed, and every later request is refused, as after a failed write.
+pub(crate) struct StateGuard<'a>(parking_lot::MutexGuard<'a, State>);
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.0
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .failed
+                .get_or_insert_with(|| "a panic while the server's state was held".to_string());
+        }
+    }
+}
 
 /// How many pages the file grows by at least, so allocation does not extend page by page.
 const EXTEND_PAGES_MIN: u32 = 64;
@@ -188,7 +218,7 @@ pub struct Server {
     pub(crate) volume: Volume,
     pub(crate) log: Log,
     pub(crate) locks: LockManager,
-    pub(crate) state: Mutex<State>,
+    pub(crate) state: parking_lot::Mutex<State>,
     pub(crate) method: Box<dyn RecoveryMethod>,
     options: ServerOptions,
     restart: RestartReport,
@@ -396,10 +426,7 @@ impl Server {
     fn use_method(&mut self, kind: RecoveryMethodKind) {
         self.method = kind.build();
         let fresh = self.method.fresh_state();
-        self.state
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .method_state = fresh;
+        self.state.get_mut().method_state = fresh;
     }
 
     fn assemble(
@@ -419,7 +446,7 @@ impl Server {
             dir: dir.to_path_buf(),
             locks: LockManager::new(options.lock_wait_timeout),
             method,
-            state: Mutex::new(State {
+            state: parking_lot::Mutex::new(State {
                 pool,
                 space: SpaceManager::empty(volume.page_size()),
                 txns: BTreeMap::new(),
@@ -669,14 +696,12 @@ impl Server {
         std::mem::take(&mut self.lock_state().stats.sphere_pages_max)
     }
 
-    pub(crate) fn lock_state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .expect("server state poisoned by an earlier panic")
+    pub(crate) fn lock_state(&self) -> StateGuard<'_> {
+        StateGuard(self.state.lock())
     }
 
     /// The state, unless an earlier failure left it unusable.
-    pub(crate) fn usable_state(&self) -> Result<MutexGuard<'_, State>> {
+    pub(crate) fn usable_state(&self) -> Result<StateGuard<'_>> {
         let state = self.lock_state();
         if let Some(reason) = &state.failed {
             return Err(Error::Io {
@@ -803,11 +828,11 @@ impl Server {
     /// page was read here into `buf` (a page long whenever the pool and log lack it).
     fn cache_locked_page<'s>(
         &'s self,
-        mut state: MutexGuard<'s, State>,
+        mut state: StateGuard<'s>,
         page: PageId,
         own: bool,
         buf: &mut [u8],
-    ) -> Result<(MutexGuard<'s, State>, bool)> {
+    ) -> Result<(StateGuard<'s>, bool)> {
         if self.must_read_from_disk(&state, page) {
             assert_eq!(buf.len(), self.volume.page_size(), "a page to read into");
             drop(state);
@@ -1987,7 +2012,7 @@ impl Server {
     /// subtransaction's page locks go once its commit is appended.
     pub(crate) fn ship_and_commit_holding<'s>(
         &'s self,
-        mut state: MutexGuard<'s, State>,
+        mut state: StateGuard<'s>,
         txn: TxnId,
         pages: &[ShippedPage<'_>],
         release: SubRelease,
@@ -2424,4 +2449,29 @@ fn extents_of(pages: &[PageId]) -> Vec<Extent> {
         }
     }
     extents
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lodestore_storage::SimFileSystem;
+
+    /// The state's mutex does not poison: a panic while it is held marks the server failed,
+    /// and every later request is refused with an error instead of a panic.
+    #[test]
+    fn a_panic_holding_the_state_fails_the_server() {
+        let fs = Arc::new(SimFileSystem::new());
+        let server = Server::create(fs, Path::new("/s"), 4096, ServerOptions::default()).unwrap();
+        let txn = server.begin().unwrap();
+        server.commit(txn).unwrap();
+        std::thread::scope(|scope| {
+            let holder = scope.spawn(|| {
+                let _state = server.lock_state();
+                panic!("a bug while the state is held");
+            });
+            assert!(holder.join().is_err());
+        });
+        let err = server.begin().unwrap_err();
+        assert!(err.to_string().contains("a panic"), "{err}");
+    }
 }

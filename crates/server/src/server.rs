@@ -708,7 +708,7 @@ impl Server {
                 path: self.volume.path().to_path_buf(),
                 operation: "serve",
                 source: std::io::Error::other(format!(
-                    "an earlier write failed ({reason}); reopen the store to recover"
+                    "stopped after an earlier failure ({reason}); reopen the store to recover"
                 )),
             });
         }

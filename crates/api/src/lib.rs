@@ -67,7 +67,9 @@ pub use lodestore_server::check::{CheckReport, Problem};
 pub use lodestore_server::inspect::{StoreInfo, StoredObject};
 pub use lodestore_server::log_inspect::LogSummary;
 pub use lodestore_server::versions::Snapshot;
-pub use lodestore_server::{RecoveryMethodKind, RestartLevel, RestartReport};
+pub use lodestore_server::{
+    LockStats, RecoveryMethodKind, RestartLevel, RestartReport, ServerStats,
+};
 pub use lodestore_snapshots::{
     page_copies, Archive, FileArchive, LocalArchive, PageCopy, ReadAhead, SnapshotStats, Snapshots,
     FILE_SCHEME, LOCAL_LOCATION, READ_AHEAD_MAX,
@@ -77,6 +79,7 @@ pub use lodestore_storage::{
     DiskModel, EmulatedDisks, FileSystem, MemoryFileSystem, OpenMode, OverlayFileSystem,
     RealFileSystem, Storage, DATA_FILE_NAME,
 };
+pub use lodestore_wal::LogStats;
 pub use object::{Oid, Persistent};
 pub use offline::{
     check, info, log_summary, objects, readable_objects, recover_in_memory, roots, salvage,

@@ -1,13 +1,16 @@
 //! `lodestore bench bank`: `stress`'s bank transfers on one store, as flat transactions
 //! (page locks held to the end, the page-locking baseline) and as multi-level transactions
 //! under each strategy of Hasse & Weikum (S1, S2, S2/PS), in turn and in a rotating order
-//! within each run, so every ratio compares modes measured in the same run. Prints commits
+//! within each run, so every ratio compares modes measured in the same run. Each mode's time
+//! in a run is cut into slices that the modes take in turn: a disk whose sync latency drifts
+//! over seconds (a shared machine's does) then slows every mode alike instead of the one that
+//! happened to run in its slow stretch. Prints commits
 //! per second and as a ratio to the flat transactions, lock waits, log flushes and log bytes
 //! per commit, subtransactions and persistence sphere sizes, and where a flush round's time
 //! goes (medians of the runs); writes a CSV of every measurement when asked.
 
 use crate::bench::{median, remove_store};
-use crate::stress::{open_bank, transfers};
+use crate::stress::{open_bank, transfers, Transfers};
 use comfy_table::Table;
 use lodestore::multilevel::Strategy;
 use lodestore::{Error, Options, Result, Store};
@@ -47,6 +50,83 @@ struct Measured {
     flush_us: f64,
 }
 
+/// Shortest slice accepted: a slice spawns the threads and opens their sessions again.
+const SLICE_SECONDS_MIN: f64 = 0.05;
+
+/// Most slices a mode's time is cut into (a bound on the sessions a run opens).
+const SLICES_MAX: usize = 10_000;
+
+/// The store's counters a mode's measurement is the difference of.
+struct Counters {
+    locks: lodestore::LockStats,
+    log: lodestore::LogStats,
+    server: lodestore::ServerStats,
+}
+
+impl Counters {
+    fn of(store: &Store) -> Counters {
+        Counters {
+            locks: store.lock_stats(),
+            log: store.log_stats(),
+            server: store.server_stats(),
+        }
+    }
+}
+
+/// What a mode did over its slices of one run.
+#[derive(Clone, Copy, Debug, Default)]
+struct Totals {
+    committed: u64,
+    retried: u64,
+    lock_waits: u64,
+    flushes: u64,
+    bytes_flushed: u64,
+    subtransactions: u64,
+    spheres: u64,
+    sphere_pages: u64,
+    gather_ns: u64,
+    flush_ns: u64,
+    elapsed_s: f64,
+}
+
+impl Totals {
+    fn add(&mut self, before: &Counters, after: &Counters, done: Transfers, elapsed_s: f64) {
+        self.committed += done.committed;
+        self.retried += done.retried;
+        self.lock_waits += after.locks.waits - before.locks.waits;
+        self.flushes += after.log.flushes - before.log.flushes;
+        self.bytes_flushed += after.log.bytes_flushed - before.log.bytes_flushed;
+        self.gather_ns += after.log.gather_ns - before.log.gather_ns;
+        self.flush_ns += after.log.flush_ns - before.log.flush_ns;
+        self.subtransactions += after.server.subtransactions - before.server.subtransactions;
+        self.spheres += after.server.spheres - before.server.spheres;
+        self.sphere_pages += after.server.sphere_pages - before.server.sphere_pages;
+        self.elapsed_s += elapsed_s;
+    }
+
+    /// Rates over the `seconds` the mode was given, sizes per commit, times per round.
+    fn measured(&self, seconds: f64) -> Measured {
+        let commits = self.committed.max(1) as f64;
+        let rounds = self.flushes.max(1) as f64;
+        Measured {
+            commits_per_s: self.committed as f64 / seconds,
+            retries: self.retried,
+            lock_waits_per_commit: self.lock_waits as f64 / commits,
+            flushes_per_commit: self.flushes as f64 / commits,
+            log_bytes_per_commit: self.bytes_flushed as f64 / commits,
+            subtransactions_per_commit: self.subtransactions as f64 / commits,
+            sphere_pages_mean: if self.spheres == 0 {
+                0.0
+            } else {
+                self.sphere_pages as f64 / self.spheres as f64
+            },
+            round_us: self.elapsed_s * 1e6 / rounds,
+            gather_us: self.gather_ns as f64 / rounds / 1e3,
+            flush_us: self.flush_ns as f64 / rounds / 1e3,
+        }
+    }
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct BankArgs {
     /// Folder for the benchmark store.
@@ -63,6 +143,10 @@ pub struct BankArgs {
     /// Runs; the table shows medians.
     #[arg(long, default_value_t = 3, value_parser = crate::args::runs)]
     pub runs: usize,
+    /// Longest slice of a mode's time in a run, in seconds: the modes take turns slice by
+    /// slice (so the disk's drift over a run falls on every mode alike). At least 0.05.
+    #[arg(long, default_value_t = 0.5)]
+    pub slice_seconds: f64,
     /// Write every measurement to this CSV file.
     #[arg(long)]
     pub csv: Option<PathBuf>,
@@ -82,6 +166,17 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 .into(),
         ));
     }
+    if args.slice_seconds.is_nan() || args.slice_seconds < SLICE_SECONDS_MIN {
+        return Err(Error::InvalidArgument(format!(
+            "bench bank: --slice-seconds must be at least {SLICE_SECONDS_MIN} (got {})",
+            args.slice_seconds
+        )));
+    }
+    // Equal slices, none longer than asked; each mode gets `seconds` in all.
+    let slices = (seconds / args.slice_seconds)
+        .ceil()
+        .clamp(1.0, SLICES_MAX as f64) as usize;
+    let slice = seconds / slices as f64;
     std::fs::create_dir_all(path).map_err(|e| Error::io(path, "create folder", e))?;
     let mut measured: Vec<Vec<Measured>> = vec![Vec::new(); MODES.len()];
     let mut rows = Vec::new();
@@ -91,47 +186,30 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
         remove_store(&dir)?;
         let store = Store::create(&dir, Options::new().recovery_method(args.method))?;
         let oids = open_bank(&store, accounts)?;
-        for turn in 0..MODES.len() {
-            let m = (turn + run) % MODES.len();
-            let mode = MODES[m];
-            let (locks, log, server) =
-                (store.lock_stats(), store.log_stats(), store.server_stats());
-            let began = std::time::Instant::now();
-            let done = transfers(&store, &oids, threads, seconds, mode, None)?;
-            // The rounds' time is the time they ran in: past the seconds asked, by the last
-            // transfers' commits.
-            let elapsed = began.elapsed().as_secs_f64();
-            let (locks2, log2, server2) =
-                (store.lock_stats(), store.log_stats(), store.server_stats());
-            let commits = done.committed.max(1) as f64;
-            let spheres = server2.spheres - server.spheres;
-            let rounds = (log2.flushes - log.flushes).max(1) as f64;
-            let one = Measured {
-                commits_per_s: done.committed as f64 / seconds,
-                retries: done.retried,
-                lock_waits_per_commit: (locks2.waits - locks.waits) as f64 / commits,
-                flushes_per_commit: (log2.flushes - log.flushes) as f64 / commits,
-                log_bytes_per_commit: (log2.bytes_flushed - log.bytes_flushed) as f64 / commits,
-                subtransactions_per_commit: (server2.subtransactions - server.subtransactions)
-                    as f64
-                    / commits,
-                sphere_pages_mean: if spheres == 0 {
-                    0.0
-                } else {
-                    (server2.sphere_pages - server.sphere_pages) as f64 / spheres as f64
-                },
-                round_us: elapsed * 1e6 / rounds,
-                gather_us: (log2.gather_ns - log.gather_ns) as f64 / rounds / 1e3,
-                flush_us: (log2.flush_ns - log.flush_ns) as f64 / rounds / 1e3,
-            };
+        let mut totals = [Totals::default(); MODES.len()];
+        for part in 0..slices {
+            for turn in 0..MODES.len() {
+                // Rotating with the run and the slice: no mode always follows the same one.
+                let m = (turn + run + part) % MODES.len();
+                let before = Counters::of(&store);
+                let began = std::time::Instant::now();
+                let done = transfers(&store, &oids, threads, slice, MODES[m], None)?;
+                // The rounds' time is the time they ran in: past the seconds asked, by the
+                // last transfers' commits.
+                let elapsed = began.elapsed().as_secs_f64();
+                totals[m].add(&before, &Counters::of(&store), done, elapsed);
+            }
+        }
+        for (m, mode) in MODES.iter().enumerate() {
+            let one = totals[m].measured(seconds);
             eprintln!(
                 "run {}: {:<20} {:>9.0} commits/s, {} retried",
                 run + 1,
-                mode_name(mode),
+                mode_name(*mode),
                 one.commits_per_s,
                 one.retries
             );
-            rows.push((run + 1, mode, one));
+            rows.push((run + 1, *mode, one));
             measured[m].push(one);
         }
         drop(store);
@@ -140,7 +218,8 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
     let flat = median(measured[0].iter().map(|m| m.commits_per_s).collect());
     println!(
         "bank transfers between {accounts} accounts, {threads} threads, {seconds} s per mode on \
-         one store ({} recovery method); medians of {runs} runs",
+         one store ({} recovery method) in {slices} slices of {slice:.2} s taken in turn; \
+         medians of {runs} runs",
         args.method
     );
     let mut table = Table::new();

@@ -565,12 +565,16 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
             "0.3",
             "--runs",
             "1",
+            "--slice-seconds",
+            "0.1",
         ])
         .arg("--csv")
         .arg(&csv)
         .output()
         .unwrap();
     let stdout = succeeded(&out);
+    // Each mode's 0.3 s taken as three slices in turn, summed into one row per mode and run.
+    assert!(stdout.contains("in 3 slices of 0.10 s"), "{stdout}");
     for mode in [
         "flat (page locks)",
         "multi-level s1",
@@ -614,6 +618,23 @@ fn bench_bank_compares_flat_transactions_with_each_strategy() {
         assert!(flush > 0.0 && gather >= 0.0, "{text}");
         assert!(gather + flush <= round * 1.01 + 0.1, "{text}");
     }
+}
+
+/// A slice too short to measure anything is refused before any store is made, naming the
+/// option.
+#[test]
+fn bench_bank_refuses_a_slice_too_short() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lodestore()
+        .args(["bench", "bank"])
+        .arg(dir.path().join("stores"))
+        .args(["--seconds", "0.3", "--slice-seconds", "0.001"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--slice-seconds"), "{stderr}");
+    assert!(!dir.path().join("stores").join("bench-bank").exists());
 }
 
 /// `bench thor --parts archive-down`: commits that stage page copies, with the archive (a node,

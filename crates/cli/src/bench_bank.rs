@@ -194,8 +194,8 @@ pub fn bank(args: &BankArgs) -> Result<ExitCode> {
                 let before = Counters::of(&store);
                 let began = std::time::Instant::now();
                 let done = transfers(&store, &oids, threads, slice, MODES[m], None)?;
-                // The rounds' time is the time they ran in: past the seconds asked, by the
-                // last transfers' commits.
+                // The rounds' time is the time they ran in: past the slice asked, by the
+                // last transfers' commits (and by the slice's sessions opening).
                 let elapsed = began.elapsed().as_secs_f64();
                 totals[m].add(&before, &Counters::of(&store), done, elapsed);
             }

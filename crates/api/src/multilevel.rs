@@ -43,7 +43,7 @@
 use crate::transaction::Transaction;
 use lodestore_client::ClientSession;
 use lodestore_core::{Error, Lsn, Oid as RawOid, Result, TxnId};
-use lodestore_protocol::{IncrementsRan, LockMode, LockTarget, OperationNote, PageServer};
+use lodestore_protocol::{IncrementsRan, LockMode, OperationNote, PageServer};
 use lodestore_server::Server;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -806,10 +806,9 @@ fn run_at_server<T>(
 }
 
 fn lock_all(server: &dyn PageServer, txn: TxnId, locks: &[SemanticLock]) -> Result<()> {
-    for lock in locks {
-        server.lock(txn, LockTarget::Object(lock.object), lock.mode.into())?;
-    }
-    Ok(())
+    let objects: Vec<(RawOid, LockMode)> =
+        locks.iter().map(|l| (l.object, l.mode.into())).collect();
+    server.lock_objects(txn, &objects)
 }
 
 /// Runs `inverse` as a subtransaction of `parent` that compensates `undone`; a lost page-lock

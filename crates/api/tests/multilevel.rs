@@ -4,7 +4,8 @@
 //! The crash campaigns are `lodestore-torture`'s (`multilevel.rs`, `tests/campaign.rs`).
 
 use lodestore::multilevel::{
-    Add, Inverse, Operation, SemanticLock, SemanticMode, Strategy, APPLICATION_OPERATION_ID_MIN,
+    Add, AddFields, Inverse, Operation, SemanticLock, SemanticMode, Strategy,
+    APPLICATION_OPERATION_ID_MIN,
 };
 use lodestore::{Error, Options, Persistent, RawOid, RecoveryMethodKind, Store, Transaction};
 use lodestore_storage::{Fault, SimFileSystem};
@@ -145,7 +146,7 @@ fn persistence_spheres_are_counted_at_each_end() {
     t1.apply(&Add::field(oids[0], 0, 1)).unwrap();
     t1.apply(&Add::field(oids[1], 0, 1)).unwrap();
     let mut t2 = s2.begin_multi_level().unwrap();
-    t2.apply(&lodestore::multilevel::AddFields {
+    t2.apply(&AddFields {
         fields: vec![(oids[1], 0, 1), (oids[2], 0, 1)],
     })
     .unwrap();
@@ -181,6 +182,39 @@ fn a_read_waits_for_increments_and_conflicts_end_as_retryable_errors() {
         OPENING + 1
     );
     t2.commit().unwrap();
+}
+
+#[test]
+fn an_operation_holds_every_object_it_locks_to_the_end() {
+    let fs = Arc::new(SimFileSystem::new());
+    let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
+    let oids = open_accounts(&store);
+    let (mut s1, mut s2) = (store.session().unwrap(), store.session().unwrap());
+    let mut t1 = s1.begin_multi_level().unwrap();
+    // One operation, one request for both its locks.
+    t1.apply(&AddFields {
+        fields: vec![(oids[0], 0, -5), (oids[1], 0, 5)],
+    })
+    .unwrap();
+    let mut t2 = s2.begin_multi_level().unwrap();
+    for &account in &oids[..2] {
+        let err = t2.apply(&ReadBalance { account }).unwrap_err();
+        assert!(err.is_retryable(), "{err}");
+    }
+    // The other accounts are free.
+    assert_eq!(
+        t2.apply(&ReadBalance { account: oids[2] }).unwrap(),
+        OPENING
+    );
+    t2.abort().unwrap();
+    t1.commit().unwrap();
+    let mut t2 = s2.begin_multi_level().unwrap();
+    assert_eq!(
+        t2.apply(&ReadBalance { account: oids[1] }).unwrap(),
+        OPENING + 5
+    );
+    t2.commit().unwrap();
+    assert_eq!(balances(&store, &oids[..2]), vec![OPENING - 5, OPENING + 5]);
 }
 
 /// An application's operation: reads a balance under a shared semantic lock.
@@ -585,7 +619,7 @@ fn dbcache_writes_a_sphere_early_once_it_reaches_the_limit() {
         store.server_stats().spheres_written_early,
         before.spheres_written_early
     );
-    txn.apply(&lodestore::multilevel::AddFields {
+    txn.apply(&AddFields {
         fields: vec![(oids[1], 0, 1), (oids[2], 0, -1)],
     })
     .unwrap();
@@ -608,7 +642,6 @@ fn dbcache_writes_a_sphere_early_once_it_reaches_the_limit() {
 /// gives, and an S2 increment a crash leaves in a loser is compensated by the warm start.
 #[test]
 fn increments_run_at_the_server_without_the_client_cache() {
-    use lodestore::multilevel::AddFields;
     let fs = Arc::new(SimFileSystem::new());
     let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
     let oids = open_accounts(&store);
@@ -663,7 +696,6 @@ fn increments_run_at_the_server_without_the_client_cache() {
 /// page locks (a release after the hold would leave the lock held while the next one looks).
 #[test]
 fn increments_at_the_server_never_wait_for_each_others_page_locks() {
-    use lodestore::multilevel::AddFields;
     const THREADS: usize = 4;
     const TRANSFERS: usize = 150;
     let fs = Arc::new(SimFileSystem::new());
@@ -727,7 +759,6 @@ impl Operation for ClientAdd {
 /// refuses it.
 #[test]
 fn bad_increments_at_the_server_leave_nothing_and_the_transaction_goes_on() {
-    use lodestore::multilevel::AddFields;
     let fs = Arc::new(SimFileSystem::new());
     let store = Store::create(Path::new("/ml"), options(&fs, RecoveryMethodKind::Esm)).unwrap();
     let oids = open_accounts(&store);

@@ -159,6 +159,16 @@ pub trait PageServer: Send + Sync {
     /// is current. A target the server does not serve is refused with `Error::Unsupported`.
     fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn>;
 
+    /// Locks objects for `txn`, in order (see `lock`): what a level-1 operation needs before
+    /// it runs. Stops at the first refusal; what was granted stays held, as any lock. An
+    /// embedded server takes them in one pass over its state, a remote one in a request each.
+    fn lock_objects(&self, txn: TxnId, objects: &[(Oid, LockMode)]) -> Result<()> {
+        for &(oid, mode) in objects {
+            self.lock(txn, LockTarget::Object(oid), mode)?;
+        }
+        Ok(())
+    }
+
     /// Locks `page` (see `lock`).
     fn lock_page(&self, txn: TxnId, page: PageId, mode: LockMode) -> Result<Lsn> {
         self.lock(txn, LockTarget::Page(page), mode)

@@ -89,13 +89,25 @@ const ONE_HOLD_ATTEMPTS_MAX: u32 = 4;
 impl Server {
     /// Starts a subtransaction of `parent` (see the module's comment).
     pub(crate) fn begin_subtransaction(&self, parent: TxnId) -> Result<TxnId> {
+        self.refuse_main_memory_subtransactions()?;
+        let sub = self.begin_sub_holding(&mut *self.usable_state()?, parent)?;
+        self.locks.holds_briefly(sub);
+        Ok(sub)
+    }
+
+    fn refuse_main_memory_subtransactions(&self) -> Result<()> {
         if self.recovery_method_kind().is_main_memory() {
             return Err(Error::Unsupported(format!(
                 "subtransactions with the {} method: its commits go to log streams of their own",
                 self.recovery_method()
             )));
         }
-        let mut state = self.usable_state()?;
+        Ok(())
+    }
+
+    /// [`Server::begin_subtransaction`] under a hold of the state, once the method is known
+    /// to take subtransactions; the caller tells the lock manager (`holds_briefly`).
+    fn begin_sub_holding(&self, state: &mut State, parent: TxnId) -> Result<TxnId> {
         let Some(own) = state.txns.get(&parent) else {
             return Err(Error::TransactionInactive {
                 reason: format!("parent transaction {parent} is not active"),
@@ -106,7 +118,7 @@ impl Server {
                 "transaction {parent} cannot have subtransactions: it is a subtransaction or reads as of a snapshot"
             )));
         }
-        if self.method.has_changes(&state, parent)
+        if self.method.has_changes(state, parent)
             || !own.allocated.is_empty()
             || !own.freed.is_empty()
         {
@@ -137,21 +149,22 @@ impl Server {
                 ..TxnState::default()
             },
         );
-        drop(state);
-        self.locks.holds_briefly(sub);
         Ok(sub)
     }
 
-    /// Locks object `oid` for level-1 transaction `txn` in `mode` (a semantic lock, held to
-    /// its end). Answers `Lsn::ZERO`: objects have no LSN of their own.
-    pub(crate) fn lock_object(&self, txn: TxnId, oid: Oid, mode: LockMode) -> Result<Lsn> {
-        self.check_data_page(oid.page())?;
+    /// Locks objects for level-1 transaction `txn` (semantic locks, held to its end), with
+    /// one check of the transaction before and one after: two holds of the state for all of
+    /// them, not two each.
+    pub(crate) fn lock_objects(&self, txn: TxnId, objects: &[(Oid, LockMode)]) -> Result<()> {
+        for (oid, _) in objects {
+            self.check_data_page(oid.page())?;
+        }
         {
             let state = self.usable_state()?;
             let own = state.txns.get(&txn).ok_or_else(|| inactive(txn))?;
             if own.parent.is_some() {
                 return Err(Error::InvalidArgument(format!(
-                    "subtransaction {txn} locked object {oid}: semantic locks belong to its level-1 transaction"
+                    "subtransaction {txn} locked objects: semantic locks belong to its level-1 transaction"
                 )));
             }
             if own.as_of.is_some() {
@@ -160,13 +173,16 @@ impl Server {
                 )));
             }
         }
-        self.locks
-            .lock_resource(Owner::top(txn), Resource::Object(oid), mode_id(mode))?;
+        for &(oid, mode) in objects {
+            self.locks
+                .lock_resource(Owner::top(txn), Resource::Object(oid), mode_id(mode))?;
+        }
+        // It may have ended (a deadlock victim's abort, its session closed) while it waited.
         if !self.usable_state()?.txns.contains_key(&txn) {
             self.locks.release_all(txn);
             return Err(inactive(txn));
         }
-        Ok(Lsn::ZERO)
+        Ok(())
     }
 
     /// A page lock `txn` was granted: a subtransaction's read joins the sphere of the page's
@@ -431,33 +447,44 @@ impl Server {
         if force || fields.len() > increments::INCREMENTS_MAX || self.method.defers_page_writes() {
             return increments::run_in_steps(self, parent, fields, undo, force);
         }
-        let sub = self.begin_subtransaction(parent)?;
-        match self.increments_in_one_hold(sub, fields, undo) {
+        let mut begun = None;
+        match self.increments_in_one_hold(parent, &mut begun, fields, undo) {
             Ok(Some(ran)) => Ok(ran),
-            Ok(None) => increments::run_in_steps_as(self, sub, fields, undo, false),
+            Ok(None) => {
+                let sub = begun.expect("a subtransaction begins before the pages are looked up");
+                increments::run_in_steps_as(self, sub, fields, undo, false)
+            }
             Err(e) => {
-                let _ = PageServer::abort(self, sub);
+                if let Some(sub) = begun {
+                    let _ = PageServer::abort(self, sub);
+                }
                 Err(e)
             }
         }
     }
 
-    /// [`Server::run_increments_here`] in one hold of the state; `None` when a page is not in
-    /// the pool, or stays locked by another transaction (what `sub` was granted stays held).
-    /// A page locked by another is waited for without the state, and the hold taken again.
+    /// [`Server::run_increments_here`] in one hold of the state, which also begins the
+    /// subtransaction (into `begun`); `None` when a page is not in the pool, or stays locked
+    /// by another transaction (what the subtransaction was granted stays held). A page
+    /// locked by another is waited for without the state, and the hold taken again.
     fn increments_in_one_hold(
         &self,
-        sub: TxnId,
+        parent: TxnId,
+        begun: &mut Option<TxnId>,
         fields: &[FieldIncrement],
         undo: OperationNote<'_>,
     ) -> Result<Option<IncrementsRan>> {
+        self.refuse_main_memory_subtransactions()?;
         let mut pages = increments::pages_of(fields);
         for (page, _) in &pages {
             self.check_data_page(*page)?;
         }
         let mut attempts = 0;
+        let mut state = self.usable_state()?;
+        let sub = self.begin_sub_holding(&mut state, parent)?;
+        *begun = Some(sub);
+        self.locks.holds_briefly(sub);
         let mut state = loop {
-            let mut state = self.usable_state()?;
             if pages
                 .iter()
                 .any(|(page, _)| state.pool.lookup(*page).is_none())
@@ -478,6 +505,7 @@ impl Server {
                 return Ok(None);
             }
             self.locks.acquire(sub, busy, LockMode::Exclusive)?;
+            state = self.usable_state()?;
         };
         for (page, image) in &mut pages {
             Server::sub_locked_page(&mut state, sub, *page, false);

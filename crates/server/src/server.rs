@@ -1693,9 +1693,15 @@ impl PageServer for Server {
     fn lock(&self, txn: TxnId, target: LockTarget, mode: LockMode) -> Result<Lsn> {
         let page = match target {
             LockTarget::Page(page) => page,
-            LockTarget::Object(oid) => return self.lock_object(txn, oid, mode),
+            LockTarget::Object(oid) => {
+                return self.lock_objects(txn, &[(oid, mode)]).map(|()| Lsn::ZERO)
+            }
         };
         self.lock_page_fetching(txn, page, mode, None)
+    }
+
+    fn lock_objects(&self, txn: TxnId, objects: &[(Oid, LockMode)]) -> Result<()> {
+        Server::lock_objects(self, txn, objects)
     }
 
     fn lock_and_fetch_page(

@@ -122,6 +122,14 @@ impl PageUpdates {
         PageUpdates::default()
     }
 
+    /// Empty, with room for `records` records of `bytes` before and after bytes in all.
+    pub fn with_capacity(records: usize, bytes: usize) -> PageUpdates {
+        PageUpdates(Packed {
+            bytes: Vec::with_capacity(bytes),
+            records: Vec::with_capacity(records),
+        })
+    }
+
     /// Appends a record: bytes `offset..offset + after.len()` of `page` went from `before`
     /// to `after`, which must be as long as each other.
     pub fn push(&mut self, page: PageId, offset: u32, before: &[u8], after: &[u8]) {

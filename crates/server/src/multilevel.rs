@@ -20,6 +20,7 @@
 use crate::lock_table::{mode_id, Owner, Resource};
 use crate::server::{inactive, Server, State, TxnState};
 use lodestore_core::{Error, Lsn, Oid, Result, TxnId};
+use lodestore_loggen::UPDATE_RECORD_FIXED_BYTES;
 use lodestore_multilevel::kinds::AFTER_IMAGES;
 use lodestore_multilevel::records::{
     decode_after_images, decode_l1, ActiveEntry, ActiveTransactions, Chain, Compensated, L1Record,
@@ -475,7 +476,7 @@ impl Server {
         undo: OperationNote<'_>,
     ) -> Result<Option<IncrementsRan>> {
         self.refuse_main_memory_subtransactions()?;
-        let mut pages = increments::pages_of(fields);
+        let pages = increments::pages_of(fields);
         for (page, _) in &pages {
             self.check_data_page(*page)?;
         }
@@ -507,20 +508,30 @@ impl Server {
             self.locks.acquire(sub, busy, LockMode::Exclusive)?;
             state = self.usable_state()?;
         };
-        for (page, image) in &mut pages {
+        let mut frames = Vec::with_capacity(pages.len());
+        for (page, _) in &pages {
             Server::sub_locked_page(&mut state, sub, *page, false);
-            let frame = state.pool.lookup(*page).expect("checked above");
-            image.extend_from_slice(state.pool.frame_bytes(frame));
+            frames.push((*page, state.pool.lookup(*page).expect("checked above")));
             state.stats.pool_hits += 1;
         }
-        let Some(values) = increments::add_to_images(&mut pages, fields)? else {
+        // The changed fields go to the log as records of their own: no copy of the pages to
+        // add on and diff against the pool's, which the hold would spend its time on.
+        let pool = &state.pool;
+        let frame = |page| {
+            let &(_, frame) = frames.iter().find(|(p, _)| *p == page).expect("listed");
+            pool.frame_bytes(frame)
+        };
+        let Some((updates, values)) =
+            increments::field_updates(frame, fields, UPDATE_RECORD_FIXED_BYTES)?
+        else {
             drop(state);
             PageServer::abort(self, sub)?;
             return Ok(Some(IncrementsRan::NotHere));
         };
         Server::note_holding(&mut state, sub, undo)?;
-        let shipped = increments::unlogged(&pages);
-        self.ship_and_commit_holding(state, sub, &shipped, SubRelease::InHold)?;
+        let records: Vec<_> = updates.iter().collect();
+        self.log_updates_holding(&mut state, sub, &records)?;
+        self.ship_and_commit_holding(state, sub, &[], SubRelease::InHold)?;
         Ok(Some(IncrementsRan::Committed { sub, values }))
     }
 

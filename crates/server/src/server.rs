@@ -1568,13 +1568,25 @@ impl Server {
         if !state.txns.contains_key(&txn) {
             return Err(inactive(txn));
         }
-        Server::refuse_parent_changes(&state, txn)?;
+        self.log_updates_holding(&mut state, txn, &records)?;
+        state.stats.log_records_shipped += records.len() as u64;
+        Ok(())
+    }
+
+    /// Logs `records` of `txn` (checked, each page's together) and applies them to the pool,
+    /// under a hold of the state.
+    pub(crate) fn log_updates_holding(
+        &self,
+        state: &mut State,
+        txn: TxnId,
+        records: &[PageUpdate<'_>],
+    ) -> Result<()> {
+        Server::refuse_parent_changes(state, txn)?;
         for same_page in records.chunk_by(|a, b| a.page == b.page) {
             let page = same_page[0].page;
-            self.before_first_change(&mut state, txn, page)?;
+            self.before_first_change(state, txn, page)?;
             self.method
-                .log_client_updates(self, &mut state, txn, page, same_page)?;
-            state.stats.log_records_shipped += same_page.len() as u64;
+                .log_client_updates(self, state, txn, page, same_page)?;
         }
         Ok(())
     }
